@@ -1,0 +1,48 @@
+"""proletarian-di: a durable job queue on PostgreSQL and MySQL, after Proletarian.
+
+Jobs are rows, enqueued in the application's own transaction, claimed with
+`SELECT … FOR UPDATE SKIP LOCKED`, run while the row lock is held and archived
+in the same transaction: at-least-once, no broker.
+"""
+
+from .enqueue import enqueue, enqueue_async, enqueue_many
+from .errors import (
+    ConfigurationError,
+    InvalidRetrySpec,
+    PayloadError,
+    ProletarianError,
+    SchemaError,
+    UnsupportedDatabase,
+)
+from .job_ids import BinaryUUIDStrategy, JobIdStrategy, UUIDStrategy
+from .jobs import DEFAULT_QUEUE, Job
+from .lifecycle import worker_running
+from .retry import RetrySpec
+from .serializers import JSONSerializer, Serializer
+from .worker import QueueWorker, create_queue_worker, process_next_job
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "BinaryUUIDStrategy",
+    "ConfigurationError",
+    "InvalidRetrySpec",
+    "JSONSerializer",
+    "Job",
+    "JobIdStrategy",
+    "PayloadError",
+    "ProletarianError",
+    "QueueWorker",
+    "RetrySpec",
+    "SchemaError",
+    "Serializer",
+    "UUIDStrategy",
+    "UnsupportedDatabase",
+    "create_queue_worker",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "process_next_job",
+    "worker_running",
+]

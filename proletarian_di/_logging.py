@@ -1,0 +1,65 @@
+"""Structured log events: `log(event, data)`, written to `logging` by default."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("proletarian_di")
+
+LogFn = Callable[[str, dict[str, Any]], None]
+
+_LEVELS = {
+    "polling_for_jobs": logging.DEBUG,
+    "handling_job": logging.DEBUG,
+    "job_finished": logging.INFO,
+    "handler_exception": logging.WARNING,
+    "retrying": logging.INFO,
+    "not_retrying": logging.WARNING,
+    "job_failed": logging.ERROR,
+    "payload_decode_error": logging.ERROR,
+    "retry_strategy_error": logging.ERROR,
+    "failed_job_fn_error": logging.ERROR,
+    "polling_error": logging.ERROR,
+    "job_abandoned": logging.ERROR,
+    "on_shutdown_error": logging.ERROR,
+    "log_error": logging.ERROR,
+}
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message`, even for exceptions whose __str__ itself fails."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable>"
+    name = type(exc).__qualname__
+    return f"{name}: {message}" if message else name
+
+
+def default_log(event: str, data: dict[str, Any]) -> None:
+    """Write the event to the `proletarian_di` logger, with the data as `key=value`."""
+    level = _LEVELS.get(event, logging.INFO)
+    if not logger.isEnabledFor(level):
+        return
+    fields = " ".join(f"{key}={value}" for key, value in data.items() if key != "exception")
+    exc = data.get("exception")
+    if isinstance(exc, BaseException):
+        fields += f" exception={describe(exc)!r}"
+    logger.log(
+        level,
+        "%s %s",
+        event,
+        fields,
+        extra={"proletarian_event": event, "proletarian_data": data},
+    )
+
+
+def safe_log(log: LogFn, event: str, data: dict[str, Any]) -> None:
+    """Call the user's log function without letting its errors stop a worker."""
+    try:
+        log(event, data)
+    except Exception as exc:
+        if log is not default_log:
+            default_log("log_error", {"event": event, "exception": exc})

@@ -1,0 +1,128 @@
+"""Worker options: defaults and validation, in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from ._dialects import check_table_name
+from ._logging import LogFn, default_log
+from .errors import ConfigurationError
+from .job_ids import JobIdStrategy
+from .jobs import DEFAULT_QUEUE, Job
+from .retry import RetrySpecLike
+from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
+
+DEFAULT_JOB_TABLE = "proletarian.job"
+DEFAULT_ARCHIVED_JOB_TABLE = "proletarian.archived_job"
+HANDLER_MODES = ("default", "advanced")
+
+Clock = Callable[[], datetime]
+RetryStrategyFn = Callable[[Job, BaseException], RetrySpecLike]
+FailedJobFn = Callable[[Job, BaseException], None]
+PollingErrorFn = Callable[[BaseException], bool]
+
+
+def utc_now() -> datetime:
+    """The default clock: the current time, timezone-aware, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+def check_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue:
+        raise ConfigurationError(f"queue must be a non-empty string, got {queue!r}")
+    return queue
+
+
+def check_clock(clock: Any) -> Clock:
+    if clock is None:
+        return utc_now
+    if not callable(clock):
+        raise ConfigurationError(f"clock must be a callable returning a datetime, got {clock!r}")
+    return clock
+
+
+def check_id_strategy(strategy: Any) -> JobIdStrategy | None:
+    if strategy is not None and not isinstance(strategy, JobIdStrategy):
+        raise ConfigurationError(
+            f"job_id_strategy must have generate(), encode() and decode(), got {strategy!r}"
+        )
+    return strategy
+
+
+def _callable_or_none(value: Any, name: str) -> Any:
+    if value is not None and not callable(value):
+        raise ConfigurationError(f"{name} must be callable or None, got {value!r}")
+    return value
+
+
+def _int_at_least(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """Every option of `create_queue_worker`, validated."""
+
+    queue: str = DEFAULT_QUEUE
+    worker_threads: int = 1
+    polling_interval_ms: int = 100
+    retry_strategy_fn: RetryStrategyFn | None = None
+    failed_job_fn: FailedJobFn | None = None
+    on_polling_error: PollingErrorFn | None = None
+    handler_fn_mode: str = "default"
+    install_shutdown_hook: bool = False
+    await_termination_timeout_ms: int = 10_000
+    queue_worker_id: str = ""
+    on_shutdown: Callable[[], None] | None = None
+    job_table: str = DEFAULT_JOB_TABLE
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE
+    serializer: Serializer = DEFAULT_SERIALIZER
+    job_id_strategy: JobIdStrategy | None = None
+    log: LogFn = default_log
+    clock: Clock = utc_now
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue)
+        _int_at_least(self.worker_threads, "worker_threads", 1)
+        _int_at_least(self.polling_interval_ms, "polling_interval_ms", 0)
+        _int_at_least(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
+        if self.handler_fn_mode not in HANDLER_MODES:
+            raise ConfigurationError(
+                f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"
+            )
+        if not isinstance(self.install_shutdown_hook, bool):
+            raise ConfigurationError(
+                f"install_shutdown_hook must be a bool, got {self.install_shutdown_hook!r}"
+            )
+        for name in ("retry_strategy_fn", "failed_job_fn", "on_polling_error", "on_shutdown"):
+            _callable_or_none(getattr(self, name), name)
+        check_table_name(self.job_table, "job_table")
+        check_table_name(self.archived_job_table, "archived_job_table")
+        if not isinstance(self.queue_worker_id, str):
+            raise ConfigurationError(
+                f"queue_worker_id must be a string, got {self.queue_worker_id!r}"
+            )
+        if not self.queue_worker_id:
+            object.__setattr__(self, "queue_worker_id", f"proletarian[{self.queue}]")
+        check_serializer(self.serializer)
+        check_id_strategy(self.job_id_strategy)
+        check_clock(self.clock)
+        if not callable(self.log):
+            raise ConfigurationError(f"log must be a callable (event, data), got {self.log!r}")
+
+
+def worker_options(**options: Any) -> WorkerOptions:
+    """Build `WorkerOptions`, naming any option that does not exist."""
+    fields = {f.name for f in dataclasses.fields(WorkerOptions)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown worker option(s) {', '.join(unknown)}; "
+            f"valid options: {', '.join(sorted(fields))}"
+        )
+    return WorkerOptions(**{name: value for name, value in options.items() if value is not None})

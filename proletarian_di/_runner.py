@@ -1,0 +1,190 @@
+"""Claim one job, run its handler, and settle it, all in one transaction.
+
+This is the seeds' poll/lock/run/archive cycle for a single job, shared by
+worker threads, `process_next_job` and `testing.run_due_jobs`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from ._dialects import Dialect, JobRow, dialect_for
+from ._logging import describe, safe_log
+from ._options import WorkerOptions
+from .errors import PayloadError
+from .jobs import Job
+from .retry import RetrySpec, to_retry_spec
+
+Handler = Callable[..., Any]
+
+
+class Stats:
+    """Counts of job outcomes, safe to update from many threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.succeeded = self.failed = self.retried = self.abandoned = 0
+
+    def add(self, outcome: str) -> None:
+        with self._lock:
+            setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def as_dict(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "succeeded": self.succeeded,
+                "failed": self.failed,
+                "retried": self.retried,
+                "abandoned": self.abandoned,
+            }
+
+
+class Slot:
+    """What a worker thread holds right now, so `stop()` can abandon it."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.dialect: Dialect | None = None
+        self.job: Job | None = None
+
+
+class JobRunner:
+    """Runs the next due job of one queue on a given connection."""
+
+    def __init__(self, handler: Handler, options: WorkerOptions, stats: Stats | None = None):
+        if not callable(handler):
+            raise TypeError(f"handler must be callable, got {handler!r}")
+        self.handler = handler
+        self.options = options
+        self.stats = stats or Stats()
+        self.advanced = options.handler_fn_mode == "advanced"
+        self.log = options.log
+        self.clock = options.clock
+        self.serializer = options.serializer
+        self.base = {"queue_worker_id": options.queue_worker_id}
+
+    def dialect(self, conn: Any) -> Dialect:
+        return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
+
+    def emit(self, event: str, job: Job | None = None, **data: Any) -> None:
+        payload: dict[str, Any] = dict(self.base)
+        if job is not None:
+            payload.update(job_id=job.job_id, job_type=job.job_type, attempt=job.attempts)
+        payload.update(data)
+        safe_log(self.log, event, payload)
+
+    def run_next(self, conn: Any, slot: Slot | None = None) -> bool | None:
+        """Run one due job: True if it succeeded, False if it failed, None if none was due."""
+        dialect = self.dialect(conn)
+        row = dialect.claim(conn, self.options.queue, self.clock())
+        if row is None:
+            dialect.rollback(conn)
+            return None
+        job, decode_error = self._job(row, conn, dialect)
+        if slot is not None:
+            slot.job = job
+        try:
+            if decode_error is not None:
+                self.emit("payload_decode_error", job, exception=decode_error)
+                self._fail(conn, dialect, row[0], job, decode_error)
+                return False
+            return self._run(conn, dialect, row[0], job)
+        finally:
+            if slot is not None:
+                slot.job = None
+
+    def _job(self, row: JobRow, conn: Any, dialect: Dialect) -> tuple[Job, PayloadError | None]:
+        raw_id, queue, job_type, text, attempts, enqueued_at, process_at = row
+        strategy = self.options.job_id_strategy or dialect.default_id_strategy
+        error = None
+        payload: Any = text
+        try:
+            payload = self.serializer.decode(text)
+        except PayloadError as exc:
+            error = exc
+        except Exception as exc:
+            error = PayloadError(f"stored payload cannot be decoded: {describe(exc)}")
+            error.__cause__ = exc
+        job = Job(
+            job_id=strategy.decode(raw_id),
+            queue=queue,
+            job_type=job_type,
+            payload=payload,
+            attempts=attempts + 1,
+            enqueued_at=dialect.decode_time(enqueued_at),
+            process_at=dialect.decode_time(process_at),
+            connection=conn,
+        )
+        return job, error
+
+    def _run(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job) -> bool:
+        self.emit("handling_job", job)
+        if self.advanced:
+            dialect.savepoint(conn)
+        try:
+            if self.advanced:
+                self.handler(job)
+            else:
+                self.handler(job.job_type, job.payload)
+        except (Exception, SystemExit) as exc:
+            if self.advanced:
+                dialect.rollback_to_savepoint(conn)
+            self.emit("handler_exception", job, exception=exc)
+            self._retry_or_fail(conn, dialect, raw_id, job, exc)
+            return False
+        dialect.archive(conn, raw_id, job.attempts, "success", self.clock())
+        dialect.commit(conn)
+        self.stats.add("succeeded")
+        self.emit("job_finished", job, status="success")
+        return True
+
+    def _retry_spec(self, job: Job, exc: BaseException) -> RetrySpec | None:
+        strategy = self.options.retry_strategy_fn
+        if strategy is None:
+            return None
+        try:
+            return to_retry_spec(strategy(job, exc))
+        except Exception as error:
+            self.emit("retry_strategy_error", job, exception=error)
+            return None
+
+    def _retry_or_fail(
+        self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, exc: BaseException
+    ) -> None:
+        spec = self._retry_spec(job, exc)
+        if spec is None or job.attempts > spec.retries:
+            self.emit("not_retrying", job, retries=spec.retries if spec else 0)
+            self._fail(conn, dialect, raw_id, job, exc)
+            return
+        delay_ms = spec.delay_ms(job.attempts)
+        process_at = self.clock() + timedelta(milliseconds=delay_ms)
+        dialect.reschedule(conn, raw_id, job.attempts, process_at)
+        dialect.commit(conn)
+        self.stats.add("retried")
+        self.emit(
+            "retrying",
+            job,
+            retry=job.attempts,
+            retries=spec.retries,
+            delay_ms=delay_ms,
+            process_at=process_at.isoformat(),
+        )
+
+    def _fail(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, exc: BaseException) -> None:
+        dialect.archive(conn, raw_id, job.attempts, "failure", self.clock())
+        failed_job_fn = self.options.failed_job_fn
+        if failed_job_fn is not None:
+            dialect.savepoint(conn)
+            try:
+                failed_job_fn(job, exc)
+            except Exception as error:
+                dialect.rollback_to_savepoint(conn)
+                self.emit("failed_job_fn_error", job, exception=error)
+            else:
+                dialect.release_savepoint(conn)
+        dialect.commit(conn)
+        self.stats.add("failed")
+        self.emit("job_failed", job, status="failure", exception=exc)

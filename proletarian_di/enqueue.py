@@ -1,0 +1,166 @@
+"""Enqueue jobs on the caller's connection, inside the caller's transaction.
+
+Nothing here commits: the job exists exactly when the caller's transaction
+commits (the outbox pattern).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._dialects import Dialect, dialect_for
+from ._options import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    check_clock,
+    check_id_strategy,
+    check_queue,
+)
+from .errors import ConfigurationError
+from .jobs import DEFAULT_QUEUE
+from .serializers import check_serializer
+
+BATCH_SIZE = 5_000
+
+
+def _due(now: datetime, process_at: datetime | None, process_in: timedelta | None) -> datetime:
+    if process_at is not None:
+        if not isinstance(process_at, datetime):
+            raise ConfigurationError(f"process_at must be a datetime, got {process_at!r}")
+        if process_at.tzinfo is None or process_at.utcoffset() is None:
+            raise ConfigurationError(
+                "process_at must be timezone-aware (e.g. datetime.now(timezone.utc)), "
+                f"got naive {process_at.isoformat()}"
+            )
+        return max(process_at, now)
+    if process_in is not None:
+        if not isinstance(process_in, timedelta):
+            raise ConfigurationError(f"process_in must be a timedelta, got {process_in!r}")
+        return now + max(process_in, timedelta(0))
+    return now
+
+
+class _Prepared:
+    """Rows ready to insert, with their ids, for one enqueue call."""
+
+    def __init__(
+        self,
+        conn: Any,
+        jobs: Iterable[tuple[str, Any]],
+        queue: str,
+        process_at: datetime | None,
+        process_in: timedelta | None,
+        job_table: str,
+        serializer: Any,
+        job_id_strategy: Any,
+        clock: Any,
+    ) -> None:
+        self.dialect: Dialect = dialect_for(conn, job_table, DEFAULT_ARCHIVED_JOB_TABLE)
+        queue = check_queue(queue)
+        codec = check_serializer(serializer)
+        strategy = check_id_strategy(job_id_strategy) or self.dialect.default_id_strategy
+        now = check_clock(clock)()
+        due = _due(now, process_at, process_in)
+        self.ids: list[uuid.UUID] = []
+        self.rows: list[tuple[Any, ...]] = []
+        for job_type, payload in jobs:
+            if not isinstance(job_type, str) or not job_type:
+                raise ConfigurationError(f"job_type must be a non-empty string, got {job_type!r}")
+            job_id = strategy.generate()
+            self.ids.append(job_id)
+            self.rows.append(
+                (strategy.encode(job_id), queue, job_type, codec.encode(payload), now, due)
+            )
+
+
+def enqueue(
+    conn: Any,
+    job_type: str,
+    payload: Any = None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    process_at: datetime | None = None,
+    process_in: timedelta | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    serializer: Any = None,
+    job_id_strategy: Any = None,
+    clock: Any = None,
+) -> uuid.UUID:
+    """Insert a job on `conn` (psycopg 3 or PyMySQL) and return its id; never commits.
+
+    `process_at` (aware datetime) wins over `process_in` (timedelta); a time in
+    the past or a negative duration means now. The payload is encoded first, so
+    a payload that cannot be serialized writes nothing.
+    """
+    prepared = _Prepared(
+        conn,
+        [(job_type, payload)],
+        queue,
+        process_at,
+        process_in,
+        job_table,
+        serializer,
+        job_id_strategy,
+        clock,
+    )
+    prepared.dialect.insert_one(conn, prepared.rows[0])
+    return prepared.ids[0]
+
+
+def enqueue_many(
+    conn: Any,
+    jobs: Iterable[tuple[str, Any]],
+    *,
+    queue: str = DEFAULT_QUEUE,
+    process_at: datetime | None = None,
+    process_in: timedelta | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    serializer: Any = None,
+    job_id_strategy: Any = None,
+    clock: Any = None,
+) -> list[uuid.UUID]:
+    """Insert many `(job_type, payload)` jobs, one statement per batch; ids in order.
+
+    Same options and the same outbox semantics as `enqueue`: every payload is
+    encoded before anything is written, and nothing is committed.
+    """
+    prepared = _Prepared(
+        conn, jobs, queue, process_at, process_in, job_table, serializer, job_id_strategy, clock
+    )
+    for start in range(0, len(prepared.rows), BATCH_SIZE):
+        prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
+    return prepared.ids
+
+
+async def enqueue_async(
+    aconn: Any,
+    job_type: str,
+    payload: Any = None,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    process_at: datetime | None = None,
+    process_in: timedelta | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    serializer: Any = None,
+    job_id_strategy: Any = None,
+    clock: Any = None,
+) -> uuid.UUID:
+    """`enqueue` for a psycopg `AsyncConnection`, in the caller's transaction."""
+    prepared = _Prepared(
+        aconn,
+        [(job_type, payload)],
+        queue,
+        process_at,
+        process_in,
+        job_table,
+        serializer,
+        job_id_strategy,
+        clock,
+    )
+    if prepared.dialect.name != "postgresql":
+        raise ConfigurationError("enqueue_async needs a psycopg AsyncConnection")
+    await aconn.execute(prepared.dialect.insert_sql, prepared.rows[0])
+    return prepared.ids[0]

@@ -1,0 +1,30 @@
+"""The job as handlers and callbacks see it."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime
+from typing import Any
+
+DEFAULT_QUEUE = "default"
+"""The queue used when none is named (Proletarian's `:proletarian/default`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A claimed job.
+
+    `attempts` is the number of the current attempt, starting at 1. `connection`
+    is the connection of the job's own transaction (advanced mode and callbacks):
+    writes made through it commit or roll back together with the job's archive.
+    """
+
+    job_id: uuid.UUID
+    queue: str
+    job_type: str
+    payload: Any
+    attempts: int
+    enqueued_at: datetime
+    process_at: datetime
+    connection: Any = dataclasses.field(default=None, repr=False, compare=False)

@@ -1,0 +1,28 @@
+-- proletarian-di schema for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
+-- it for other table names.
+
+CREATE DATABASE IF NOT EXISTS proletarian;
+
+CREATE TABLE IF NOT EXISTS proletarian.job (
+    job_id      BINARY(16) PRIMARY KEY, -- generated and returned by enqueue()
+    queue       VARCHAR(255) NOT NULL,  -- queue name
+    job_type    VARCHAR(255) NOT NULL,  -- job type
+    payload     LONGTEXT NOT NULL,      -- serialized job data (JSON by default)
+    attempts    INTEGER NOT NULL,       -- finished attempts: 0 at enqueue, +1 per retry
+    enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
+    process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
+    INDEX job_queue_process_at (queue, process_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS proletarian.archived_job (
+    job_id      BINARY(16) PRIMARY KEY, -- copied from the job row
+    queue       VARCHAR(255) NOT NULL,
+    job_type    VARCHAR(255) NOT NULL,
+    payload     LONGTEXT NOT NULL,
+    attempts    INTEGER NOT NULL,       -- the number of the last attempt
+    enqueued_at DATETIME(6) NOT NULL,
+    process_at  DATETIME(6) NOT NULL,   -- data for the last run only
+    status      VARCHAR(16) NOT NULL,   -- success / failure
+    finished_at DATETIME(6) NOT NULL    -- UTC; when the job finished (success or failure)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -1,0 +1,29 @@
+-- proletarian-di schema for PostgreSQL 9.5+ (safe to run twice).
+-- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
+-- it for other table names.
+
+CREATE SCHEMA IF NOT EXISTS proletarian;
+
+CREATE TABLE IF NOT EXISTS proletarian.job (
+    job_id      UUID PRIMARY KEY,     -- generated and returned by enqueue()
+    queue       TEXT NOT NULL,        -- queue name
+    job_type    TEXT NOT NULL,        -- job type
+    payload     TEXT NOT NULL,        -- serialized job data (JSON by default)
+    attempts    INTEGER NOT NULL,     -- finished attempts: 0 at enqueue, +1 per retry
+    enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
+    process_at  TIMESTAMPTZ NOT NULL  -- when the job should run (moves on every retry)
+);
+
+CREATE TABLE IF NOT EXISTS proletarian.archived_job (
+    job_id      UUID PRIMARY KEY,     -- copied from the job row
+    queue       TEXT NOT NULL,
+    job_type    TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,     -- the number of the last attempt
+    enqueued_at TIMESTAMPTZ NOT NULL,
+    process_at  TIMESTAMPTZ NOT NULL, -- data for the last run only
+    status      TEXT NOT NULL,        -- success / failure
+    finished_at TIMESTAMPTZ NOT NULL  -- when the job finished (success or failure)
+);
+
+CREATE INDEX IF NOT EXISTS job_queue_process_at ON proletarian.job (queue, process_at);
