@@ -1,0 +1,29 @@
+# Two commands on a fresh machine: `make demo` runs the demo, `make test` the tests.
+# Both create .venv and install the project with its extras the first time.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench docs clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/python examples/quickstart.py
+
+test: $(BIN)/.installed
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) site build *.egg-info

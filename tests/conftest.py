@@ -1,0 +1,66 @@
+"""Fixtures: every behavioural test runs on PostgreSQL and on MySQL/MariaDB.
+
+PostgreSQL is `DATABASE_URL` or an embedded server started for the session.
+MySQL is `MYSQL_URL` (default: the local MariaDB); when none is reachable the
+MySQL tests skip, saying why, unless PROLETARIAN_REQUIRE_MYSQL=1 (CI), which
+makes them fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from backends import (
+    MYSQL_URL,
+    Backend,
+    MySQLBackend,
+    PostgresBackend,
+    embedded_postgres_url,
+    mysql_unreachable_reason,
+)
+
+
+@pytest.fixture(scope="session")
+def postgresql_backend() -> Iterator[Backend]:
+    with embedded_postgres_url() as url:
+        backend = PostgresBackend(url)
+        backend.install()
+        yield backend
+
+
+@pytest.fixture(scope="session")
+def mysql_backend() -> Backend:
+    reason = mysql_unreachable_reason(MYSQL_URL)
+    if reason:
+        if os.environ.get("PROLETARIAN_REQUIRE_MYSQL") == "1":
+            pytest.fail(f"PROLETARIAN_REQUIRE_MYSQL=1 but {reason}")
+        pytest.skip(reason)
+    backend = MySQLBackend(MYSQL_URL)
+    backend.install()
+    return backend
+
+
+@pytest.fixture(params=["postgresql", "mysql"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """A clean database of each kind, with the default schema installed."""
+    chosen: Backend = request.getfixturevalue(f"{request.param}_backend")
+    chosen.reset()
+    return chosen
+
+
+@pytest.fixture
+def pg(postgresql_backend: Backend) -> Backend:
+    """PostgreSQL only, for what only PostgreSQL has."""
+    postgresql_backend.reset()
+    return postgresql_backend
+
+
+@pytest.fixture
+def pool(backend: Backend) -> Iterator[object]:
+    """A connection pool (psycopg_pool or DBUtils) on the backend."""
+    source = backend.pool(8)
+    yield source
+    source.close()  # type: ignore[attr-defined]
