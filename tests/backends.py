@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,8 +31,11 @@ class Backend:
     def pool(self, size: int = 4) -> Any:
         raise NotImplementedError
 
-    def install(self, job_table: str = "proletarian.job",
-                archived_job_table: str = "proletarian.archived_job") -> None:
+    def install(
+        self,
+        job_table: str = "proletarian.job",
+        archived_job_table: str = "proletarian.archived_job",
+    ) -> None:
         with contextlib.closing(self.connect()) as conn:
             install_schema(conn, job_table, archived_job_table)
 
@@ -52,7 +56,9 @@ class Backend:
 
     def jobs(self) -> list[tuple[Any, ...]]:
         """Waiting jobs as (job_type, attempts, queue)."""
-        return self.query("SELECT job_type, attempts, queue FROM proletarian.job ORDER BY process_at")
+        return self.query(
+            "SELECT job_type, attempts, queue FROM proletarian.job ORDER BY process_at"
+        )
 
     def archived(self) -> list[tuple[Any, ...]]:
         """Archived jobs as (job_type, status, attempts), oldest enqueue first."""
@@ -123,3 +129,48 @@ def backend_from_env() -> Backend:
     if os.environ["TEST_BACKEND"] == "mysql":
         return MySQLBackend(url)
     return PostgresBackend(url)
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+def enqueue_committed(backend: Backend, *jobs: tuple[str, Any], **options: Any) -> list[Any]:
+    """Enqueue jobs on a fresh connection and commit; return their ids."""
+    from proletarian_di import enqueue
+
+    with contextlib.closing(backend.connect()) as conn:
+        ids = [enqueue(conn, job_type, payload, **options) for job_type, payload in jobs]
+        conn.commit()
+    return ids
+
+
+class Events:
+    """A `log` function that records every event."""
+
+    def __init__(self):
+        self.items = []
+        self.lock = threading.Lock()
+
+    def __call__(self, event, data):
+        with self.lock:
+            self.items.append((event, dict(data)))
+
+    def named(self, event):
+        return [data for name, data in self.items if name == event]
+
+
+def write_effect(job, note):
+    cur = job.connection.cursor()
+    cur.execute("INSERT INTO proletarian.effects VALUES (%s)", (note,))
+    cur.close()

@@ -12,7 +12,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
 from backends import (
     MYSQL_URL,
     Backend,
@@ -64,3 +63,12 @@ def pool(backend: Backend) -> Iterator[object]:
     source = backend.pool(8)
     yield source
     source.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def effects(backend: Backend) -> Iterator[object]:
+    """A table for handler side effects; returns a function listing its notes."""
+    backend.execute("DROP TABLE IF EXISTS proletarian.effects")
+    backend.execute("CREATE TABLE proletarian.effects (note VARCHAR(100))")
+    yield lambda: [row[0] for row in backend.query("SELECT note FROM proletarian.effects")]
+    backend.execute("DROP TABLE proletarian.effects")

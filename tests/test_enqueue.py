@@ -1,0 +1,176 @@
+"""Enqueue: the outbox pattern, scheduling, ids, payloads and options."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from backends import enqueue_committed
+
+from proletarian_di import (
+    ConfigurationError,
+    PayloadError,
+    enqueue,
+    enqueue_many,
+    process_next_job,
+)
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def fixed_clock(at: datetime = T0):
+    return lambda: at
+
+
+def process_at_of(backend, job_id):
+    strategy_value = job_id.bytes if backend.name == "mysql" else job_id
+    (value,) = backend.query(
+        "SELECT process_at FROM proletarian.job WHERE job_id = %s", (strategy_value,)
+    )[0]
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def test_enqueue_returns_uuid_and_stores_a_waiting_job(backend):
+    (job_id,) = enqueue_committed(backend, ("send_email", {"email": "a@example.com"}))
+    assert isinstance(job_id, uuid.UUID)
+    assert backend.jobs() == [("send_email", 0, "default")]
+
+
+def test_rollback_leaves_no_job(backend):
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue(conn, "send_email", {"email": "a@example.com"})
+        conn.rollback()
+    assert backend.jobs() == []
+
+
+def test_enqueue_never_commits(backend):
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue(conn, "send_email", {"n": 1})
+        assert backend.jobs() == [], "another connection must not see an uncommitted job"
+        conn.commit()
+    assert len(backend.jobs()) == 1
+
+
+def test_job_commits_together_with_application_data(backend):
+    backend.execute("DROP TABLE IF EXISTS proletarian.accounts")
+    backend.execute("CREATE TABLE proletarian.accounts (email VARCHAR(100))")
+    with contextlib.closing(backend.connect()) as conn:
+        cur = conn.cursor()
+        cur.execute("INSERT INTO proletarian.accounts VALUES (%s)", ("a@example.com",))
+        enqueue(conn, "send_confirmation", {"email": "a@example.com"})
+        conn.commit()
+    assert backend.query("SELECT email FROM proletarian.accounts") == [("a@example.com",)]
+    assert [j[0] for j in backend.jobs()] == ["send_confirmation"]
+
+
+def test_process_in_schedules_later(backend):
+    (job_id,) = enqueue_committed(
+        backend, ("later", None), process_in=timedelta(minutes=5), clock=fixed_clock()
+    )
+    assert process_at_of(backend, job_id) == T0 + timedelta(minutes=5)
+
+
+def test_negative_process_in_and_past_process_at_mean_now(backend):
+    a, b = enqueue_committed(
+        backend, ("a", None), process_in=timedelta(minutes=-5), clock=fixed_clock()
+    ) + enqueue_committed(
+        backend, ("b", None), process_at=T0 - timedelta(days=1), clock=fixed_clock()
+    )
+    assert process_at_of(backend, a) == T0
+    assert process_at_of(backend, b) == T0
+
+
+def test_process_at_wins_over_process_in(backend):
+    (job_id,) = enqueue_committed(
+        backend,
+        ("x", None),
+        process_at=T0 + timedelta(hours=1),
+        process_in=timedelta(minutes=1),
+        clock=fixed_clock(),
+    )
+    assert process_at_of(backend, job_id) == T0 + timedelta(hours=1)
+
+
+def test_naive_process_at_is_a_clear_error(backend):
+    with (
+        contextlib.closing(backend.connect()) as conn,
+        pytest.raises(ConfigurationError, match="timezone-aware"),
+    ):
+        enqueue(conn, "x", None, process_at=datetime(2030, 1, 1))
+
+
+def test_unserializable_payload_is_rejected_before_anything_is_written(backend):
+    with contextlib.closing(backend.connect()) as conn:
+        with pytest.raises(PayloadError, match="not JSON-serializable"):
+            enqueue(conn, "x", {"when": object()})
+        conn.commit()
+    assert backend.jobs() == []
+
+
+@pytest.mark.parametrize("job_type", ["", None, 7])
+def test_job_type_must_be_a_non_empty_string(backend, job_type):
+    with (
+        contextlib.closing(backend.connect()) as conn,
+        pytest.raises(ConfigurationError, match="job_type"),
+    ):
+        enqueue(conn, job_type, None)
+
+
+@pytest.mark.parametrize("table", ["proletarian.job; DROP TABLE x", "a.b.c", "job-table", ""])
+def test_table_names_are_validated(backend, table):
+    with (
+        contextlib.closing(backend.connect()) as conn,
+        pytest.raises(ConfigurationError, match="plain identifier"),
+    ):
+        enqueue(conn, "x", None, job_table=table)
+
+
+def test_enqueue_many_returns_ids_in_order_and_respects_the_transaction(backend, pool):
+    jobs = [("reindex", {"id": n}) for n in range(25)]
+    with contextlib.closing(backend.connect()) as conn:
+        ids = enqueue_many(conn, jobs, queue="bulk")
+        conn.rollback()
+    assert len(ids) == 25 and len(set(ids)) == 25
+    assert backend.jobs() == []
+    with contextlib.closing(backend.connect()) as conn:
+        ids = enqueue_many(conn, jobs, queue="bulk")
+        conn.commit()
+    seen = []
+    while process_next_job(
+        pool, lambda job: seen.append(job.job_id), queue="bulk", handler_fn_mode="advanced"
+    ):
+        pass
+    assert sorted(seen) == sorted(ids)
+
+
+def test_enqueue_many_checks_every_payload_first(backend):
+    with contextlib.closing(backend.connect()) as conn:
+        with pytest.raises(PayloadError):
+            enqueue_many(conn, [("ok", 1), ("bad", {1, 2})])
+        conn.commit()
+    assert backend.jobs() == []
+
+
+def test_custom_serializer_round_trips(backend, pool):
+    class Reversed:
+        def encode(self, payload):
+            return payload[::-1]
+
+        def decode(self, text):
+            return text[::-1]
+
+    enqueue_committed(backend, ("x", "hello"), serializer=Reversed())
+    assert backend.query("SELECT payload FROM proletarian.job") == [("olleh",)]
+    seen = []
+    process_next_job(pool, lambda t, p: seen.append(p), serializer=Reversed())
+    assert seen == ["hello"]
+
+
+def test_utf8_payloads_survive(backend, pool):
+    payload = {"name": "Ærøskøbing ✓ 日本 🎉"}
+    enqueue_committed(backend, ("x", payload))
+    seen = []
+    process_next_job(pool, lambda t, p: seen.append(p))
+    assert seen == [payload]

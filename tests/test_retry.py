@@ -1,0 +1,184 @@
+"""Retry strategies, attempt counting, the failure archive and failed_job_fn."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from backends import Events, enqueue_committed, write_effect
+
+from proletarian_di import InvalidRetrySpec, RetrySpec, process_next_job
+
+T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+class Clock:
+    def __init__(self):
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, ms):
+        self.now += timedelta(milliseconds=ms)
+
+
+def failing(job):
+    raise RuntimeError(f"attempt {job.attempts} failed")
+
+
+def test_retry_spec_delays_and_repetition():
+    spec = RetrySpec(retries=4, delays=[100, 1000])
+    assert [spec.delay_ms(n) for n in (1, 2, 3, 4)] == [100, 1000, 1000, 1000]
+    assert RetrySpec(2).delay_ms(1) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((-1,), "retries must be >= 0"),
+        (("3",), "retries must be an int"),
+        ((True,), "retries must be an int"),
+        ((2, [10, -5]), "delay must be an int >= 0"),
+        ((2, "100"), "delays must be a sequence"),
+        ((2, [1.5]), "delay must be an int"),
+    ],
+)
+def test_invalid_retry_specs_are_clear_errors(args, message):
+    with pytest.raises(InvalidRetrySpec, match=message):
+        RetrySpec(*args)
+
+
+def run(pool, clock, **options):
+    return process_next_job(pool, failing, handler_fn_mode="advanced", clock=clock, **options)
+
+
+@pytest.mark.parametrize("spec", [RetrySpec(3, [10, 20]), {"retries": 3, "delays": [10, 20]}])
+def test_retries_move_process_at_and_count_attempts(backend, pool, spec):
+    clock = Clock()
+    enqueue_committed(backend, ("flaky", None), clock=clock)
+    seen = []
+
+    def strategy(job, exc):
+        seen.append((job.attempts, str(exc)))
+        return spec
+
+    options = {"retry_strategy_fn": strategy}
+    assert run(pool, clock, **options) is False
+    assert backend.jobs() == [("flaky", 1, "default")]
+    assert run(pool, clock, **options) is None, "not due before the first delay"
+    clock.advance(10)
+    assert run(pool, clock, **options) is False
+    clock.advance(19)
+    assert run(pool, clock, **options) is None
+    clock.advance(1)
+    assert run(pool, clock, **options) is False
+    clock.advance(20)  # the last delay repeats
+    assert run(pool, clock, **options) is False
+    assert [a for a, _ in seen] == [1, 2, 3, 4]
+    assert seen[-1][1] == "attempt 4 failed"
+    assert backend.jobs() == []
+    assert backend.archived() == [("flaky", "failure", 4)]
+
+
+def test_no_strategy_means_no_retry(backend, pool):
+    enqueue_committed(backend, ("once", None))
+    assert run(pool, Clock()) is False
+    assert backend.archived() == [("once", "failure", 1)]
+
+
+def test_a_job_that_succeeds_on_retry_archives_its_attempt_number(backend, pool):
+    enqueue_committed(backend, ("flaky", None))
+
+    def handler(job):
+        if job.attempts < 3:
+            raise RuntimeError("not yet")
+
+    for _ in range(3):
+        process_next_job(
+            pool,
+            handler,
+            handler_fn_mode="advanced",
+            retry_strategy_fn=lambda job, exc: RetrySpec(5),
+        )
+    assert backend.archived() == [("flaky", "success", 3)]
+
+
+def test_an_invalid_spec_from_a_strategy_fails_the_job_with_a_clear_log(backend, pool):
+    enqueue_committed(backend, ("x", None))
+    events = Events()
+    failed = []
+    assert (
+        process_next_job(
+            pool,
+            failing,
+            handler_fn_mode="advanced",
+            log=events,
+            retry_strategy_fn=lambda job, exc: {"retries": 2, "delay": [5]},
+            failed_job_fn=lambda job, exc: failed.append(job.job_type),
+        )
+        is False
+    )
+    (error,) = events.named("retry_strategy_error")
+    assert "unknown retry spec keys ['delay']" in str(error["exception"])
+    assert failed == ["x"]
+    assert backend.archived() == [("x", "failure", 1)]
+
+
+def test_failed_job_fn_runs_inside_the_transaction(backend, pool, effects):
+    enqueue_committed(backend, ("x", None))
+    seen = []
+
+    def on_failure(job, exc):
+        seen.append((job.job_type, job.attempts, str(exc)))
+        write_effect(job, "compensated")
+
+    assert (
+        process_next_job(pool, failing, handler_fn_mode="advanced", failed_job_fn=on_failure)
+        is False
+    )
+    assert seen == [("x", 1, "attempt 1 failed")]
+    assert effects() == ["compensated"]
+    assert backend.archived() == [("x", "failure", 1)]
+
+
+def test_a_raising_failed_job_fn_keeps_the_failure_archived(backend, pool, effects):
+    enqueue_committed(backend, ("x", None))
+    events = Events()
+
+    def on_failure(job, exc):
+        write_effect(job, "half")
+        raise ValueError("mailer down")
+
+    assert (
+        process_next_job(
+            pool, failing, handler_fn_mode="advanced", log=events, failed_job_fn=on_failure
+        )
+        is False
+    )
+    assert effects() == []
+    assert backend.archived() == [("x", "failure", 1)]
+    assert backend.jobs() == []
+    (error,) = events.named("failed_job_fn_error")
+    assert "mailer down" in str(error["exception"])
+    assert process_next_job(pool, failing) is None, "the job never loops"
+
+
+def test_undecodable_payload_is_archived_as_failure(backend, pool):
+    (job_id,) = enqueue_committed(backend, ("x", {"ok": True}))
+    backend.execute("UPDATE proletarian.job SET payload = %s", ("{not json",))
+    called, failures = [], []
+    events = Events()
+    assert (
+        process_next_job(
+            pool,
+            lambda t, p: called.append(p),
+            log=events,
+            failed_job_fn=lambda job, exc: failures.append((job.job_id, type(exc).__name__)),
+        )
+        is False
+    )
+    assert called == []
+    assert failures == [(job_id, "PayloadError")]
+    assert events.named("payload_decode_error")
+    assert backend.archived() == [("x", "failure", 1)]
