@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
 from backends import (
     MYSQL_URL,
     Backend,

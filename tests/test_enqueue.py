@@ -7,7 +7,6 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from backends import enqueue_committed
 
 from proletarian_di import (
     ConfigurationError,
@@ -16,6 +15,8 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
+
+from backends import enqueue_committed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 

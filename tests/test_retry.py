@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from backends import Events, enqueue_committed, write_effect
 
 from proletarian_di import InvalidRetrySpec, RetrySpec, process_next_job
+
+from backends import Events, enqueue_committed, write_effect
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 

@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-from backends import Events, enqueue_committed, wait_until, write_effect
 
 from proletarian_di import (
     ConfigurationError,
@@ -17,6 +16,8 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
+
+from backends import Events, enqueue_committed, wait_until, write_effect
 
 
 def test_process_next_job_outcomes(backend, pool):
