@@ -25,10 +25,11 @@ def worker_running(*workers: Any) -> Iterator[tuple[Any, ...]]:
     try:
         for item in workers:
             if _is_container(item):
+                started.append(item)  # a half-started container is shut down too
                 item.init_resources()
             else:
                 item.start()
-            started.append(item)
+                started.append(item)
         yield workers
     finally:
         errors: list[BaseException] = []

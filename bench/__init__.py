@@ -1,0 +1,1 @@
+"""Benchmark of proletarian-di against a plain driver loop: `python -m bench`."""

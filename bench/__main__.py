@@ -1,0 +1,323 @@
+"""`python -m bench`: proletarian-di against a plain driver loop, on PostgreSQL and MariaDB.
+
+Prints one table of medians over several runs; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import _thread
+import argparse
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import measure, pgbench
+from .db import Database, MySQL, Postgres, mysql_reachable, postgres_url
+
+DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
+DRAIN_THREADS = (1, 4, 8)
+PROCESSES, PROCESS_THREADS = 2, 4
+DRAIN_INTERVAL = 0.01
+LATENCY_INTERVAL = 0.1
+MEMORY_THREADS = 4
+IMPLS = ("ours", "plain")
+
+console = Console(stderr=True, highlight=False)
+
+
+class Results:
+    """Values per (database, row, column), with the errors met on the way."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+        self.errors: list[str] = []
+
+    def record(
+        self, db: Database, row: str, column: str, fn: Callable[..., Any], *args: Any
+    ) -> Any:
+        """Run `fn(*args)`, keep its number, and note (not raise) its failure."""
+        started = time.perf_counter()
+        try:
+            value = fn(*args)
+        except measure.BenchError as exc:
+            self.errors.append(f"{db.label} {row} {column}: {exc}")
+            console.print(f"  [red]{row} {column}: {exc}[/]")
+            return None
+        except Exception as exc:
+            self.errors.append(f"{db.label} {row} {column}: {type(exc).__name__}: {exc}")
+            console.print(f"  [red]{row} {column}: {type(exc).__name__}: {exc}[/]")
+            return None
+        if isinstance(value, (int, float)):
+            self.values[(db.name, row, column)].append(float(value))
+            console.print(
+                f"  {row:<14} {column:<7} {fmt(row, value):>9}  "
+                f"({time.perf_counter() - started:.1f} s)"
+            )
+        return value
+
+    def median(self, db: Database, row: str, column: str) -> float | None:
+        values = self.values.get((db.name, row, column))
+        return statistics.median(values) if values else None
+
+
+def fmt(row: str, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if row.startswith("latency"):
+        return f"{value:.1f}"
+    if row.startswith("rss"):
+        return f"{value / 2**20:.1f}"
+    return f"{value:,.0f}"
+
+
+def throughput_run(db: Database, args: argparse.Namespace, results: Results, run: int) -> None:
+    """One run of every throughput measurement on `db`, both contenders."""
+    impls = IMPLS if run % 2 == 0 else IMPLS[::-1]
+    has_pgbench = db.name == "postgresql" and pgbench.executable() is not None
+    for impl in impls:
+        results.record(db, "enqueue_1", impl, measure.enqueue_single, db, impl, args.enqueue_jobs)
+    if has_pgbench:
+        results.record(db, "enqueue_1", "pgbench", pgbench.enqueue_single, db, args.enqueue_jobs)
+    for impl in impls:
+        results.record(db, "enqueue_bulk", impl, measure.enqueue_bulk, db, impl, args.bulk)
+    for threads in DRAIN_THREADS:
+        row = f"drain_{threads}"
+        for impl in impls:
+            results.record(
+                db,
+                row,
+                impl,
+                measure.drain,
+                db,
+                impl,
+                threads,
+                args.jobs,
+                DRAIN_INTERVAL,
+            )
+        if has_pgbench:
+            results.record(db, row, "pgbench", pgbench.drain, db, threads, args.jobs)
+    row = f"drain_{PROCESSES}x{PROCESS_THREADS}"
+    for impl in impls:
+        results.record(
+            db,
+            row,
+            impl,
+            measure.drain_processes,
+            db,
+            impl,
+            PROCESSES,
+            PROCESS_THREADS,
+            args.jobs,
+            DRAIN_INTERVAL,
+        )
+    if has_pgbench:
+        results.record(
+            db, row, "pgbench", pgbench.drain, db, PROCESSES * PROCESS_THREADS, args.jobs
+        )
+
+
+def latency_and_memory(db: Database, args: argparse.Namespace, results: Results) -> None:
+    for impl in IMPLS:
+        waits = results.record(
+            db,
+            "latency_raw",
+            impl,
+            measure.latency,
+            db,
+            impl,
+            args.latency_samples,
+            LATENCY_INTERVAL,
+        )
+        if waits:
+            results.values[(db.name, "latency_p50", impl)].append(percentile(waits, 50))
+            results.values[(db.name, "latency_p99", impl)].append(percentile(waits, 99))
+            console.print(
+                f"  latency        {impl:<7} p50 {percentile(waits, 50):.1f} ms, "
+                f"p99 {percentile(waits, 99):.1f} ms"
+            )
+    for impl in IMPLS:
+        sizes = results.record(
+            db,
+            "rss_raw",
+            impl,
+            measure.memory,
+            db,
+            impl,
+            args.memory_jobs,
+            MEMORY_THREADS,
+            DRAIN_INTERVAL,
+        )
+        if sizes:
+            results.values[(db.name, "rss_start", impl)].append(sizes[0])
+            results.values[(db.name, "rss_end", impl)].append(sizes[1])
+            console.print(
+                f"  memory         {impl:<7} {sizes[0] / 2**20:.1f} MB -> {sizes[1] / 2**20:.1f} MB"
+            )
+    db.clean()
+
+
+def warm_up(db: Database) -> None:
+    """Unrecorded small runs, so the first figure does not pay for cold caches."""
+    for impl in IMPLS:
+        measure.enqueue_single(db, impl, 100)
+        measure.drain(db, impl, 2, 200, DRAIN_INTERVAL)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
+    return [
+        ("enqueue_1", "enqueue, 1 job per transaction"),
+        ("enqueue_bulk", f"enqueue_many, {args.bulk:,} in one call"),
+        *[(f"drain_{t}", f"drain, {t} thread{'s' if t > 1 else ''}") for t in DRAIN_THREADS],
+        (
+            f"drain_{PROCESSES}x{PROCESS_THREADS}",
+            f"drain, {PROCESSES} processes \N{MULTIPLICATION SIGN} {PROCESS_THREADS} threads",
+        ),
+        ("latency_p50", f"pickup latency p50 (ms), polling {LATENCY_INTERVAL * 1000:.0f} ms"),
+        ("latency_p99", "pickup latency p99 (ms)"),
+        ("rss_start", f"worker RSS at start (MB), {MEMORY_THREADS} threads"),
+        ("rss_end", f"worker RSS after {args.memory_jobs:,} jobs (MB)"),
+    ]
+
+
+def table(dbs: list[Database], args: argparse.Namespace, results: Results) -> Table:
+    title = (
+        f"proletarian-di benchmark — medians of {args.runs} run{'s' if args.runs > 1 else ''}, "
+        f"{args.jobs:,} no-op jobs per drain; jobs/s unless stated"
+    )
+    out = Table(title=title, title_justify="left")
+    out.add_column("measurement", no_wrap=True)
+    for db in dbs:
+        driver = "psycopg" if db.name == "postgresql" else "PyMySQL"
+        out.add_column(f"{db.label}\nproletarian-di", justify="right", no_wrap=True)
+        out.add_column(f"{db.label}\nplain {driver}", justify="right", no_wrap=True)
+        out.add_column("ratio", justify="right")
+        if db.name == "postgresql" and pgbench.executable():
+            out.add_column(f"{db.label}\npgbench", justify="right")
+    for key, label in rows(args):
+        cells = [label]
+        for db in dbs:
+            ours = results.median(db, key, "ours")
+            base = results.median(db, key, "plain")
+            ratio = f"{ours / base:.2f}" if ours is not None and base else "—"
+            cells += [fmt(key, ours), fmt(key, base), ratio]
+            if db.name == "postgresql" and pgbench.executable():
+                cells.append(fmt(key, results.median(db, key, "pgbench")))
+        out.add_row(*cells)
+    return out
+
+
+def machine(dbs: list[Database]) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    parts = [f"{os.cpu_count()} CPUs ({cpu})", f"Python {platform.python_version()}"]
+    for db in dbs:
+        try:
+            parts.append(f"{db.label} {db.version()}")
+        except Exception as exc:
+            parts.append(f"{db.label} ? ({exc})")
+    return ", ".join(parts)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Throughput, latency and memory of proletarian-di against a plain driver loop.",
+    )
+    parser.add_argument(
+        "--database-url", help="PostgreSQL URL (default: $DATABASE_URL, else embedded)"
+    )
+    parser.add_argument(
+        "--mysql-url",
+        default=os.environ.get("MYSQL_URL", DEFAULT_MYSQL_URL),
+        help=f"MySQL/MariaDB URL, skipped if unreachable (default {DEFAULT_MYSQL_URL}); '' skips",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer jobs and runs (about 2 minutes)"
+    )
+    parser.add_argument("--runs", type=int, help="runs per throughput figure (default 3, quick 1)")
+    parser.add_argument("--jobs", type=int, help="jobs per drain (default 20,000, quick 1,000)")
+    args = parser.parse_args(argv)
+    args.runs = max(1, args.runs or (1 if args.quick else 3))
+    args.jobs = max(8, args.jobs or (1_000 if args.quick else 20_000))
+    args.enqueue_jobs = min(args.jobs, 500 if args.quick else 5_000)
+    args.bulk = 20_000
+    args.latency_samples = 30 if args.quick else 200
+    args.memory_jobs = 3_000 if args.quick else 100_000
+    return args
+
+
+def watchdog(seconds: float) -> None:
+    """Interrupt the main thread if the whole benchmark overruns (nothing may hang)."""
+
+    def fire() -> None:
+        console.print(f"[red]benchmark exceeded {seconds:.0f} s; interrupting[/]")
+        _thread.interrupt_main()
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    per_run = 8 * measure.deadline_for(args.jobs)
+    watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
+    results = Results()
+    started = time.perf_counter()
+    with postgres_url(args.database_url) as url:
+        dbs: list[Database] = [Postgres(url)]
+        if args.mysql_url:
+            reason = mysql_reachable(args.mysql_url)
+            if reason:
+                console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
+            else:
+                dbs.append(MySQL(args.mysql_url))
+        for db in dbs:
+            db.install()
+            warm_up(db)
+        host = machine(dbs)
+        console.print(f"machine: {host}")
+        for run in range(args.runs):
+            for db in dbs:
+                console.print(f"[bold]run {run + 1}/{args.runs}: {db.label}[/]")
+                throughput_run(db, args, results, run)
+        for db in dbs:
+            console.print(f"[bold]latency and memory: {db.label}[/]")
+            latency_and_memory(db, args, results)
+    out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    out.print(table(dbs, args, results))
+    out.print(f"machine: {host}")
+    out.print(
+        "ratio = proletarian-di / plain loop (same SQL, same threads). Plain latency on "
+        "PostgreSQL uses LISTEN/NOTIFY; elsewhere it polls like the worker. "
+        f"Took {time.perf_counter() - started:.0f} s."
+    )
+    for error in results.errors:
+        out.print(f"[red]error:[/] {error}")
+    return 1 if results.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

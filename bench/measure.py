@@ -1,0 +1,255 @@
+"""One measurement per function; each cleans the tables first and has a deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from proletarian_di import enqueue, enqueue_many
+
+from . import plain
+from .db import JOB_TABLE, Database
+from .workers import make_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class BenchError(RuntimeError):
+    """A measurement that could not finish (timeout, lost jobs, crashed child)."""
+
+
+def deadline_for(jobs: int) -> float:
+    """Seconds allowed for `jobs` jobs: generous, but bounded (>= 25 jobs/s)."""
+    return 30.0 + jobs / 25
+
+
+def prefill(db: Database, jobs: int) -> None:
+    """Empty tables, then `jobs` due no-op jobs, then fresh statistics."""
+    db.clean()
+    with contextlib.closing(db.connect()) as conn:
+        for start in range(0, jobs, 5_000):
+            plain.enqueue_bulk(db, conn, [{"n": i} for i in range(start, min(jobs, start + 5_000))])
+        conn.commit()
+    db.analyze()
+
+
+def enqueue_single(db: Database, impl: str, jobs: int) -> float:
+    """Jobs/s enqueuing one job per transaction (enqueue + commit)."""
+    db.clean()
+    with contextlib.closing(plain.connect(db)) as conn:
+        started = time.perf_counter()
+        for i in range(jobs):
+            if impl == "ours":
+                enqueue(conn, "noop", {"n": i}, job_table=JOB_TABLE)
+            else:
+                plain.enqueue_one(db, conn, {"n": i})
+            conn.commit()
+        elapsed = time.perf_counter() - started
+    check_count(db.waiting(), jobs, "enqueued")
+    return jobs / elapsed
+
+
+def enqueue_bulk(db: Database, impl: str, jobs: int) -> float:
+    """Jobs/s enqueuing `jobs` jobs in one call and one transaction."""
+    db.clean()
+    items = [("noop", {"n": i}) for i in range(jobs)]
+    with contextlib.closing(db.connect()) as conn:
+        started = time.perf_counter()
+        if impl == "ours":
+            enqueue_many(conn, items, job_table=JOB_TABLE)
+        else:
+            plain.enqueue_bulk(db, conn, [payload for _, payload in items])
+        conn.commit()
+        elapsed = time.perf_counter() - started
+    check_count(db.waiting(), jobs, "enqueued")
+    return jobs / elapsed
+
+
+def drain(db: Database, impl: str, threads: int, jobs: int, interval: float) -> float:
+    """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs."""
+    prefill(db, jobs)
+    worker = make_worker(impl, db, threads, interval)
+    try:
+        limit = time.perf_counter() + deadline_for(jobs)
+        started = time.perf_counter()
+        worker.start()
+        while worker.done() < jobs:
+            if time.perf_counter() > limit:
+                raise BenchError(f"drain timed out after {worker.done()}/{jobs} jobs")
+            time.sleep(0.002)
+        elapsed = time.perf_counter() - started
+    finally:
+        worker.stop()
+    check_count(db.waiting(), 0, "left in the job table")
+    return jobs / elapsed
+
+
+class Child:
+    """A worker process (`python -m bench.child`) and its JSON replies."""
+
+    def __init__(self, db: Database, impl: str, threads: int, interval: float) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]])}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.child",
+                f"--kind={db.name}",
+                f"--url={db.url}",
+                f"--impl={impl}",
+                f"--threads={threads}",
+                f"--interval-ms={round(interval * 1000)}",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with contextlib.suppress(ValueError):
+                self.replies.put(json.loads(line))
+        self.replies.put({"event": "exited"})
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def expect(self, event: str, timeout: float = 60) -> dict[str, Any]:
+        try:
+            reply = self.replies.get(timeout=timeout)
+        except queue.Empty:
+            raise BenchError(f"worker process sent no {event!r} within {timeout:.0f} s") from None
+        if reply.get("event") != event:
+            raise BenchError(f"worker process: expected {event!r}, got {reply}")
+        return reply
+
+    def ask(self, command: str, event: str, timeout: float = 30) -> dict[str, Any]:
+        self.send(command)
+        return self.expect(event, timeout)
+
+    def close(self) -> dict[str, Any] | None:
+        """Stop the worker; kill the process if it does not exit in time."""
+        reply = None
+        try:
+            if self.proc.poll() is None:
+                reply = self.ask("stop", "stopped", timeout=20)
+            self.proc.wait(10)
+        except (BenchError, OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(10)
+        return reply
+
+
+def drain_processes(
+    db: Database, impl: str, processes: int, threads: int, jobs: int, interval: float
+) -> float:
+    """Jobs/s for `processes` worker processes of `threads` threads each."""
+    prefill(db, jobs)
+    children = [Child(db, impl, threads, interval) for _ in range(processes)]
+    try:
+        for child in children:
+            child.expect("ready")
+        limit = time.perf_counter() + deadline_for(jobs)
+        started = time.perf_counter()
+        for child in children:
+            child.send("go")
+        for child in children:
+            child.expect("started")
+        while True:
+            done = sum(child.ask("rss", "rss")["done"] for child in children)
+            if done >= jobs:
+                break
+            if time.perf_counter() > limit:
+                raise BenchError(f"drain timed out after {done}/{jobs} jobs")
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+    finally:
+        for child in children:
+            child.close()
+    check_count(db.waiting(), 0, "left in the job table")
+    return jobs / elapsed
+
+
+def latency(db: Database, impl: str, samples: int, interval: float) -> list[float]:
+    """Milliseconds from the enqueue's commit to the handler's start, idle worker.
+
+    Jobs are enqueued one at a time, each after the previous one ran and a
+    random pause, so they arrive at a random point of the polling cycle.
+    The plain loop on PostgreSQL listens (LISTEN/NOTIFY) rather than polls.
+    """
+    db.clean()
+    begun: dict[int, float] = {}
+    ran = [threading.Event() for _ in range(samples)]
+
+    def handler(job_type: str, payload: Any) -> None:
+        begun[payload["i"]] = time.perf_counter()
+        ran[payload["i"]].set()
+
+    listening = impl == "plain" and db.name == "postgresql"
+    if listening:
+        worker: Any = plain.ListeningWorker(db, interval, handler)
+    else:
+        worker = make_worker(impl, db, 1, interval, handler)
+    waits: list[float] = []
+    with contextlib.closing(plain.connect(db)) as conn:
+        worker.start()
+        try:
+            time.sleep(interval * 2)
+            for i in range(samples):
+                time.sleep(random.uniform(0.5, 1.5) * interval)
+                if impl == "ours":
+                    enqueue(conn, "latency", {"i": i}, job_table=JOB_TABLE)
+                else:
+                    plain.enqueue_one(db, conn, {"i": i})
+                    if listening:
+                        conn.execute(f"NOTIFY {plain.CHANNEL}")
+                conn.commit()
+                committed = time.perf_counter()
+                if not ran[i].wait(timeout=10 + 20 * interval):
+                    raise BenchError(f"job {i} did not start within {10 + 20 * interval:.0f} s")
+                waits.append(max(0.0, begun[i] - committed) * 1000)
+        finally:
+            worker.stop()
+    return waits
+
+
+def memory(db: Database, impl: str, jobs: int, threads: int, interval: float) -> tuple[int, int]:
+    """A worker process's RSS (bytes) right after start and after running `jobs` jobs."""
+    prefill(db, jobs)
+    child = Child(db, impl, threads, interval)
+    try:
+        child.expect("ready")
+        start_rss = child.ask("go", "started")["rss"]
+        limit = time.perf_counter() + deadline_for(jobs)
+        while True:
+            reply = child.ask("rss", "rss")
+            if reply["done"] >= jobs:
+                break
+            if time.perf_counter() > limit:
+                raise BenchError(f"memory run timed out after {reply['done']}/{jobs} jobs")
+            time.sleep(0.25)
+        end_rss = child.ask("rss", "rss")["rss"]
+    finally:
+        child.close()
+    return start_rss, end_rss
+
+
+def check_count(actual: int, expected: int, what: str) -> None:
+    if actual != expected:
+        raise BenchError(f"{actual} jobs {what}, expected {expected}")

@@ -1,0 +1,56 @@
+"""run_due_jobs: every due job, now, in the calling thread."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from proletarian_di.router import JobRouter
+from proletarian_di.testing import run_due_jobs
+
+from backends import enqueue_committed
+
+
+def test_runs_every_due_job_in_the_calling_thread_and_returns_the_count(backend, pool):
+    threads_before = set(threading.enumerate())
+    caller = threading.current_thread()
+    ran = []
+
+    def handler(job_type, payload):
+        ran.append((job_type, payload, threading.current_thread()))
+
+    enqueue_committed(backend, ("a", 1), ("b", 2), ("c", 3))
+    enqueue_committed(backend, ("later", 4), process_in=timedelta(hours=1))
+    enqueue_committed(backend, ("other_queue", 5), queue="reports")
+
+    assert run_due_jobs(pool, handler) == 3
+    assert [(t, p) for t, p, _ in ran] == [("a", 1), ("b", 2), ("c", 3)]
+    assert all(thread is caller for _, _, thread in ran)
+    assert not [t for t in threading.enumerate() if t not in threads_before]
+    assert sorted(backend.jobs()) == [("later", 0, "default"), ("other_queue", 0, "reports")]
+    assert run_due_jobs(pool, handler) == 0
+    assert run_due_jobs(pool, handler, queue="reports") == 1
+
+
+def test_due_retries_run_again_and_failures_are_archived(backend, pool):
+    def handler(job_type, payload):
+        raise RuntimeError("boom")
+
+    enqueue_committed(backend, ("flaky", None))
+    ran = run_due_jobs(pool, handler, retry_strategy_fn=lambda job, exc: {"retries": 2})
+    assert ran == 3
+    assert backend.archived() == [("flaky", "failure", 3)]
+
+
+def test_max_jobs_bounds_a_handler_that_keeps_enqueueing(backend, pool):
+    router = JobRouter()
+
+    @router.handler("again")
+    def again(job):
+        from proletarian_di import enqueue
+
+        enqueue(job.connection, "again", None)
+
+    enqueue_committed(backend, ("again", None))
+    assert run_due_jobs(pool, router, handler_fn_mode="advanced", max_jobs=5) == 5
+    assert len(backend.archived()) == 5 and len(backend.jobs()) == 1
