@@ -7,14 +7,16 @@ version checks, and which errors are worth retrying.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from .errors import ConfigurationError, SchemaError, UnsupportedDatabase
 from .job_ids import BinaryUUIDStrategy, JobIdStrategy, UUIDStrategy
 
+_ISOLATION_LEVELS = ("READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 NOTIFY_CHANNEL = "proletarian_di"
@@ -70,11 +72,12 @@ class Dialect:
         self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
         job, archive = self.job_table, self.archived_job_table
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
-        self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, 0, %s, %s)"
+        self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
         self.reschedule_sql = f"UPDATE {job} SET attempts = %s, process_at = %s WHERE job_id = %s"
         self.archive_select = (
             f"INSERT INTO {archive} ({self.columns}, status, finished_at) "
-            "SELECT job_id, queue, job_type, payload, %s, enqueued_at, process_at, %s, %s "
+            "SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, "
+            "%s, %s "
         )
 
     # Times -----------------------------------------------------------------
@@ -96,22 +99,45 @@ class Dialect:
     def begin(self, conn: Any) -> None:
         """Open the transaction in which a job is claimed, run and archived."""
 
-    def claim(self, conn: Any, queue: str, now: datetime) -> JobRow | None:
-        """Lock the oldest due job of `queue`, skipping rows other workers hold."""
-        self.begin(conn)
-        row: JobRow | None = self.fetchone(conn, self.claim_sql, (queue, self.encode_time(now)))
-        return row
+    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        """Lock the oldest due jobs of `queue` (up to `limit`), skipping rows others hold."""
+        raise NotImplementedError
 
     def archive(
-        self, conn: Any, job_id: Any, attempts: int, status: str, finished_at: datetime
+        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
     ) -> None:
+        """Move jobs to the archive with `status`, counting the attempt just made."""
         raise NotImplementedError
+
+    def archive_and_commit(self, conn: Any, job_ids: Sequence[Any], finished_at: datetime) -> None:
+        """Archive successful jobs and commit."""
+        self.archive(conn, job_ids, "success", finished_at)
+        self.commit(conn)
 
     def reschedule(self, conn: Any, job_id: Any, attempts: int, process_at: datetime) -> None:
         self.execute(conn, self.reschedule_sql, (attempts, self.encode_time(process_at), job_id))
 
     def insert_one(self, conn: Any, row: Sequence[Any]) -> None:
-        self.execute(conn, self.insert_sql, row)
+        sql, params = self.insert_statement(row)
+        self.execute(conn, sql, params)
+
+    def insert_statement(self, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT for one enqueued row `(id, queue, type, payload, enqueued_at, due)`."""
+        job_id, queue, job_type, payload, enqueued_at, process_at = row
+        return self.insert_sql, (
+            job_id,
+            queue,
+            job_type,
+            payload,
+            0,
+            self.encode_time(enqueued_at),
+            self.encode_time(process_at),
+        )
+
+    @contextlib.contextmanager
+    def attached(self, conn: Any) -> Iterator[None]:
+        """Tune a connection for a worker that keeps it (fewer round trips), then undo."""
+        yield
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         raise NotImplementedError
@@ -186,19 +212,23 @@ class PostgresDialect(Dialect):
         job = self.job_table
         self.claim_sql = (
             f"SELECT {self.columns} FROM {job} WHERE queue = %s AND process_at <= %s "
-            "ORDER BY process_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+            "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
         )
         self.archive_sql = (
-            f"WITH done AS (DELETE FROM {job} WHERE job_id = %s RETURNING *) "
+            f"WITH done AS (DELETE FROM {job} WHERE job_id = ANY(%s) RETURNING *) "
             + self.archive_select
             + "FROM done"
         )
+        self.begin_claim_sql = "BEGIN; " + self.claim_sql
+        self.archive_commit_sql = self.archive_sql + "; COMMIT"
+        notify = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
+        self.insert_sql = f"WITH job AS ({self.insert_sql})" + notify
         self.insert_many_sql = (
-            f"INSERT INTO {job} ({self.columns}) "
+            f"WITH job AS (INSERT INTO {job} ({self.columns}) "
             "SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s "
-            "FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS u(job_id, job_type, payload)"
+            "FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS u(job_id, job_type, payload))"
+            + notify
         )
-        self.notify_sql = "SELECT pg_notify(%s, %s)"
 
     def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         return conn.execute(sql, params).fetchone()
@@ -206,21 +236,48 @@ class PostgresDialect(Dialect):
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
         conn.execute(sql, params)
 
-    def begin(self, conn: Any) -> None:
+    @contextlib.contextmanager
+    def attached(self, conn: Any) -> Iterator[None]:
+        """Autocommit while a worker holds the connection: the claim sends BEGIN with
+        its SELECT, and the archive its COMMIT, each in one round trip."""
         if conn.autocommit:
-            conn.execute("BEGIN")
+            yield
+            return
+        conn.autocommit = True
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                if not conn.closed:
+                    conn.rollback()
+                    conn.autocommit = False
 
-    def claim(self, conn: Any, queue: str, now: datetime) -> JobRow | None:
-        with conn.pipeline():
-            self.begin(conn)
-            cursor = conn.execute(self.claim_sql, (queue, now))
-        row: JobRow | None = cursor.fetchone()
-        return row
+    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        if not conn.autocommit:
+            rows: list[JobRow] = conn.execute(self.claim_sql, (queue, now, limit)).fetchall()
+            return rows
+        import psycopg
+
+        cursor = psycopg.ClientCursor(conn)
+        cursor.execute(self.begin_claim_sql, (queue, now, limit))
+        cursor.nextset()
+        return cursor.fetchall()
 
     def archive(
-        self, conn: Any, job_id: Any, attempts: int, status: str, finished_at: datetime
+        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
     ) -> None:
-        conn.execute(self.archive_sql, (job_id, attempts, status, finished_at))
+        conn.execute(self.archive_sql, (list(job_ids), status, finished_at))
+
+    def archive_and_commit(self, conn: Any, job_ids: Sequence[Any], finished_at: datetime) -> None:
+        if not conn.autocommit:
+            self.archive(conn, job_ids, "success", finished_at)
+            conn.commit()
+            return
+        import psycopg
+
+        psycopg.ClientCursor(conn).execute(
+            self.archive_commit_sql, (list(job_ids), "success", finished_at)
+        )
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
@@ -229,11 +286,14 @@ class PostgresDialect(Dialect):
         ids = [r[0] for r in rows]
         types = [r[2] for r in rows]
         payloads = [r[3] for r in rows]
-        conn.execute(self.insert_many_sql, (queue, enqueued_at, process_at, ids, types, payloads))
+        conn.execute(
+            self.insert_many_sql, (queue, enqueued_at, process_at, ids, types, payloads, queue)
+        )
 
-    def notify(self, conn: Any, queue: str) -> None:
-        """Wake idle workers once the enqueuing transaction commits."""
-        conn.execute(self.notify_sql, (NOTIFY_CHANNEL, queue))
+    def insert_statement(self, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT, and a NOTIFY that wakes idle workers once the caller commits."""
+        sql, params = super().insert_statement(row)
+        return sql, (*params, row[1])
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
         num = int(conn.info.server_version)
@@ -271,10 +331,11 @@ class MySQLDialect(Dialect):
         job = self.job_table
         self.claim_sql = (
             f"SELECT {self.columns} FROM {job} WHERE queue = %s AND process_at <= %s "
-            "ORDER BY process_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+            "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
         )
-        self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id = %s"
-        self.delete_sql = f"DELETE FROM {job} WHERE job_id = %s"
+        self._read_committed: set[int] = set()
+        self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id IN %s"
+        self.delete_sql = f"DELETE FROM {job} WHERE job_id IN %s"
 
     def encode_time(self, value: datetime) -> Any:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -291,36 +352,51 @@ class MySQLDialect(Dialect):
         with conn.cursor() as cursor:
             cursor.execute(sql, tuple(params))
 
+    @contextlib.contextmanager
+    def attached(self, conn: Any) -> Iterator[None]:
+        """READ COMMITTED for the whole session while a worker holds the connection."""
+        previous = self.fetchone(conn, f"SELECT @@SESSION.{self._isolation_variable(conn)}")[0]
+        self.execute(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self._read_committed.add(id(conn))
+        try:
+            yield
+        finally:
+            self._read_committed.discard(id(conn))
+            with contextlib.suppress(Exception):
+                conn.rollback()
+                level = str(previous).replace("-", " ")
+                if level in _ISOLATION_LEVELS:
+                    self.execute(conn, f"SET SESSION TRANSACTION ISOLATION LEVEL {level}")
+
+    def _isolation_variable(self, conn: Any) -> str:
+        product, version = self.server_version(conn)
+        if product == "MariaDB" and version < (11, 1):
+            return "tx_isolation"
+        return "transaction_isolation"
+
     def begin(self, conn: Any) -> None:
-        self.execute(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        conn.begin()
+        if id(conn) not in self._read_committed:
+            self.execute(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        if conn.get_autocommit():
+            conn.begin()
+
+    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        self.begin(conn)
+        with conn.cursor() as cursor:
+            cursor.execute(self.claim_sql, (queue, self.encode_time(now), limit))
+            return list(cursor.fetchall())
 
     def archive(
-        self, conn: Any, job_id: Any, attempts: int, status: str, finished_at: datetime
+        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
     ) -> None:
-        self.execute(
-            conn, self.archive_sql, (attempts, status, self.encode_time(finished_at), job_id)
-        )
-        self.execute(conn, self.delete_sql, (job_id,))
-
-    def insert_one(self, conn: Any, row: Sequence[Any]) -> None:
-        self.execute(conn, self.insert_sql, self._encode_row(row))
+        ids = tuple(job_ids)
+        self.execute(conn, self.archive_sql, (status, self.encode_time(finished_at), ids))
+        self.execute(conn, self.delete_sql, (ids,))
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             with conn.cursor() as cursor:
-                cursor.executemany(self.insert_sql, [self._encode_row(r) for r in rows])
-
-    def _encode_row(self, row: Sequence[Any]) -> tuple[Any, ...]:
-        job_id, queue, job_type, payload, enqueued_at, process_at = row
-        return (
-            job_id,
-            queue,
-            job_type,
-            payload,
-            self.encode_time(enqueued_at),
-            self.encode_time(process_at),
-        )
+                cursor.executemany(self.insert_sql, [self.insert_statement(r)[1] for r in rows])
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
         text = str(self.fetchone(conn, "SELECT VERSION()")[0])

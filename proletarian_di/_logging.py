@@ -22,6 +22,7 @@ _LEVELS = {
     "retry_strategy_error": logging.ERROR,
     "failed_job_fn_error": logging.ERROR,
     "polling_error": logging.ERROR,
+    "listener_error": logging.WARNING,
     "job_abandoned": logging.ERROR,
     "on_shutdown_error": logging.ERROR,
     "log_error": logging.ERROR,

@@ -85,12 +85,14 @@ class WorkerOptions:
     job_id_strategy: JobIdStrategy | None = None
     log: LogFn = default_log
     clock: Clock = utc_now
+    batch_size: int = 1
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
         _int_at_least(self.worker_threads, "worker_threads", 1)
         _int_at_least(self.polling_interval_ms, "polling_interval_ms", 0)
         _int_at_least(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
+        _int_at_least(self.batch_size, "batch_size", 1)
         if self.handler_fn_mode not in HANDLER_MODES:
             raise ConfigurationError(
                 f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"

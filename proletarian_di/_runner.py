@@ -78,23 +78,49 @@ class JobRunner:
 
     def run_next(self, conn: Any, slot: Slot | None = None) -> bool | None:
         """Run one due job: True if it succeeded, False if it failed, None if none was due."""
+        outcomes = self.run_batch(conn, slot, limit=1)
+        return outcomes[0] if outcomes else None
+
+    def run_batch(self, conn: Any, slot: Slot | None = None, limit: int = 1) -> list[bool]:
+        """Claim up to `limit` due jobs in one transaction and settle each; [] if none.
+
+        Each job is settled on its own (retry or failure as it comes); successes
+        are archived together at the end, in the commit's round trip.
+        """
         dialect = self.dialect(conn)
-        row = dialect.claim(conn, self.options.queue, self.clock())
-        if row is None:
+        rows = dialect.claim(conn, self.options.queue, self.clock(), limit)
+        if not rows:
             dialect.rollback(conn)
-            return None
-        job, decode_error = self._job(row, conn, dialect)
-        if slot is not None:
-            slot.job = job
+            return []
+        outcomes: list[bool] = []
+        succeeded: list[Any] = []
+        finished: list[Job] = []
         try:
-            if decode_error is not None:
-                self.emit("payload_decode_error", job, exception=decode_error)
-                self._fail(conn, dialect, row[0], job, decode_error)
-                return False
-            return self._run(conn, dialect, row[0], job)
+            for row in rows:
+                job, decode_error = self._job(row, conn, dialect)
+                if slot is not None:
+                    slot.job = job
+                if decode_error is not None:
+                    self.emit("payload_decode_error", job, exception=decode_error)
+                    self._fail(conn, dialect, row[0], job, decode_error)
+                    outcomes.append(False)
+                elif self._run(conn, dialect, row[0], job):
+                    succeeded.append(row[0])
+                    finished.append(job)
+                    outcomes.append(True)
+                else:
+                    outcomes.append(False)
+            if succeeded:
+                dialect.archive_and_commit(conn, succeeded, self.clock())
+            else:
+                dialect.commit(conn)
         finally:
             if slot is not None:
                 slot.job = None
+        for job in finished:
+            self.stats.add("succeeded")
+            self.emit("job_finished", job, status="success")
+        return outcomes
 
     def _job(self, row: JobRow, conn: Any, dialect: Dialect) -> tuple[Job, PayloadError | None]:
         raw_id, queue, job_type, text, attempts, enqueued_at, process_at = row
@@ -129,16 +155,16 @@ class JobRunner:
                 self.handler(job)
             else:
                 self.handler(job.job_type, job.payload)
-        except (Exception, SystemExit) as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             if self.advanced:
                 dialect.rollback_to_savepoint(conn)
             self.emit("handler_exception", job, exception=exc)
             self._retry_or_fail(conn, dialect, raw_id, job, exc)
             return False
-        dialect.archive(conn, raw_id, job.attempts, "success", self.clock())
-        dialect.commit(conn)
-        self.stats.add("succeeded")
-        self.emit("job_finished", job, status="success")
+        if self.advanced:
+            dialect.release_savepoint(conn)
         return True
 
     def _retry_spec(self, job: Job, exc: BaseException) -> RetrySpec | None:
@@ -162,7 +188,6 @@ class JobRunner:
         delay_ms = spec.delay_ms(job.attempts)
         process_at = self.clock() + timedelta(milliseconds=delay_ms)
         dialect.reschedule(conn, raw_id, job.attempts, process_at)
-        dialect.commit(conn)
         self.stats.add("retried")
         self.emit(
             "retrying",
@@ -174,17 +199,18 @@ class JobRunner:
         )
 
     def _fail(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, exc: BaseException) -> None:
-        dialect.archive(conn, raw_id, job.attempts, "failure", self.clock())
+        dialect.archive(conn, [raw_id], "failure", self.clock())
         failed_job_fn = self.options.failed_job_fn
         if failed_job_fn is not None:
             dialect.savepoint(conn)
             try:
                 failed_job_fn(job, exc)
-            except Exception as error:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:
                 dialect.rollback_to_savepoint(conn)
                 self.emit("failed_job_fn_error", job, exception=error)
             else:
                 dialect.release_savepoint(conn)
-        dialect.commit(conn)
         self.stats.add("failed")
         self.emit("job_failed", job, status="failure", exception=exc)

@@ -162,5 +162,5 @@ async def enqueue_async(
     )
     if prepared.dialect.name != "postgresql":
         raise ConfigurationError("enqueue_async needs a psycopg AsyncConnection")
-    await aconn.execute(prepared.dialect.insert_sql, prepared.rows[0])
+    await aconn.execute(*prepared.dialect.insert_statement(prepared.rows[0]))
     return prepared.ids[0]

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from ._dialects import unwrap_connection
 
 DEFAULT_OPTIONS: dict[str, Any] = {
     "charset": "utf8mb4",
     "autocommit": False,
     "connect_timeout": 10,
 }
+
+_DISCONNECTS = frozenset({1053, 1927, 4031})  # server shutdown, connection killed, idle timeout
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """Whether DBUtils should replace the connection: only for a lost connection.
+
+    DBUtils' default treats every OperationalError as fatal, so a lock wait
+    timeout or a deadlock inside a job would silently swap the connection
+    under the job's transaction and release its row lock.
+    """
+    code = error.args[0] if error.args else None
+    if not isinstance(code, int) or code == 0:
+        return True
+    return 2000 <= code < 3000 or code in _DISCONNECTS
 
 
 def parse_mysql_url(url: str) -> dict[str, Any]:
@@ -29,8 +47,12 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     return options
 
 
+_PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)", re.IGNORECASE)
+
+
 def mask(url: str) -> str:
-    """The URL with its password replaced by `***`, for logs and messages."""
+    """The URL (or libpq conninfo) with its passwords replaced by `***`, for logs and messages."""
+    url = _PASSWORD_PARAM.sub(r"\1***", url)
     parts = urlsplit(url)
     if not parts.password:
         return url
@@ -58,15 +80,18 @@ class MySQLDataSource:
         from dbutils.pooled_db import PooledDB
 
         options = {**DEFAULT_OPTIONS, **(parse_mysql_url(url) if url else {}), **connect_options}
-        self.description = f"mysql://{options.get('user', '')}@{options.get('host')}:" + str(
-            options.get("port", 3306)
-        ) + f"/{options.get('database', '')}"
+        self.description = (
+            f"mysql://{options.get('user', '')}@{options.get('host')}:"
+            + str(options.get("port", 3306))
+            + f"/{options.get('database', '')}"
+        )
         self._pool = PooledDB(
             pymysql,
             mincached=min_cached,
             maxconnections=max_connections,
             blocking=True,
             ping=1,
+            isfatal=_connection_lost,
             **options,
         )
 
@@ -75,12 +100,17 @@ class MySQLDataSource:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
-        """Lend a pooled connection for the block; it returns to the pool rolled back."""
-        conn = self._pool.connection(shareable=False)
+        """Lend a pooled PyMySQL connection for the block; it returns to the pool rolled back.
+
+        The block gets the PyMySQL connection itself, not DBUtils' wrapper, so a
+        lost connection raises instead of being replaced in the middle of a
+        transaction; DBUtils replaces it when it is next lent.
+        """
+        pooled = self._pool.connection(shareable=False)
         try:
-            yield conn
+            yield unwrap_connection(pooled)
         finally:
-            conn.close()
+            pooled.close()
 
     def close(self) -> None:
         """Close every pooled connection."""

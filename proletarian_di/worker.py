@@ -13,6 +13,7 @@ from ._logging import safe_log
 from ._options import WorkerOptions, worker_options
 from ._runner import Handler, JobRunner, Slot, Stats
 from ._shutdown_hook import ShutdownHook
+from ._wakeup import Listener, Wakeup, listener_connect
 
 
 class _Backoff:
@@ -42,9 +43,11 @@ class QueueWorker:
         self.queue_worker_id = options.queue_worker_id
         self.stats = Stats()
         self._connect = connection_factory(data_source)
+        self._listener_connect = listener_connect(data_source)
+        self._listener: Listener | None = None
         self._runner = JobRunner(handler, options, self.stats)
         self._lock = threading.Lock()
-        self._wakeup = threading.Condition()
+        self._wakeup = Wakeup(options.worker_threads)
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
@@ -64,17 +67,31 @@ class QueueWorker:
         """Job outcomes so far: succeeded, failed, retried, abandoned."""
         return self.stats.as_dict()
 
-    def check(self) -> None:
-        """Check the server version and the tables; raise a clear error if unfit."""
+    def check(self) -> str:
+        """Check the server version and the tables; raise a clear error if unfit.
+
+        Returns the dialect name, 'postgresql' or 'mysql'.
+        """
         with self._connect() as conn:
-            self._runner.dialect(conn).check_server(conn)
+            dialect = self._runner.dialect(conn)
+            dialect.check_server(conn)
+            return dialect.name
 
     def start(self) -> QueueWorker:
         """Check the database, then start polling in background threads."""
         with self._lock:
             if self._state != "new":
                 raise RuntimeError(f"{self!r} cannot be started twice")
-            self.check()
+            dialect = self.check()
+            if dialect == "postgresql" and self._listener_connect is not None:
+                self._listener = Listener(
+                    self._listener_connect,
+                    self.options.queue,
+                    self._wakeup,
+                    self._stopping,
+                    lambda exc: self._emit("listener_error", exception=exc),
+                    f"{self.queue_worker_id}-listener",
+                )
             if self._hook is not None:
                 self._hook.install()
             for n in range(self.options.worker_threads):
@@ -85,6 +102,8 @@ class QueueWorker:
             self._state = "running"
         for thread in self._threads:
             thread.start()
+        if self._listener is not None:
+            self._listener.start()
         return self
 
     def stop(self) -> bool:
@@ -100,10 +119,12 @@ class QueueWorker:
             self._state = "stopping"
         self._emit("shutting_down")
         self._stopping.set()
-        self.wake_all()
+        self._wakeup.close()
         deadline = time.monotonic() + self.options.await_termination_timeout_ms / 1000
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        if self._listener is not None:
+            self._listener.join(1.0)
         clean = True
         for thread in self._threads:
             if thread.is_alive() and self._abandon(self._slots[thread.name]):
@@ -120,10 +141,9 @@ class QueueWorker:
         self._emit("shutdown_complete", clean=clean, **self.summary())
         return clean
 
-    def wake_all(self) -> None:
-        """Wake idle threads so they poll at once (on new jobs or on stop)."""
-        with self._wakeup:
-            self._wakeup.notify_all()
+    def wake(self) -> None:
+        """Make every idle thread poll now (say, after enqueueing on MySQL)."""
+        self._wakeup.wake(self.options.worker_threads)
 
     def __enter__(self) -> QueueWorker:
         return self.start()
@@ -151,24 +171,19 @@ class QueueWorker:
     def _emit(self, event: str, **data: Any) -> None:
         safe_log(self.options.log, event, {"queue_worker_id": self.queue_worker_id, **data})
 
-    def _idle(self, seconds: float) -> None:
-        with self._wakeup:
-            if not self._stopping.is_set():
-                self._wakeup.wait(seconds)
-
     def _poll(self, slot: Slot) -> None:
         backoff = _Backoff()
         interval = self.options.polling_interval_ms / 1000
         while not self._stopping.is_set():
             try:
-                with self._connect() as conn:
+                with self._connect() as conn, self._runner.dialect(conn).attached(conn):
                     slot.conn, slot.dialect = conn, self._runner.dialect(conn)
                     while not self._stopping.is_set():
                         self._emit("polling_for_jobs")
-                        outcome = self._runner.run_next(conn, slot)
+                        ran = self._runner.run_batch(conn, slot, self.options.batch_size)
                         backoff.reset()
-                        if outcome is None:
-                            self._idle(interval)
+                        if not ran:
+                            self._wakeup.wait(interval)
             except Exception as exc:
                 if self._stopping.is_set():
                     break

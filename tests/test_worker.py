@@ -324,3 +324,60 @@ def test_a_callable_data_source_gets_a_fresh_connection(backend):
     with contextlib.suppress(Exception):
         opened[0].cursor().execute("SELECT 1")
         pytest.fail("the connection should have been closed")
+
+
+def test_postgres_wakes_an_idle_worker_on_commit(pg):
+    """enqueue's NOTIFY (sent on commit) wakes a worker whose polling interval is a minute."""
+    pool = pg.pool(2)
+    done = threading.Event()
+    events = Events()
+    worker = create_queue_worker(
+        pool, lambda t, p: done.set(), polling_interval_ms=60_000, log=events
+    )
+    try:
+        with worker:
+            wait_until(lambda: events.named("polling_for_jobs"))
+            time.sleep(0.2)
+            conn = pg.connect()
+            from proletarian_di import enqueue
+
+            enqueue(conn, "wake", None)
+            time.sleep(0.3)
+            assert not done.is_set(), "not before the enqueuing transaction commits"
+            conn.commit()
+            conn.close()
+            assert done.wait(20)
+    finally:
+        pool.close()
+    assert pg.archived() == [("wake", "success", 1)]
+    assert not events.named("listener_error")
+
+
+def test_batch_claiming_settles_each_job_on_its_own(backend, pool, effects):
+    from proletarian_di import RetrySpec
+
+    enqueue_committed(backend, *[("ok", i) for i in range(7)], ("retry", 7), ("fail", 8))
+
+    def handler(job):
+        write_effect(job, f"{job.job_type}-{job.payload}")
+        if job.job_type != "ok":
+            raise RuntimeError(job.job_type)
+
+    worker = create_queue_worker(
+        pool,
+        handler,
+        handler_fn_mode="advanced",
+        batch_size=10,
+        polling_interval_ms=10,
+        retry_strategy_fn=lambda job, exc: (
+            RetrySpec(1, [60_000]) if job.job_type == "retry" else None
+        ),
+    )
+    with worker:
+        wait_until(lambda: len(backend.archived()) == 8)
+    assert sorted(effects()) == sorted(f"ok-{i}" for i in range(7))
+    assert backend.jobs() == [("retry", 1, "default")]
+    assert sorted(backend.archived()) == sorted(
+        [("ok", "success", 1)] * 7 + [("fail", "failure", 1)]
+    )
+    assert worker.summary() == {"succeeded": 7, "failed": 1, "retried": 1, "abandoned": 0}

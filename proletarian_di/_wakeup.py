@@ -1,0 +1,111 @@
+"""Wake idle worker threads: on stop, and on PostgreSQL NOTIFY from `enqueue`.
+
+`enqueue` sends `pg_notify('proletarian_di', queue)` in the caller's
+transaction, so the notification arrives only when the job is committed. One
+listener connection per worker wakes one idle thread per notification;
+polling stays the fallback, so a lost notification costs at most one interval.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._dialects import NOTIFY_CHANNEL
+
+
+class Wakeup:
+    """Idle threads wait here; a wake-up that comes while none waits is kept for the next."""
+
+    def __init__(self, capacity: int) -> None:
+        self._condition = threading.Condition()
+        self._pending = 0
+        self.capacity = capacity
+        self._closed = False
+
+    def wait(self, seconds: float) -> None:
+        with self._condition:
+            if not self._pending and not self._closed:
+                self._condition.wait(seconds)
+            if self._pending:
+                self._pending -= 1
+
+    def wake(self, count: int = 1) -> None:
+        with self._condition:
+            self._pending = min(self._pending + count, self.capacity)
+            self._condition.notify(count)
+
+    def close(self) -> None:
+        """Wake every thread now and from now on (the worker is stopping)."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+
+
+def listener_connect(data_source: Any) -> Callable[[], Any] | None:
+    """A way to open a dedicated PostgreSQL connection for LISTEN, outside the pool.
+
+    A psycopg_pool pool gives its conninfo and kwargs; a callable data source is
+    called. Other data sources get no listener (they poll).
+    """
+    conninfo = getattr(data_source, "conninfo", None)
+    if isinstance(conninfo, str):
+        import psycopg
+
+        kwargs = {**(getattr(data_source, "kwargs", None) or {}), "autocommit": True}
+        return lambda: psycopg.connect(conninfo, **kwargs)
+    if callable(data_source) and not callable(getattr(data_source, "connection", None)):
+        return data_source
+    return None
+
+
+class Listener:
+    """A thread that LISTENs on one connection and wakes the worker for its queue."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        queue: str,
+        wakeup: Wakeup,
+        stopping: threading.Event,
+        on_error: Callable[[BaseException], None],
+        name: str,
+    ) -> None:
+        self.connect, self.queue, self.wakeup = connect, queue, wakeup
+        self.stopping, self.on_error = stopping, on_error
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        delay = 0.1
+        while not self.stopping.is_set():
+            try:
+                self._listen()
+                delay = 0.1
+            except Exception as exc:
+                if self.stopping.is_set():
+                    break
+                self.on_error(exc)
+                self.stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _listen(self) -> None:
+        conn = self.connect()
+        try:
+            conn.autocommit = True
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            self.wakeup.wake(self.wakeup.capacity)
+            while not self.stopping.is_set():
+                for note in conn.notifies(timeout=0.25):
+                    if note.payload == self.queue:
+                        self.wakeup.wake()
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
