@@ -1,0 +1,128 @@
+"""MySQL/MariaDB pitfalls: time zones, batching, isolation, gap locks."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from proletarian_di import create_queue_worker, enqueue, enqueue_many, process_next_job
+from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
+
+from backends import enqueue_committed, wait_until
+
+T0 = datetime(2030, 6, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def my(mysql_backend):
+    mysql_backend.reset()
+    return mysql_backend
+
+
+def test_times_are_utc_whatever_the_session_time_zone(my):
+    with contextlib.closing(my.connect()) as conn:
+        conn.cursor().execute("SET time_zone = '+05:00'")
+        enqueue(conn, "x", None, clock=lambda: T0)
+        conn.commit()
+    assert my.query("SELECT enqueued_at FROM proletarian.job") == [(T0.replace(tzinfo=None),)]
+    seen = []
+    source = MySQLDataSource(my.url, max_connections=1, init_command="SET time_zone = '-07:00'")
+    try:
+        process_next_job(source, seen.append, handler_fn_mode="advanced", clock=lambda: T0)
+    finally:
+        source.close()
+    assert seen[0].enqueued_at == T0 and seen[0].process_at == T0
+
+
+def test_enqueue_many_is_one_statement(my):
+    with contextlib.closing(my.connect()) as conn:
+        cur = conn.cursor()
+
+        def inserts():
+            cur.execute("SHOW SESSION STATUS LIKE 'Com_insert'")
+            return int(cur.fetchone()[1])
+
+        before = inserts()
+        ids = enqueue_many(conn, [("n", i) for i in range(200)])
+        after = inserts()
+        conn.commit()
+    assert after - before == 1
+    assert len(ids) == 200 and len(my.jobs()) == 200
+
+
+def test_enqueuers_are_not_blocked_by_a_running_job(my):
+    """Worker transactions are READ COMMITTED: no gap locks hold up inserts while a job runs."""
+    now = datetime.now(timezone.utc)
+    enqueue_committed(my, ("slow", None), clock=lambda: now - timedelta(minutes=1))
+    started, release, inserted = threading.Event(), threading.Event(), []
+
+    def handler(job_type, payload):
+        started.set()
+        release.wait(20)
+
+    source = MySQLDataSource(my.url, max_connections=2)
+    worker = create_queue_worker(source, handler, polling_interval_ms=10)
+    try:
+        with worker:
+            assert started.wait(10)
+            with contextlib.closing(my.connect()) as conn:
+                conn.cursor().execute("SET SESSION innodb_lock_wait_timeout = 2")
+                # Just before the locked row in the index: the gap a next-key lock covers.
+                earlier = now - timedelta(minutes=2)
+                inserted.append(enqueue(conn, "during", None, clock=lambda: earlier))
+                conn.commit()
+            release.set()
+            wait_until(lambda: len(my.archived()) == 2)
+    finally:
+        release.set()
+        source.close()
+    assert inserted and sorted(r[0] for r in my.archived()) == ["during", "slow"]
+
+
+def test_worker_restores_the_sessions_isolation_level(my):
+    source = MySQLDataSource(my.url, max_connections=1)
+    try:
+        with source.connection() as conn:
+            conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+        with create_queue_worker(source, lambda t, p: None, polling_interval_ms=10):
+            enqueue_committed(my, ("x", None))
+            wait_until(lambda: my.archived())
+        with source.connection() as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT @@SESSION.tx_isolation")
+            assert cur.fetchone()[0] == "SERIALIZABLE"
+    finally:
+        source.close()
+
+
+def test_a_killed_pooled_connection_is_replaced(my):
+    source = MySQLDataSource(my.url, max_connections=1)
+    try:
+        with source.connection() as conn:
+            cur = conn.cursor()
+            cur.execute("SELECT CONNECTION_ID()")
+            first = cur.fetchone()[0]
+        my.execute(f"KILL {int(first)}")
+        enqueue_committed(my, ("x", None))
+        assert process_next_job(source, lambda t, p: None) is True
+    finally:
+        source.close()
+
+
+def test_urls_are_parsed_and_masked():
+    options = parse_mysql_url("mysql://app:s%40cret@db.example:3307/shop")
+    assert options == {
+        "host": "db.example",
+        "port": 3307,
+        "user": "app",
+        "password": "s@cret",
+        "database": "shop",
+    }
+    assert (
+        mask("mysql://app:s%40cret@db.example:3307/shop") == "mysql://app:***@db.example:3307/shop"
+    )
+    with pytest.raises(ValueError, match="not a MySQL URL"):
+        parse_mysql_url("postgresql://app:pw@db/shop")
