@@ -96,9 +96,6 @@ class Dialect:
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
         raise NotImplementedError
 
-    def begin(self, conn: Any) -> None:
-        """Open the transaction in which a job is claimed, run and archived."""
-
     def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
         """Lock the oldest due jobs of `queue` (up to `limit`), skipping rows others hold."""
         raise NotImplementedError
@@ -192,9 +189,6 @@ class Dialect:
         raise NotImplementedError
 
     # Errors and teardown -------------------------------------------------
-
-    def is_connection_broken(self, conn: Any) -> bool:
-        raise NotImplementedError
 
     def abort(self, conn: Any) -> None:
         """Drop the connection under a stuck job so the server rolls it back."""
@@ -308,9 +302,6 @@ class PostgresDialect(Dialect):
     def table_exists(self, conn: Any, table: str) -> bool:
         return self.fetchone(conn, "SELECT to_regclass(%s)", (table,))[0] is not None
 
-    def is_connection_broken(self, conn: Any) -> bool:
-        return bool(conn.closed or conn.broken)
-
     def abort(self, conn: Any) -> None:
         conn.pgconn.finish()
 
@@ -418,10 +409,6 @@ class MySQLDialect(Dialect):
             (schema or None, name),
         )
         return bool(row[0])
-
-    def is_connection_broken(self, conn: Any) -> bool:
-        raw = unwrap_connection(conn)
-        return not getattr(raw, "open", True)
 
     def abort(self, conn: Any) -> None:
         raw = unwrap_connection(conn)
