@@ -25,5 +25,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench
+
 clean:
 	rm -rf $(VENV) site build *.egg-info
