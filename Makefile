@@ -15,7 +15,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 demo: $(BIN)/.installed
-	$(BIN)/python examples/quickstart.py
+	$(BIN)/proletarian-di demo
 
 test: $(BIN)/.installed
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -36,7 +36,9 @@ def test_the_queue_index_exists(backend):
         rows = backend.query(
             "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE c.relname = 'job_queue_process_at' ORDER BY array_position(i.indkey, a.attnum)"
+            "WHERE c.relname = 'job_queue_process_at' "
+            "AND c.relnamespace = 'proletarian'::regnamespace "
+            "ORDER BY array_position(i.indkey, a.attnum)"
         )
     assert [r[0].lower() for r in rows] == ["queue", "process_at"]
 

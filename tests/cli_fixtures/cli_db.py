@@ -1,0 +1,47 @@
+"""The CLI tests' own queue tables, so they never touch (or see) other tests' jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proletarian_di import enqueue
+
+JOB = "cli_test.cli_job"
+ARCHIVE = "cli_test.cli_archived_job"
+TABLES = {"job_table": JOB, "archived_job_table": ARCHIVE}
+ENV = {"PROLETARIAN_JOB_TABLE": JOB, "PROLETARIAN_ARCHIVED_JOB_TABLE": ARCHIVE}
+
+
+class CliDB:
+    """A backend with the CLI tables installed and emptied."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.url = backend.url
+        self.name = backend.name
+        backend.install(JOB, ARCHIVE)
+        backend.execute(f"DELETE FROM {JOB}")
+        backend.execute(f"DELETE FROM {ARCHIVE}")
+
+    def env(self) -> dict[str, str]:
+        return {**self.backend.env(), **ENV}
+
+    def enqueue(self, *jobs: tuple[str, Any], **options: Any) -> None:
+        conn = self.backend.connect()
+        for job_type, payload in jobs:
+            enqueue(conn, job_type, payload, job_table=JOB, **options)
+        conn.commit()
+        conn.close()
+
+    def jobs(self) -> list[tuple[Any, ...]]:
+        """Waiting jobs as (job_type, attempts, queue), sorted."""
+        return sorted(self.backend.query(f"SELECT job_type, attempts, queue FROM {JOB}"))
+
+    def archived(self) -> list[tuple[Any, ...]]:
+        """Archived jobs as (job_type, status, attempts), sorted."""
+        return sorted(self.backend.query(f"SELECT job_type, status, attempts FROM {ARCHIVE}"))
+
+    def payloads(self, table: str) -> list[Any]:
+        import json
+
+        return [json.loads(p) for (p,) in self.backend.query(f"SELECT payload FROM {table}")]
