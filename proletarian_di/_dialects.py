@@ -65,7 +65,6 @@ class Dialect:
     name = ""
     minimum = ""
     default_id_strategy: JobIdStrategy
-    claim_sql = ""
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
@@ -73,6 +72,10 @@ class Dialect:
         job, archive = self.job_table, self.archived_job_table
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
         self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+        self.claim_sql = (
+            f"SELECT {self.columns} FROM {job} WHERE queue = %s AND process_at <= %s "
+            "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
         self.reschedule_sql = f"UPDATE {job} SET attempts = %s, process_at = %s WHERE job_id = %s"
         self.archive_select = (
             f"INSERT INTO {archive} ({self.columns}, status, finished_at) "
@@ -204,10 +207,6 @@ class PostgresDialect(Dialect):
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
         job = self.job_table
-        self.claim_sql = (
-            f"SELECT {self.columns} FROM {job} WHERE queue = %s AND process_at <= %s "
-            "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
-        )
         self.archive_sql = (
             f"WITH done AS (DELETE FROM {job} WHERE job_id = ANY(%s) RETURNING *) "
             + self.archive_select
@@ -320,10 +319,6 @@ class MySQLDialect(Dialect):
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
         job = self.job_table
-        self.claim_sql = (
-            f"SELECT {self.columns} FROM {job} WHERE queue = %s AND process_at <= %s "
-            "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
-        )
         self._read_committed: set[int] = set()
         self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id IN %s"
         self.delete_sql = f"DELETE FROM {job} WHERE job_id IN %s"

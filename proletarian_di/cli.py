@@ -877,7 +877,7 @@ def _demo_database(url: str | None) -> Iterator[str]:
         console.print(f"Using PostgreSQL at {_escape(mask(url))}")
         yield url
         return
-    from ._embedded import EmbeddedPostgresUnavailable, embedded_postgres
+    from .embedded import EmbeddedPostgresUnavailable, embedded_postgres
 
     started = time.monotonic()
     with contextlib.ExitStack() as stack:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +12,7 @@ import psycopg
 import pymysql
 from psycopg_pool import ConnectionPool
 
+from proletarian_di.embedded import embedded_postgres
 from proletarian_di.mysql import MySQLDataSource, parse_mysql_url
 from proletarian_di.schema import install_schema
 
@@ -105,13 +105,8 @@ def embedded_postgres_url() -> Iterator[str]:
     if os.environ.get("DATABASE_URL"):
         yield os.environ["DATABASE_URL"]
         return
-    import embedded_postgres
-
-    with tempfile.TemporaryDirectory(prefix="proletarian-pg-") as parent:
-        os.chmod(parent, 0o755)
-        server = embedded_postgres.get_server(os.path.join(parent, "pgdata"), cleanup_mode="delete")
-        with server:
-            yield server.get_uri()
+    with embedded_postgres() as url:
+        yield url
 
 
 def mysql_unreachable_reason(url: str) -> str | None:

