@@ -1,0 +1,25 @@
+-- Least-privilege roles for proletarian-di on MySQL 8.0.1+ / MariaDB 10.6+
+-- (safe to run twice). Run it as an administrator after sql/mysql.sql.
+-- See docs/operations.md.
+--
+--   proletarian_worker    claims, reschedules and archives jobs:
+--                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
+--                         INSERT into the archive (INSERT ... SELECT reads the job row).
+--   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
+--
+-- Grant a role to a login user and make it the user's default role:
+--   CREATE USER 'app_worker'@'%' IDENTIFIED BY '...';
+--   GRANT proletarian_worker TO 'app_worker'@'%';
+--   SET DEFAULT ROLE proletarian_worker FOR 'app_worker'@'%';   -- MariaDB
+--   SET DEFAULT ROLE proletarian_worker TO 'app_worker'@'%';    -- MySQL 8
+-- A worker whose handlers enqueue follow-up jobs needs both roles
+-- (MySQL 8: SET DEFAULT ROLE ALL TO ...; MariaDB has one default role, so grant
+-- the enqueuer's INSERT to proletarian_worker as well, or to the user).
+-- For other table names, replace proletarian.job / proletarian.archived_job.
+
+CREATE ROLE IF NOT EXISTS proletarian_worker;
+CREATE ROLE IF NOT EXISTS proletarian_enqueuer;
+
+GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
+GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
+GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

@@ -1,0 +1,31 @@
+-- Least-privilege roles for proletarian-di on PostgreSQL (safe to run twice).
+-- Run it as the owner of the schema, after sql/postgresql.sql. See docs/operations.md.
+--
+--   proletarian_worker    claims, reschedules and archives jobs:
+--                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
+--                         INSERT into the archive. Nothing else: it cannot read the
+--                         archive, create or drop tables, or enqueue.
+--   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
+--
+-- Both are group roles without LOGIN; grant them to the login roles your
+-- processes use, for example:
+--   CREATE ROLE app_worker LOGIN PASSWORD '...' IN ROLE proletarian_worker;
+--   CREATE ROLE app_web LOGIN PASSWORD '...' IN ROLE proletarian_enqueuer;
+-- A worker whose handlers enqueue follow-up jobs needs both roles.
+-- For other table names, replace proletarian.job / proletarian.archived_job.
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'proletarian_worker') THEN
+        CREATE ROLE proletarian_worker NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'proletarian_enqueuer') THEN
+        CREATE ROLE proletarian_enqueuer NOLOGIN;
+    END IF;
+END
+$$;
+
+GRANT USAGE ON SCHEMA proletarian TO proletarian_worker, proletarian_enqueuer;
+GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
+GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
+GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

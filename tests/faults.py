@@ -1,0 +1,195 @@
+"""Fault-injection helpers: a TCP proxy that can cut connections, and run counters."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+Upstream = tuple[str, int] | str
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout}s: {what or predicate}")
+        time.sleep(0.01)
+
+
+class TCPProxy:
+    """Forwards 127.0.0.1:<port> to a TCP address or a unix socket path.
+
+    `drop()` cuts every open connection (both sides, as a network failure or a
+    server crash would); `down()` also refuses new ones until `up()`.
+    """
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+        self._accepting = True
+        self._closed = False
+        self.accepted = 0
+        self.peak = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> TCPProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._pairs)
+
+    def drop(self) -> int:
+        """Cut every open connection; return how many were cut."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, set()
+        for client, server in pairs:
+            for sock in (client, server):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
+                    sock.close()
+        return len(pairs)
+
+    def down(self) -> int:
+        """Cut every connection and refuse new ones (the server is gone)."""
+        with self._lock:
+            self._accepting = False
+        return self.drop()
+
+    def up(self) -> None:
+        """Accept connections again (the server is back)."""
+        with self._lock:
+            self._accepting = True
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.drop()
+
+    def _connect_upstream(self) -> socket.socket:
+        if isinstance(self.upstream, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(self.upstream)
+            return sock
+        return socket.create_connection(self.upstream)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                accepting = self._accepting
+            if not accepting:
+                with contextlib.suppress(OSError):
+                    client.close()
+                continue
+            try:
+                server = self._connect_upstream()
+            except OSError:
+                client.close()
+                continue
+            pair = (client, server)
+            with self._lock:
+                self._pairs.add(pair)
+                self.accepted += 1
+                self.peak = max(self.peak, len(self._pairs))
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst, pair), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: Any) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        with self._lock:
+            self._pairs.discard(pair)
+        for sock in pair:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+class Runs:
+    """Counts handler runs per job id, thread-safe, and can hold handlers at a gate."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: collections.Counter[Any] = collections.Counter()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting: list[Any] = []
+
+    def record(self, key: Any) -> int:
+        with self._lock:
+            self.counts[key] += 1
+            return self.counts[key]
+
+    def hold(self, key: Any, timeout: float = 30.0) -> None:
+        """Block the calling handler until `release()` (while the gate is closed)."""
+        if self.gate.is_set():
+            return
+        with self._lock:
+            self.waiting.append(key)
+        self.gate.wait(timeout)
+
+    def close_gate(self) -> None:
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+    def duplicates(self) -> dict[Any, int]:
+        with self._lock:
+            return {key: n for key, n in self.counts.items() if n > 1}
+
+
+class EventLog:
+    """A `log` option that keeps every event, for assertions."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        if event == "polling_for_jobs":
+            return
+        with self._lock:
+            self.events.append((event, dict(data)))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [data for name, data in self.events if name == event]
+
+
+@contextlib.contextmanager
+def running(worker: Any) -> Iterator[Any]:
+    """Start a worker and make sure it is stopped, even when the test fails."""
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
