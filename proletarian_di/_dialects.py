@@ -212,8 +212,8 @@ class PostgresDialect(Dialect):
             + self.archive_select
             + "FROM done"
         )
+        self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
         self.begin_claim_sql = "BEGIN; " + self.claim_sql
-        self.archive_commit_sql = self.archive_sql + "; COMMIT"
         notify = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
         self.insert_sql = f"WITH job AS ({self.insert_sql})" + notify
         self.insert_many_sql = (
@@ -231,8 +231,9 @@ class PostgresDialect(Dialect):
 
     @contextlib.contextmanager
     def attached(self, conn: Any) -> Iterator[None]:
-        """Autocommit while a worker holds the connection: the claim sends BEGIN with
-        its SELECT, and the archive its COMMIT, each in one round trip."""
+        """Autocommit while a worker holds the connection, so the claim can send BEGIN
+        with its SELECT in one round trip (a plain simple query, not a pipeline: the
+        server's idle_in_transaction_session_timeout keeps working during the job)."""
         if conn.autocommit:
             yield
             return
@@ -259,18 +260,16 @@ class PostgresDialect(Dialect):
     def archive(
         self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
     ) -> None:
-        conn.execute(self.archive_sql, (list(job_ids), status, finished_at))
+        if len(job_ids) == 1:
+            conn.execute(self.archive_one_sql, (job_ids[0], status, finished_at))
+        else:
+            conn.execute(self.archive_sql, (list(job_ids), status, finished_at))
 
     def archive_and_commit(self, conn: Any, job_ids: Sequence[Any], finished_at: datetime) -> None:
-        if not conn.autocommit:
+        """Archive and COMMIT in one pipelined round trip, as prepared statements."""
+        with conn.pipeline():
             self.archive(conn, job_ids, "success", finished_at)
             conn.commit()
-            return
-        import psycopg
-
-        psycopg.ClientCursor(conn).execute(
-            self.archive_commit_sql, (list(job_ids), "success", finished_at)
-        )
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
