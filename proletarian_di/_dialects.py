@@ -155,7 +155,10 @@ class Dialect:
         self.execute(conn, "RELEASE SAVEPOINT proletarian_sp")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
+        """Undo the handler's writes and leave the subtransaction, so the job row is
+        then updated by the transaction that locked it (no MultiXact on PostgreSQL)."""
         self.execute(conn, "ROLLBACK TO SAVEPOINT proletarian_sp")
+        self.execute(conn, "RELEASE SAVEPOINT proletarian_sp")
 
     # Checks ----------------------------------------------------------------
 
