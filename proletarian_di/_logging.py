@@ -57,6 +57,11 @@ def default_log(event: str, data: dict[str, Any]) -> None:
     )
 
 
+def wanted(log: LogFn, event: str) -> bool:
+    """False when the default log would drop the event: skip building its data."""
+    return log is not default_log or logger.isEnabledFor(_LEVELS.get(event, logging.INFO))
+
+
 def safe_log(log: LogFn, event: str, data: dict[str, Any]) -> None:
     """Call the user's log function without letting its errors stop a worker."""
     try:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from ._dialects import Dialect, JobRow, dialect_for
-from ._logging import describe, safe_log
+from ._logging import describe, safe_log, wanted
 from ._options import WorkerOptions
 from .errors import PayloadError
 from .jobs import Job
@@ -70,6 +70,8 @@ class JobRunner:
         return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
 
     def emit(self, event: str, job: Job | None = None, **data: Any) -> None:
+        if not wanted(self.log, event):
+            return
         payload: dict[str, Any] = dict(self.base)
         if job is not None:
             payload.update(job_id=job.job_id, job_type=job.job_type, attempt=job.attempts)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ._datasource import connection_factory
 from ._dialects import is_transient
-from ._logging import safe_log
+from ._logging import safe_log, wanted
 from ._options import WorkerOptions, worker_options
 from ._runner import Handler, JobRunner, Slot, Stats
 from ._shutdown_hook import ShutdownHook
@@ -169,6 +169,8 @@ class QueueWorker:
         return True
 
     def _emit(self, event: str, **data: Any) -> None:
+        if not wanted(self.options.log, event):
+            return
         safe_log(self.options.log, event, {"queue_worker_id": self.queue_worker_id, **data})
 
     def _poll(self, slot: Slot) -> None:

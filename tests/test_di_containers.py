@@ -98,7 +98,9 @@ def test_containers_is_not_an_installed_package():
     import tomllib
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert pyproject["tool"]["setuptools"]["packages"] == ["proletarian_di"]
+    packages = pyproject["tool"]["setuptools"]["packages"]
+    assert "containers" not in packages
+    assert all(p == "proletarian_di" or p.startswith("proletarian_di.") for p in packages)
 
 
 @pytest.mark.parametrize("name", ["postgres", "mysql"])

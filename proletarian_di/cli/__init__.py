@@ -1,0 +1,17 @@
+"""The `proletarian-di` command: run workers, manage the schema, inspect and repair queues.
+
+Exit codes: 0 success, 1 unexpected error, 2 usage error, 3 module not
+importable, 4 target not runnable, 5 database unreachable or unsupported,
+6 schema missing, 128+N when a second signal N ends a worker at once.
+"""
+
+from . import admin, demo, worker  # noqa: F401  (they register their commands)
+from ._app import app
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="proletarian-di")
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,288 @@
+"""`schema`, `enqueue`, `stats`, `retry-failed` and `purge-archive`."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Annotated
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from .._admin import QueueStats, url_dialect
+from .._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..enqueue import enqueue as enqueue_job
+from ..jobs import DEFAULT_QUEUE
+from ..mysql import mask
+from ..schema import install_schema, schema_sql
+from ._app import (
+    ArchivedJobTable,
+    CLIError,
+    DatabaseURL,
+    ExitCode,
+    JobTable,
+    _admin,
+    _ago,
+    _connection,
+    _escape,
+    _guarded,
+    app,
+    console,
+    err,
+    parse_duration,
+    parse_moment,
+    schema_app,
+)
+
+# schema ---------------------------------------------------------------------------------------
+
+
+class Dialect(str, enum.Enum):
+    postgresql = "postgresql"
+    mysql = "mysql"
+
+
+@schema_app.command("print")
+@_guarded
+def schema_print(
+    dialect: Annotated[
+        Dialect | None,
+        typer.Option(
+            "--dialect",
+            help="Database to print for. Default: the one --database-url names.",
+            show_default=False,
+        ),
+    ] = None,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Print the schema SQL (safe to run twice), e.g. for a migration tool."""
+    if dialect is None:
+        if not database_url:
+            raise CLIError("pass --dialect postgresql|mysql or --database-url", ExitCode.USAGE)
+        name = url_dialect(database_url)
+    else:
+        name = dialect.value
+    typer.echo(schema_sql(name, job_table, archived_job_table), nl=False)
+
+
+@schema_app.command("install")
+@_guarded
+def schema_install(
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Create the schema, both tables and the index (safe to run twice)."""
+    with _connection(database_url) as conn:
+        install_schema(conn, job_table, archived_job_table)
+    console.print(
+        f"[green]✓[/] installed {job_table} and {archived_job_table} "
+        f"on {_escape(mask(database_url or ''))}"
+    )
+
+
+@schema_app.command("check")
+@_guarded
+def schema_check(
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Check the server version and that both tables exist with every column (exit 6 if not)."""
+    with _admin(database_url, job_table, archived_job_table) as admin:
+        product, version = admin.dialect.server_version(admin.conn)
+        admin.conn.rollback()
+        missing = admin.missing_columns()
+    if missing:
+        problems = "; ".join(f"{t} lacks {', '.join(cols)}" for t, cols in missing.items())
+        raise CLIError(f"schema does not match: {problems}", ExitCode.SCHEMA)
+    console.print(
+        f"[green]✓[/] {product} {'.'.join(map(str, version))}: "
+        f"{job_table} and {archived_job_table} are ready"
+    )
+
+
+# enqueue --------------------------------------------------------------------------------------
+
+
+@app.command(rich_help_panel="Operate")
+@_guarded
+def enqueue(
+    job_type: Annotated[str, typer.Argument(help="The job type.", show_default=False)],
+    payload: Annotated[
+        str,
+        typer.Argument(help="The payload as JSON.", metavar="[PAYLOAD_JSON]"),
+    ] = "null",
+    queue: Annotated[
+        str, typer.Option("--queue", "-q", envvar="PROLETARIAN_QUEUE", help="The queue.")
+    ] = DEFAULT_QUEUE,
+    delay: Annotated[
+        float | None,
+        typer.Option("--in", help="Run it this many seconds from now.", min=0, show_default=False),
+    ] = None,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+) -> None:
+    """Enqueue one job and print its id."""
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise CLIError(f"PAYLOAD_JSON is not valid JSON: {exc}", ExitCode.USAGE) from None
+    process_in = timedelta(seconds=delay) if delay is not None else None
+    with _connection(database_url) as conn:
+        job_id = enqueue_job(
+            conn, job_type, data, queue=queue, process_in=process_in, job_table=job_table
+        )
+        conn.commit()
+    when = f"in {delay:g}s" if delay else "now"
+    err.print(f"enqueued {job_type} on queue {queue!r}, due {when}")
+    typer.echo(str(job_id))
+
+
+# stats ----------------------------------------------------------------------------------------
+
+
+def _stats_table(rows: list[QueueStats], where: str) -> Table:
+    table = Table(title=f"proletarian-di queues on {_escape(where)}", title_justify="left")
+    table.add_column("Queue")
+    table.add_column("Due now", justify="right")
+    table.add_column("Scheduled", justify="right")
+    table.add_column("Oldest due", justify="right")
+    table.add_column("Succeeded 1h", justify="right", style="green")
+    table.add_column("Failed 1h", justify="right", style="red")
+    table.add_column("Succeeded", justify="right", style="green")
+    table.add_column("Failed", justify="right", style="red")
+    for row in rows:
+        table.add_row(
+            _escape(row.queue),
+            str(row.due),
+            str(row.scheduled),
+            _ago(row.oldest_due),
+            str(row.succeeded_last_hour),
+            str(row.failed_last_hour),
+            str(row.succeeded),
+            str(row.failed),
+        )
+    if not rows:
+        table.caption = "no jobs yet"
+    return table
+
+
+@app.command(rich_help_panel="Operate")
+@_guarded
+def stats(
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", help="Seconds between refreshes with --watch.", min=0.1)
+    ] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Per queue: jobs due now, scheduled later, the oldest due job's wait, and outcomes.
+
+    Outcomes come from the archive: succeeded and failed in the last hour and in all.
+    """
+    with _admin(database_url, job_table, archived_job_table) as admin:
+        where = mask(database_url or "")
+        if as_json:
+            typer.echo(json.dumps([row.as_dict() for row in admin.stats()], indent=2))
+            return
+        if not watch:
+            console.print(_stats_table(admin.stats(), where))
+            return
+        first = _stats_table(admin.stats(), where)
+        with Live(first, console=console) as live, contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(interval)
+                live.update(_stats_table(admin.stats(), where))
+
+
+# retry-failed / purge-archive -----------------------------------------------------------------
+
+
+@app.command("retry-failed", rich_help_panel="Operate")
+@_guarded
+def retry_failed(
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    job_type: Annotated[
+        str | None,
+        typer.Option("--job-type", "-t", help="Only this job type.", show_default=False),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Only jobs that failed since then: a duration ago (2h, 7d) or an ISO time.",
+            show_default=False,
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="Only jobs that failed before then: a duration ago or an ISO time.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count the jobs, move nothing.")
+    ] = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Move failed archived jobs back into the queue, due now, with their attempts reset."""
+    now = datetime.now(timezone.utc)
+    start = parse_moment(since, now, "--since") if since else None
+    end = parse_moment(until, now, "--until") if until else None
+    with _admin(database_url, job_table, archived_job_table) as admin:
+        count = admin.retry_failed(queue, job_type, start, end, dry_run=dry_run, now=now)
+    verb = "would move" if dry_run else "moved"
+    console.print(f"{verb} {count} failed job{'s' if count != 1 else ''} back into the queue")
+
+
+@app.command("purge-archive", rich_help_panel="Operate")
+@_guarded
+def purge_archive(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Delete archived jobs that finished longer ago than this (30d, 12h, ...).",
+            show_default=False,
+        ),
+    ],
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status", help="Only 'success' or 'failure' jobs (default: both).", show_default=False
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count the jobs, delete nothing.")
+    ] = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Delete old rows from the archive."""
+    age = parse_duration(older_than)
+    if status not in (None, "success", "failure"):
+        raise CLIError(f"--status must be 'success' or 'failure', got {status!r}", ExitCode.USAGE)
+    with _admin(database_url, job_table, archived_job_table) as admin:
+        count = admin.purge_archive(age, status=status, queue=queue, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    console.print(f"{verb} {count} archived job{'s' if count != 1 else ''}")

@@ -1,0 +1,224 @@
+"""`proletarian-di demo`: the reference demo container on a throwaway PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .._admin import Admin, url_dialect
+from ..mysql import mask
+from ..schema import install_schema
+from ..worker import QueueWorker
+from ._app import (
+    CLIError,
+    ExitCode,
+    _connection,
+    _escape,
+    _guarded,
+    _log_level,
+    app,
+    console,
+)
+
+# demo -----------------------------------------------------------------------------------------
+
+
+def _load_demo_module() -> ModuleType:
+    """`containers.demo` from the current directory, else from beside this package's source."""
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    with contextlib.suppress(ModuleNotFoundError):
+        module = importlib.import_module("containers.demo")
+        if hasattr(module, "DemoContainer"):
+            return module
+    source = Path(__file__).resolve().parents[2] / "containers" / "demo.py"
+    if not source.exists():
+        raise CLIError(
+            "the demo container containers/demo.py was not found: run `proletarian-di demo` "
+            "from the proletarian-di repository root",
+            ExitCode.IMPORT,
+        )
+    spec = importlib.util.spec_from_file_location("proletarian_di_demo_container", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _demo_database(url: str | None) -> Iterator[str]:
+    if url:
+        if url_dialect(url) != "postgresql":
+            raise CLIError(
+                "the demo runs on PostgreSQL: pass a postgresql:// URL or none "
+                "(then it starts a built-in server)",
+                ExitCode.USAGE,
+            )
+        console.print(f"Using PostgreSQL at {_escape(mask(url))}")
+        yield url
+        return
+    from ..embedded import EmbeddedPostgresUnavailable, embedded_postgres
+
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        try:
+            with console.status("Starting a throwaway PostgreSQL server (embedded-postgres)…"):
+                embedded_url = stack.enter_context(embedded_postgres())
+        except EmbeddedPostgresUnavailable as exc:
+            raise CLIError(str(exc), ExitCode.DATABASE) from None
+        console.print(
+            f"[green]✓[/] started a throwaway PostgreSQL server in "
+            f"{time.monotonic() - started:.1f}s (deleted on exit)"
+        )
+        yield embedded_url
+        console.print("Stopping the PostgreSQL server and deleting its data…")
+
+
+@app.command(rich_help_panel="Getting started")
+@_guarded
+def demo(
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-n", help="How many accounts sign up (one job each).", min=1)
+    ] = 1_000,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            "-d",
+            envvar="PROLETARIAN_DEMO_DATABASE_URL",
+            help="Use this PostgreSQL instead of a throwaway built-in server "
+            "(creates the schemas proletarian and demo).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Watch the queue work, on a throwaway PostgreSQL: start here.
+
+    Sign-ups enqueue jobs in their own transactions; workers on two queues
+    run them; some fail and retry, a few fail for good. Runs the reference
+    container in containers/demo.py on a throwaway PostgreSQL server (package
+    embedded-postgres), so it needs no database server.
+    """
+    module = _load_demo_module()
+    console.rule("[bold]proletarian-di demo")
+    quiet = _log_level("critical")
+    with quiet, _demo_database(database_url) as url, _connection(url) as conn:
+        install_schema(conn)
+        module.create_tables(conn)
+        admin = Admin(conn)
+        _run_demo(module, url, conn, admin, jobs)
+
+
+def _run_demo(module: ModuleType, url: str, conn: Any, admin: Admin, count: int) -> None:
+    from ..di import container_workers, init_resources, shutdown_resources
+
+    per_queue: dict[str, int] = module.jobs_per_queue(count)
+    queues = tuple(per_queue)
+    started = time.monotonic()
+    batch = 100
+    for first in range(0, count, batch):
+        module.sign_up(conn, range(first, min(first + batch, count)))
+    console.print(
+        f"[green]✓[/] {count} accounts signed up in {time.monotonic() - started:.2f}s: each "
+        "account row and its job committed in one transaction "
+        f"({', '.join(f'{n} on {q!r}' for q, n in per_queue.items())})"
+    )
+
+    container = module.DemoContainer()
+    container.config.database_url.from_value(url)
+    init_resources(container)
+    started = time.monotonic()
+    try:
+        workers = {w.options.queue: w for w in container_workers(container)}
+        progress = Progress(
+            TextColumn("{task.description:<9}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(
+                "[yellow]{task.fields[retried]} retried[/] [red]{task.fields[failed]} failed"
+            ),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        tasks = {q: progress.add_task(q, total=per_queue[q], retried=0, failed=0) for q in queues}
+        with progress:
+            while True:
+                for q in queues:
+                    done = workers[q].summary()
+                    progress.update(
+                        tasks[q],
+                        completed=done["succeeded"] + done["failed"],
+                        retried=done["retried"],
+                        failed=done["failed"],
+                    )
+                if admin.waiting(queues) == 0:
+                    break
+                time.sleep(0.05)
+            for q in queues:
+                done = workers[q].summary()
+                progress.update(
+                    tasks[q],
+                    completed=done["succeeded"] + done["failed"],
+                    retried=done["retried"],
+                    failed=done["failed"],
+                )
+        elapsed = time.monotonic() - started
+    finally:
+        shutdown_resources(container)
+    _demo_summary(workers, elapsed, admin)
+
+
+def _demo_summary(workers: dict[str, QueueWorker], elapsed: float, admin: Admin) -> None:
+    table = Table(title="Summary", title_justify="left")
+    for name in ("Queue", "Succeeded", "Failed", "Retried", "Jobs/s"):
+        table.add_column(name, justify="left" if name == "Queue" else "right")
+    totals = {"succeeded": 0, "failed": 0, "retried": 0}
+    for queue, w in workers.items():
+        done = w.summary()
+        for key in totals:
+            totals[key] += done[key]
+        finished = done["succeeded"] + done["failed"]
+        table.add_row(
+            queue,
+            f"[green]{done['succeeded']}",
+            f"[red]{done['failed']}",
+            f"[yellow]{done['retried']}",
+            f"{finished / elapsed:,.0f}",
+        )
+    finished = totals["succeeded"] + totals["failed"]
+    table.add_section()
+    table.add_row(
+        "[bold]all",
+        f"[bold green]{totals['succeeded']}",
+        f"[bold red]{totals['failed']}",
+        f"[bold yellow]{totals['retried']}",
+        f"[bold]{finished / elapsed:,.0f}",
+    )
+    failures = Table(title="Failure archive (latest)", title_justify="left")
+    for name in ("Job id", "Queue", "Job type", "Attempts"):
+        failures.add_column(name)
+    for job_id, queue, job_type, attempts, _finished in admin.recent_failures(5):
+        failures.add_row(str(job_id), queue, job_type, str(attempts))
+    console.print(Group(table, failures))
+    console.print(
+        f"{finished} jobs in {elapsed:.2f}s. Every job ran in its own transaction: claimed with "
+        "SELECT … FOR UPDATE SKIP LOCKED, run, then archived as success or failure."
+    )
+    console.print(
+        "The system is containers/demo.py; run your own with "
+        "[bold]proletarian-di worker yourapp.containers:Container[/]."
+    )

@@ -1,0 +1,321 @@
+"""`proletarian-di worker`: import a target the way Dramatiq does, run it until a signal."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import importlib
+import importlib.util
+import inspect
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Annotated, Any
+
+import typer
+
+from .._logging import describe
+from ..worker import QueueWorker
+from ._app import (
+    EXIT_CODES_HELP,
+    CLIError,
+    ExitCode,
+    _classify,
+    _error,
+    _guarded,
+    _log_level,
+    _one_line,
+    app,
+    err,
+)
+
+# worker ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Target:
+    """A loaded `module:attr` worker target: a container or a QueueWorker."""
+
+    spec: str
+    container: Any = None
+    worker: QueueWorker | None = None
+
+
+def _import_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise CLIError(
+                f"cannot import module {name!r}: no module named {exc.name!r} "
+                f"(searched {sys.path[0]} and the installed packages; use --path to add a folder)",
+                ExitCode.IMPORT,
+            ) from None
+        raise CLIError(
+            f"cannot import module {name!r}: {_one_line(describe(exc))}{_where(exc)}",
+            ExitCode.IMPORT,
+        ) from None
+    except Exception as exc:
+        raise CLIError(
+            f"cannot import module {name!r}: {_one_line(describe(exc))}{_where(exc)}",
+            ExitCode.IMPORT,
+        ) from None
+
+
+def _where(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({exc.filename}:{exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        if "importlib" not in frame.filename:
+            return f" ({frame.filename}:{frame.lineno})"
+    return ""
+
+
+def _is_container_class(obj: Any) -> bool:
+    from dependency_injector import containers
+
+    return isinstance(obj, type) and issubclass(obj, containers.DeclarativeContainer)
+
+
+def _is_container(obj: Any) -> bool:
+    from dependency_injector import containers
+
+    return isinstance(obj, containers.Container)
+
+
+def _as_target(spec: str, obj: Any, called: bool = False) -> Target:
+    if isinstance(obj, QueueWorker):
+        return Target(spec, worker=obj)
+    if _is_container(obj):
+        return Target(spec, container=obj)
+    if _is_container_class(obj):
+        return Target(spec, container=obj())
+    if callable(obj) and not called and not isinstance(obj, type):
+        try:
+            required = [
+                p
+                for p in inspect.signature(obj).parameters.values()
+                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            required = []
+        if required:
+            raise CLIError(
+                f"{spec} is a function with required arguments "
+                f"({', '.join(p.name for p in required)}); a target function takes none",
+                ExitCode.TARGET,
+            )
+        return _as_target(spec, obj(), called=True)
+    what = f"{spec}() returned" if called else f"{spec} is"
+    raise CLIError(
+        f"{what} {type(obj).__name__} {_short_repr(obj)}, not a runnable target: expected a "
+        "dependency-injector container (class or instance), a QueueWorker, "
+        "or a function of no arguments returning one",
+        ExitCode.TARGET,
+    )
+
+
+def _short_repr(obj: Any) -> str:
+    text = _one_line(repr(obj))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def load_target(spec: str) -> Target:
+    """Import `module:attr` and turn it into a runnable target (user errors as `CLIError`)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CLIError(
+            f"target {spec!r} must be module:attribute, e.g. myapp.containers:Container",
+            ExitCode.USAGE,
+        )
+    module = _import_module(module_name)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CLIError(
+                f"module {module_name!r} has no attribute {attr!r}", ExitCode.TARGET
+            ) from None
+    try:
+        return _as_target(spec, obj)
+    except CLIError:
+        raise
+    except Exception as exc:
+        error = _classify(exc, ExitCode.TARGET)
+        if error is not None:
+            raise error from None
+        raise CLIError(
+            f"{spec} raised {_one_line(describe(exc))}{_where(exc)}", ExitCode.TARGET
+        ) from None
+
+
+class _Signals:
+    """First SIGTERM/SIGINT asks for a graceful stop; a second one exits at once."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.received: list[int] = []
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # Runs between any two bytecodes of the main thread, possibly inside rich or
+        # logging: set a flag, or write with os.write and leave; nothing reentrant.
+        self.received.append(signum)
+        if len(self.received) == 1:
+            self.stop.set()
+            return
+        message = (
+            f"second {signal.Signals(signum).name}: exiting now; jobs still running are "
+            "rolled back by the database and will run again\n"
+        )
+        with contextlib.suppress(OSError):
+            os.write(2, message.encode())
+        os._exit(128 + signum)
+
+    @property
+    def first(self) -> str:
+        return signal.Signals(self.received[0]).name if self.received else "signal"
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
+
+
+def _stop_all(workers: Sequence[QueueWorker]) -> bool:
+    """Stop every worker at the same time (so all stop polling now); True if none abandoned."""
+    results: dict[str, bool] = {}
+
+    def stop(worker: QueueWorker) -> None:
+        results[worker.queue_worker_id] = worker.stop()
+
+    threads = [
+        threading.Thread(target=stop, args=(w,), name=f"stop-{w.queue_worker_id}") for w in workers
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return all(results.values())
+
+
+def _start(target: Target) -> list[QueueWorker]:
+    from ..di import container_workers, init_resources, shutdown_resources
+
+    if target.worker is not None:
+        if not target.worker.running:
+            target.worker.start()
+        return [target.worker]
+    init_resources(target.container)
+    workers = container_workers(target.container)
+    if not workers:
+        with contextlib.suppress(Exception):
+            shutdown_resources(target.container)
+        raise CLIError(
+            f"{target.spec} started no QueueWorker: declare one with "
+            "providers.Resource(proletarian_di.di.queue_worker, pool, handler, queue=...)",
+            ExitCode.TARGET,
+        )
+    return workers
+
+
+class LogLevel(str, enum.Enum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+@app.command(epilog=EXIT_CODES_HELP, rich_help_panel="Run")
+@_guarded
+def worker(
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="module:attribute — a dependency-injector container (class or instance), "
+            "a QueueWorker, or a function of no arguments returning one.",
+            show_default=False,
+        ),
+    ],
+    path: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--path",
+            "-P",
+            envvar="PROLETARIAN_PATH",
+            help="Folder to import the target from (repeatable). Default: the current directory.",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        LogLevel,
+        typer.Option("--log-level", envvar="PROLETARIAN_LOG_LEVEL", help="Worker log level."),
+    ] = LogLevel.info,
+) -> None:
+    """Run the workers of TARGET until SIGTERM or SIGINT.
+
+    A container is started with init_resources() and stopped with
+    shutdown_resources(). The first signal drains in-flight jobs (up to each
+    worker's await timeout) and exits 0; a second one exits at once, and the
+    jobs still running are rolled back by the database and run again later.
+    """
+    for folder in reversed(path or [Path.cwd()]):
+        sys.path.insert(0, str(folder.resolve()))
+    with _log_level(log_level.value), _Signals() as signals:
+        loaded = load_target(target)
+        try:
+            workers = _start(loaded)
+        except CLIError:
+            raise
+        except Exception as exc:
+            error = _classify(exc, ExitCode.TARGET)
+            if error is None:
+                raise
+            raise error from None
+        described = ", ".join(
+            f"{w.queue_worker_id} (queue {w.options.queue!r}, {w.options.worker_threads} "
+            f"thread{'s' if w.options.worker_threads != 1 else ''})"
+            for w in workers
+        )
+        err.print(f"proletarian-di worker {target}: running {described}")
+        err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
+        died = False
+        try:
+            while not signals.stop.wait(0.2):
+                if not any(w.running for w in workers):
+                    died = True
+                    break
+            if not died:
+                err.print(
+                    f"{signals.first} received: draining in-flight jobs, then shutting down "
+                    "(send it again to exit at once)"
+                )
+        finally:
+            clean = _stop_all(workers)
+            if loaded.container is not None:
+                from ..di import shutdown_resources
+
+                shutdown_resources(loaded.container)
+        totals: dict[str, int] = {}
+        for w in workers:
+            for outcome, count in w.summary().items():
+                totals[outcome] = totals.get(outcome, 0) + count
+        summary = ", ".join(f"{count} {outcome}" for outcome, count in totals.items())
+        if died:
+            _error(f"every worker stopped on its own (see the log above); {summary}")
+            raise typer.Exit(ExitCode.ERROR)
+        note = "" if clean else " (jobs past the await timeout were rolled back; they run again)"
+        err.print(f"stopped cleanly: {summary}{note}")
