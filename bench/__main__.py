@@ -25,6 +25,7 @@ from .db import Database, MySQL, Postgres, mysql_reachable, postgres_url
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
 DRAIN_THREADS = (1, 4, 8)
+BATCH_SIZE = 10
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
@@ -105,6 +106,18 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             )
         if has_pgbench:
             results.record(db, row, "pgbench", pgbench.drain, db, threads, args.jobs)
+    results.record(
+        db,
+        "drain_batch",
+        "ours",
+        measure.drain,
+        db,
+        "ours",
+        4,
+        args.jobs,
+        DRAIN_INTERVAL,
+        BATCH_SIZE,
+    )
     row = f"drain_{PROCESSES}x{PROCESS_THREADS}"
     for impl in impls:
         results.record(
@@ -183,6 +196,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("enqueue_1", "enqueue, 1 job per transaction"),
         ("enqueue_bulk", f"enqueue_many, {args.bulk:,} in one call"),
         *[(f"drain_{t}", f"drain, {t} thread{'s' if t > 1 else ''}") for t in DRAIN_THREADS],
+        ("drain_batch", f"drain, 4 threads, batch_size={BATCH_SIZE} (opt-in)"),
         (
             f"drain_{PROCESSES}x{PROCESS_THREADS}",
             f"drain, {PROCESSES} processes \N{MULTIPLICATION SIGN} {PROCESS_THREADS} threads",

@@ -74,10 +74,13 @@ def enqueue_bulk(db: Database, impl: str, jobs: int) -> float:
     return jobs / elapsed
 
 
-def drain(db: Database, impl: str, threads: int, jobs: int, interval: float) -> float:
+def drain(
+    db: Database, impl: str, threads: int, jobs: int, interval: float, batch_size: int = 1
+) -> float:
     """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs."""
     prefill(db, jobs)
-    worker = make_worker(impl, db, threads, interval)
+    options = {"batch_size": batch_size} if batch_size > 1 else {}
+    worker = make_worker(impl, db, threads, interval, **options)
     try:
         limit = time.perf_counter() + deadline_for(jobs)
         started = time.perf_counter()

@@ -53,8 +53,9 @@ def make_worker(
     threads: int,
     interval: float,
     handler: Callable[[str, Any], Any] = noop,
+    **options: Any,
 ) -> Any:
-    """`impl` is 'ours' (proletarian-di) or 'plain' (the hand-written loop)."""
+    """'ours' (proletarian-di, with worker `options`) or 'plain' (the hand-written loop)."""
     if impl == "ours":
-        return OurWorker(db, threads, interval, handler)
+        return OurWorker(db, threads, interval, handler, **options)
     return PlainWorker(db, threads, interval, handler)
