@@ -155,19 +155,8 @@ def _run_demo(module: ModuleType, url: str, conn: Any, admin: Admin, count: int)
             console=console,
         )
         tasks = {q: progress.add_task(q, total=per_queue[q], retried=0, failed=0) for q in queues}
-        with progress:
-            while True:
-                for q in queues:
-                    done = workers[q].summary()
-                    progress.update(
-                        tasks[q],
-                        completed=done["succeeded"] + done["failed"],
-                        retried=done["retried"],
-                        failed=done["failed"],
-                    )
-                if admin.waiting(queues) == 0:
-                    break
-                time.sleep(0.05)
+
+        def refresh() -> None:
             for q in queues:
                 done = workers[q].summary()
                 progress.update(
@@ -176,6 +165,12 @@ def _run_demo(module: ModuleType, url: str, conn: Any, admin: Admin, count: int)
                     retried=done["retried"],
                     failed=done["failed"],
                 )
+
+        with progress:
+            while admin.waiting(queues):
+                refresh()
+                time.sleep(0.05)
+            refresh()
         elapsed = time.monotonic() - started
     finally:
         shutdown_resources(container)
