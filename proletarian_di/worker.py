@@ -178,14 +178,16 @@ class QueueWorker:
         interval = self.options.polling_interval_ms / 1000
         while not self._stopping.is_set():
             try:
-                with self._connect() as conn, self._runner.dialect(conn).attached(conn):
-                    slot.conn, slot.dialect = conn, self._runner.dialect(conn)
-                    while not self._stopping.is_set():
-                        self._emit("polling_for_jobs")
-                        ran = self._runner.run_batch(conn, slot, self.options.batch_size)
-                        backoff.reset()
-                        if not ran:
-                            self._wakeup.wait(interval)
+                with self._connect() as conn:
+                    dialect = self._runner.dialect(conn)
+                    slot.conn, slot.dialect = conn, dialect
+                    with dialect.attached(conn):
+                        while not self._stopping.is_set():
+                            self._emit("polling_for_jobs")
+                            ran = self._runner.run_batch(conn, slot, self.options.batch_size)
+                            backoff.reset()
+                            if not ran:
+                                self._wakeup.wait(interval)
             except Exception as exc:
                 if self._stopping.is_set():
                     break

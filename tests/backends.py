@@ -126,7 +126,9 @@ def backend_from_env() -> Backend:
     return PostgresBackend(url)
 
 
-def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:
+def wait_until(
+    predicate: Any, timeout: float = 10.0, interval: float = 0.01, description: str = ""
+) -> Any:
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
     import time
 
@@ -136,7 +138,7 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01) ->
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+            raise AssertionError(f"not reached within {timeout}s: {description or predicate}")
         time.sleep(interval)
 
 

@@ -6,23 +6,17 @@ import collections
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from backends import wait_until
 
 Upstream = tuple[str, int] | str
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout}s: {what or predicate}")
-        time.sleep(0.01)
+    """`backends.wait_until` with the fault tests' longer default timeout."""
+    return wait_until(predicate, timeout=timeout, description=what)
 
 
 class TCPProxy:
