@@ -83,13 +83,19 @@ class JobRunner:
         outcomes = self.run_batch(conn, slot, limit=1)
         return outcomes[0] if outcomes else None
 
-    def run_batch(self, conn: Any, slot: Slot | None = None, limit: int = 1) -> list[bool]:
+    def run_batch(
+        self,
+        conn: Any,
+        slot: Slot | None = None,
+        limit: int = 1,
+        dialect: Dialect | None = None,
+    ) -> list[bool]:
         """Claim up to `limit` due jobs in one transaction and settle each; [] if none.
 
         Each job is settled on its own (retry or failure as it comes); successes
         are archived together at the end, in the commit's round trip.
         """
-        dialect = self.dialect(conn)
+        dialect = dialect or self.dialect(conn)
         rows = dialect.claim(conn, self.options.queue, self.clock(), limit)
         if not rows:
             dialect.rollback(conn)

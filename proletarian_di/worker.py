@@ -176,6 +176,7 @@ class QueueWorker:
     def _poll(self, slot: Slot) -> None:
         backoff = _Backoff()
         interval = self.options.polling_interval_ms / 1000
+        batch_size = self.options.batch_size
         while not self._stopping.is_set():
             try:
                 with self._connect() as conn:
@@ -184,7 +185,7 @@ class QueueWorker:
                     with dialect.attached(conn):
                         while not self._stopping.is_set():
                             self._emit("polling_for_jobs")
-                            ran = self._runner.run_batch(conn, slot, self.options.batch_size)
+                            ran = self._runner.run_batch(conn, slot, batch_size, dialect)
                             backoff.reset()
                             if not ran:
                                 self._wakeup.wait(interval)

@@ -1,0 +1,60 @@
+"""The queue's SQL, one module per database, and the driver details around it.
+
+Everything that differs between PostgreSQL (psycopg 3) and MySQL/MariaDB
+(PyMySQL) lives here: statements, transaction handling, time and id encoding,
+version checks, and which errors are worth retrying.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Dialect, JobRow, check_table_name, dialect_name, unwrap_connection
+from .mysql import MySQLDialect
+from .postgresql import NOTIFY_CHANNEL, PostgresDialect
+
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "Dialect",
+    "JobRow",
+    "MySQLDialect",
+    "PostgresDialect",
+    "check_table_name",
+    "dialect_for",
+    "dialect_name",
+    "is_transient",
+    "unwrap_connection",
+]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection-level trouble (lost connection, restart, pool timeout, lock timeout,
+    deadlock): reconnect, back off and keep going."""
+    try:
+        import psycopg
+
+        if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+            return True
+    except ImportError:
+        pass
+    try:
+        import pymysql
+
+        if isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError)):
+            return True
+    except ImportError:
+        pass
+    return False
+
+
+_DIALECTS: dict[str, type[Dialect]] = {"postgresql": PostgresDialect, "mysql": MySQLDialect}
+_CACHE: dict[tuple[str, str, str], Dialect] = {}
+
+
+def dialect_for(conn: Any, job_table: str, archived_job_table: str) -> Dialect:
+    """The dialect of `conn`, with its statements prepared for these tables."""
+    key = (dialect_name(conn), job_table, archived_job_table)
+    dialect = _CACHE.get(key)
+    if dialect is None:
+        dialect = _CACHE[key] = _DIALECTS[key[0]](job_table, archived_job_table)
+    return dialect

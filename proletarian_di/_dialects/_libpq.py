@@ -1,0 +1,56 @@
+"""Simple queries sent straight through psycopg's libpq layer: the worker's hot path.
+
+A cursor converts the query, keeps prepared-statement counts and builds result
+sets: more client CPU than the rest of a no-op job. The worker's two statements
+per job (values already inlined, statements already prepared) need none of it,
+so they go to `PGconn.send_query` and are read back with psycopg's own waiting
+and type loaders. Where a psycopg release lacks those parts, a cursor does it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import errors, pq
+from psycopg.adapt import Transformer
+
+try:
+    from psycopg.generators import execute as _fetch_results
+
+    _direct = callable(getattr(errors, "error_from_result", None))
+except ImportError:  # pragma: no cover - a psycopg without the generator
+    _direct = False
+
+_OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+
+def run(conn: Any, text: str) -> list[tuple[Any, ...]]:
+    """Run `text`, one or more statements without parameters, in one round trip.
+
+    Returns the rows of the last statement; raises psycopg's error for the
+    first statement that failed (the server skips the rest).
+    """
+    if not _direct:
+        return _run_with_cursor(conn, text)
+    with conn.lock:
+        pgconn = conn.pgconn
+        encoding = conn.info.encoding
+        pgconn.send_query(text.encode(encoding))
+        results = conn.wait(_fetch_results(pgconn))
+    for result in results:
+        if result.status not in _OK:
+            raise errors.error_from_result(result, encoding=encoding)
+    last = results[-1]
+    if not last.ntuples:
+        return []
+    loader = Transformer(conn)
+    loader.set_pgresult(last)
+    rows: list[tuple[Any, ...]] = loader.load_rows(0, last.ntuples, tuple)
+    return rows
+
+
+def _run_with_cursor(conn: Any, text: str) -> list[tuple[Any, ...]]:
+    cursor = conn.execute(text, prepare=False)
+    while cursor.nextset():
+        pass
+    return cursor.fetchall() if cursor.description else []

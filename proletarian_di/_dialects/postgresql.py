@@ -1,0 +1,243 @@
+"""PostgreSQL through psycopg 3: the queue's statements and the worker's two-round-trip
+hot path."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from ..errors import ConfigurationError
+from ..job_ids import UUIDStrategy
+from .base import Dialect, JobRow
+
+NOTIFY_CHANNEL = "proletarian_di"
+
+
+class PostgresDialect(Dialect):
+    """PostgreSQL 9.5+ through psycopg 3."""
+
+    name = "postgresql"
+    default_id_strategy = UUIDStrategy()
+
+    def __init__(self, job_table: str, archived_job_table: str) -> None:
+        super().__init__(job_table, archived_job_table)
+        job = self.job_table
+        self.archive_sql = (
+            f"WITH done AS (DELETE FROM {job} WHERE job_id = ANY(%s) RETURNING *) "
+            + self.archive_select
+            + "FROM done"
+        )
+        self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
+        self._quoted: dict[str, str] = {}
+        self._worker_conns: dict[int, _HotPath] = {}
+        claim = "BEGIN; " + _fill(self.claim_sql, "{queue}", "{now}", "{limit}")
+        self._inline = _HotPath(
+            claim,
+            claim,
+            _fill(self.archive_one_sql, "{ids}", "'success'", "{finished}") + "; COMMIT",
+            _fill(self.archive_sql, "{ids}", "'success'", "{finished}") + "; COMMIT",
+        )
+        tag = hashlib.blake2s(f"{job} {self.archived_job_table}".encode(), digest_size=4)
+        self._statements = {
+            # LIMIT 1 is written out: with `LIMIT $3` the server plans every execution anew.
+            f"proletarian_claim_{tag.hexdigest()}": (
+                "text, timestamptz",
+                _fill(self.claim_sql, "$1", "$2", "1"),
+            ),
+            f"proletarian_archive_{tag.hexdigest()}": (
+                "uuid, timestamptz",
+                _fill(self.archive_one_sql, "$1", "'success'", "$2"),
+            ),
+            f"proletarian_many_{tag.hexdigest()}": (
+                "uuid[], timestamptz",
+                _fill(self.archive_sql, "$1", "'success'", "$2"),
+            ),
+        }
+        claim_one, archive_one, archive_many = self._statements
+        self._prepared = _HotPath(
+            f"BEGIN; EXECUTE {claim_one}({{queue}}, {{now}})",
+            claim,
+            f"EXECUTE {archive_one}({{ids}}, {{finished}}); COMMIT",
+            f"EXECUTE {archive_many}({{ids}}, {{finished}}); COMMIT",
+        )
+        notify = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
+        self.insert_sql = f"WITH job AS ({self.insert_sql})" + notify
+        self.insert_many_sql = (
+            f"WITH job AS (INSERT INTO {job} ({self.columns}) "
+            "SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s "
+            "FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS u(job_id, job_type, payload))"
+            + notify
+        )
+
+    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        return conn.execute(sql, params).fetchone()
+
+    def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
+        conn.execute(sql, params)
+
+    @contextlib.contextmanager
+    def attached(self, conn: Any) -> Iterator[None]:
+        """Make `conn` a worker connection: two round trips per job, prepared statements.
+
+        The connection is switched to autocommit, so that the claim sends BEGIN with
+        its SELECT in one simple query and the archive sends its COMMIT along (simple
+        queries, not a pipeline: the server's idle_in_transaction_session_timeout keeps
+        working while a job runs). The statements are prepared with SQL PREPARE once
+        per checkout and deallocated on release. psycopg's own automatic preparing is
+        off meanwhile: it answers any ROLLBACK (a handler's savepoint too) with
+        DEALLOCATE ALL, which would take ours along.
+        """
+        autocommit, threshold = conn.autocommit, conn.prepare_threshold
+        conn.autocommit = True
+        try:
+            conn.prepare_threshold = None
+            conn.execute("DEALLOCATE ALL")  # and psycopg forgets its statements too
+            self._worker_conns[id(conn)] = self._prepare(conn)
+            yield
+        finally:
+            self._worker_conns.pop(id(conn), None)
+            with contextlib.suppress(Exception):
+                if not conn.closed:
+                    conn.rollback()
+                    conn.execute("; ".join(f"DEALLOCATE {name}" for name in self._statements))
+            with contextlib.suppress(Exception):
+                if not conn.closed:
+                    conn.prepare_threshold = threshold
+                    conn.autocommit = autocommit
+
+    def _prepare(self, conn: Any) -> _HotPath:
+        conn.execute(
+            "; ".join(
+                f"PREPARE {name}({types}) AS {sql}"
+                for name, (types, sql) in self._statements.items()
+            )
+        )
+        return self._prepared
+
+    def _hot_path(self, conn: Any) -> _HotPath | None:
+        """The simple-query templates for `conn`; None outside autocommit (parameters)."""
+        hot = self._worker_conns.get(id(conn))
+        if hot is None and conn.autocommit:
+            return self._inline
+        return hot
+
+    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        hot = self._hot_path(conn)
+        if hot is None:
+            rows: list[JobRow] = conn.execute(self.claim_sql, (queue, now, limit)).fetchall()
+            return rows
+        quoted = self._quoted.get(queue)
+        if quoted is None:
+            import psycopg.sql
+
+            quoted = self._quoted[queue] = psycopg.sql.Literal(queue).as_string(conn)
+        template = hot.claim_one if limit == 1 else hot.claim_many
+        text = template.format(queue=quoted, now=_timestamp(now), limit=int(limit))
+        try:
+            return _run(conn, text)
+        except Exception as exc:
+            if hot is self._inline or getattr(exc, "sqlstate", None) != _NO_SUCH_STATEMENT:
+                raise
+        # The statements are gone (DEALLOCATE ALL, DISCARD ALL, a pooler in transaction
+        # mode): prepare them again; if that does not hold either, do without.
+        conn.rollback()
+        self._worker_conns[id(conn)] = self._prepare(conn)
+        try:
+            return _run(conn, text)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != _NO_SUCH_STATEMENT:
+                raise
+        conn.rollback()
+        self._worker_conns[id(conn)] = self._inline
+        return self.claim(conn, queue, now, limit)
+
+    def archive(
+        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
+    ) -> None:
+        if len(job_ids) == 1:
+            conn.execute(self.archive_one_sql, (job_ids[0], status, finished_at))
+        else:
+            conn.execute(self.archive_sql, (list(job_ids), status, finished_at))
+
+    def archive_and_commit(self, conn: Any, job_ids: Sequence[Any], finished_at: datetime) -> None:
+        """Archive and COMMIT in one simple query, one round trip, on worker connections."""
+        hot = self._hot_path(conn)
+        if hot is None or not all(type(job_id) is uuid.UUID for job_id in job_ids):
+            super().archive_and_commit(conn, job_ids, finished_at)
+            return
+        if len(job_ids) == 1:
+            template, ids = hot.archive_one, f"'{job_ids[0]}'"
+        else:
+            template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
+        _run(conn, template.format(ids=ids, finished=_timestamp(finished_at)))
+
+    def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
+        if not rows:
+            return
+        _, queue, _, _, enqueued_at, process_at = rows[0]
+        ids = [r[0] for r in rows]
+        types = [r[2] for r in rows]
+        payloads = [r[3] for r in rows]
+        conn.execute(
+            self.insert_many_sql, (queue, enqueued_at, process_at, ids, types, payloads, queue)
+        )
+
+    def insert_statement(self, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT, and a NOTIFY that wakes idle workers once the caller commits."""
+        sql, params = super().insert_statement(row)
+        return sql, (*params, row[1])
+
+    def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
+        num = int(conn.info.server_version)
+        major = num // 10000
+        if major >= 10:
+            return "PostgreSQL", (major, num % 10000)
+        return "PostgreSQL", (major, (num // 100) % 100, num % 100)
+
+    def required_version(self, product: str) -> tuple[int, ...]:
+        return (9, 5)
+
+    def table_exists(self, conn: Any, table: str) -> bool:
+        return self.fetchone(conn, "SELECT to_regclass(%s)", (table,))[0] is not None
+
+    def abort(self, conn: Any) -> None:
+        conn.pgconn.finish()
+
+
+_NO_SUCH_STATEMENT = "26000"
+
+
+class _HotPath(NamedTuple):
+    """The worker's per-job statements as simple-query templates, values inlined.
+
+    Fields: {queue}, {now} and {limit} for the claims; {ids} and {finished} for
+    the archives (which COMMIT too).
+    """
+
+    claim_one: str
+    claim_many: str
+    archive_one: str
+    archive_many: str
+
+
+def _fill(sql: str, *values: str) -> str:
+    """`sql` with its `%s` placeholders replaced, in order, by `values`."""
+    parts = sql.split("%s")
+    return "".join(part + value for part, value in zip(parts[:-1], values, strict=True)) + parts[-1]
+
+
+def _run(conn: Any, text: str) -> list[JobRow]:
+    from . import _libpq  # psycopg is imported only where PostgreSQL is used
+
+    return _libpq.run(conn, text)
+
+
+def _timestamp(value: Any) -> str:
+    """A timestamp literal; ISO text holds no quote, so it is safe to inline."""
+    if not isinstance(value, datetime):
+        raise ConfigurationError(f"clock must return a datetime, got {value!r}")
+    return f"'{value.isoformat()}'"

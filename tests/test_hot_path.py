@@ -1,0 +1,203 @@
+"""PostgreSQL's hot path: two round trips per job, prepared statements, and recovery
+when the prepared statements disappear under the worker."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from proletarian_di import create_queue_worker, process_next_job
+from proletarian_di._dialects import PostgresDialect
+
+from backends import Events, enqueue_committed, wait_until
+
+
+class StatementLog:
+    """Every statement the server runs for the pool's connections (log_statement=all)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.statements: list[str] = []
+
+    def configure(self, conn: psycopg.Connection) -> None:
+        conn.execute("SET client_min_messages TO log")
+        conn.execute("SET log_statement TO 'all'")
+        conn.commit()
+        conn.add_notice_handler(self._notice)
+
+    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        message = diagnostic.message_primary or ""
+        if message.startswith("statement: "):
+            with self.lock:
+                self.statements.append(message.removeprefix("statement: "))
+
+    def about_jobs(self) -> list[str]:
+        with self.lock:
+            return [s for s in self.statements if "proletarian_" in s or s == "ROLLBACK"]
+
+
+@pytest.fixture
+def pg_pool(pg):
+    pool = pg.pool(4)
+    yield pool
+    pool.close()
+
+
+@contextlib.contextmanager
+def logged_pool(url: str, log: StatementLog):
+    pool = ConnectionPool(url, min_size=1, max_size=2, configure=log.configure, open=True)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def test_each_job_takes_two_round_trips_of_prepared_statements(pg):
+    enqueue_committed(pg, *[("noop", i) for i in range(3)])
+    log = StatementLog()
+    with logged_pool(pg.url, log) as pool:
+        worker = create_queue_worker(pool, lambda t, p: None, polling_interval_ms=10)
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 3)
+    per_job = [s for s in log.about_jobs() if s.startswith(("BEGIN; EXECUTE", "EXECUTE"))]
+    assert len(per_job) >= 6
+    claims = [s for s in per_job if s.startswith("BEGIN; EXECUTE proletarian_claim_")]
+    archives = [s for s in per_job if s.startswith("EXECUTE proletarian_archive_")]
+    assert len(archives) == 3
+    assert all(s.endswith("; COMMIT") for s in archives)
+    assert len(claims) == len(per_job) - 3  # the last claims found nothing
+    assert any(s.startswith("PREPARE proletarian_claim_") for s in log.statements)
+
+
+def test_the_connection_is_handed_back_as_it_was_lent(pg):
+    enqueue_committed(pg, ("noop", 1))
+    with ConnectionPool(pg.url, min_size=1, max_size=1, open=True) as pool:
+        with pool.connection() as conn:
+            assert not conn.autocommit
+            threshold = conn.prepare_threshold
+        with create_queue_worker(pool, lambda t, p: None, polling_interval_ms=10) as worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 1)
+        with pool.connection() as conn:
+            assert not conn.autocommit
+            assert conn.prepare_threshold == threshold
+            names = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+            assert not [n for (n,) in names if n.startswith("proletarian_")]
+
+
+def test_a_handler_rolling_back_to_a_savepoint_keeps_the_statements(pg, pg_pool):
+    """psycopg answers ROLLBACK with DEALLOCATE ALL when it has prepared statements of its
+    own; the worker turns its automatic preparing off so a retry does not cost the batch."""
+    enqueue_committed(pg, *[("ok", i) for i in range(6)], ("retry", 6))
+    events = Events()
+
+    def handler(job):
+        for _ in range(6):  # enough for psycopg to prepare the statement automatically
+            job.connection.execute("SELECT %s::int", (1,))
+        if job.job_type == "retry":
+            raise RuntimeError("again later")
+
+    worker = create_queue_worker(
+        pg_pool,
+        handler,
+        handler_fn_mode="advanced",
+        batch_size=10,
+        polling_interval_ms=10,
+        retry_strategy_fn=lambda job, exc: {"retries": 1, "delays": [60_000]},
+        log=events,
+    )
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 6)
+    assert not events.named("polling_error")
+    assert worker.summary()["retried"] == 1
+    assert pg.jobs() == [("retry", 1, "default")]
+
+
+def test_statements_dropped_between_jobs_are_prepared_again(pg, pg_pool):
+    enqueue_committed(pg, ("drop", 0))
+    enqueue_committed(pg, *[("ok", i) for i in range(1, 4)])
+    events = Events()
+    ran = []
+
+    def handler(job):
+        ran.append(job.job_type)
+        if job.job_type == "drop":
+            job.connection.execute("DEALLOCATE ALL")
+            raise RuntimeError("fails after dropping the statements")
+
+    worker = create_queue_worker(
+        pg_pool, handler, handler_fn_mode="advanced", polling_interval_ms=10, log=events
+    )
+    with worker:
+        wait_until(lambda: len(pg.archived()) == 4)
+    assert sorted(ran) == ["drop", "ok", "ok", "ok"]
+    assert sorted(pg.archived()) == [("drop", "failure", 1)] + [("ok", "success", 1)] * 3
+    assert not events.named("polling_error")
+
+
+def test_statements_dropped_mid_job_cost_a_rerun_not_a_job(pg, pg_pool):
+    """The archive then fails, the transaction rolls back, and the job runs again."""
+    enqueue_committed(pg, ("drop", 0), ("ok", 1))
+    events = Events()
+    ran = []
+
+    def handler(job):
+        ran.append(job.job_type)
+        if job.job_type == "drop" and ran.count("drop") == 1:
+            job.connection.execute("DEALLOCATE ALL")
+
+    worker = create_queue_worker(
+        pg_pool, handler, handler_fn_mode="advanced", polling_interval_ms=10, log=events
+    )
+    with worker:
+        wait_until(lambda: len(pg.archived()) == 2)
+    assert sorted(ran) == ["drop", "drop", "ok"]
+    assert sorted(pg.archived()) == [("drop", "success", 1), ("ok", "success", 1)]
+    [error] = events.named("polling_error")
+    assert "does not exist" in str(error["exception"])
+
+
+def test_a_pooler_that_loses_prepared_statements_gets_plain_ones(pg, pg_pool, monkeypatch):
+    """PgBouncer in transaction mode runs PREPARE and EXECUTE on different server
+    connections; the worker then goes on with the statements written out."""
+    monkeypatch.setattr(PostgresDialect, "_prepare", lambda self, conn: self._prepared)
+    enqueue_committed(pg, *[("ok", i) for i in range(5)])
+    events = Events()
+    worker = create_queue_worker(pg_pool, lambda t, p: None, polling_interval_ms=10, log=events)
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 5)
+    assert not events.named("polling_error")
+    assert len(pg.archived()) == 5
+
+
+@pytest.mark.parametrize("queue", ["it's", "back\\slash", "semi; DROP TABLE proletarian.job; --"])
+def test_queue_names_are_quoted_on_the_hot_path(pg, pg_pool, queue):
+    enqueue_committed(pg, ("noop", 1), queue=queue)
+    enqueue_committed(pg, ("noop", 2))
+    with create_queue_worker(
+        pg_pool, lambda t, p: None, queue=queue, polling_interval_ms=10
+    ) as worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 1)
+    assert pg.jobs() == [("noop", 0, "default")]
+
+
+def test_an_autocommit_connection_still_holds_the_row_lock(pg):
+    """Outside a worker (process_next_job on an autocommit connection) the claim still
+    opens a transaction, so the job runs under its row lock."""
+    enqueue_committed(pg, ("noop", 1))
+    seen = []
+
+    def handler(job_type, payload):
+        with contextlib.closing(pg.connect()) as other:
+            row = other.execute(
+                "SELECT job_id FROM proletarian.job FOR UPDATE SKIP LOCKED"
+            ).fetchone()
+            seen.append(row)
+
+    connect = lambda: psycopg.connect(pg.url, autocommit=True)  # noqa: E731
+    assert process_next_job(connect, handler) is True
+    assert seen == [None]
+    assert pg.archived() == [("noop", "success", 1)]
