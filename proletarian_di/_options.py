@@ -30,10 +30,17 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def check_name(value: Any, option: str) -> str:
+    """A queue or job type: a non-empty string that a text column can hold."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{option} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ConfigurationError(f"{option} must not contain NUL characters, got {value!r}")
+    return value
+
+
 def check_queue(queue: Any) -> str:
-    if not isinstance(queue, str) or not queue:
-        raise ConfigurationError(f"queue must be a non-empty string, got {queue!r}")
-    return queue
+    return check_name(queue, "queue")
 
 
 def check_clock(clock: Any) -> Clock:

@@ -17,6 +17,7 @@ from ._options import (
     DEFAULT_JOB_TABLE,
     check_clock,
     check_id_strategy,
+    check_name,
     check_queue,
 )
 from .errors import ConfigurationError
@@ -67,8 +68,7 @@ class _Prepared:
         self.ids: list[uuid.UUID] = []
         self.rows: list[tuple[Any, ...]] = []
         for job_type, payload in jobs:
-            if not isinstance(job_type, str) or not job_type:
-                raise ConfigurationError(f"job_type must be a non-empty string, got {job_type!r}")
+            check_name(job_type, "job_type")
             job_id = strategy.generate()
             self.ids.append(job_id)
             self.rows.append(

@@ -17,12 +17,15 @@ class Serializer(Protocol):
     def decode(self, text: str) -> Any: ...
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 class JSONSerializer:
     """Strict JSON: no NaN, no arbitrary objects, valid UTF-8 only."""
 
     def encode(self, payload: Any) -> str:
         try:
-            text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            text = _ENCODER.encode(payload)
             text.encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload is not JSON-serializable: {exc}") from exc

@@ -274,6 +274,7 @@ def test_a_valid_retry_spec_still_works_beside_them(backend, pool):
         ({"await_termination_timeout_ms": -1}, "await_termination_timeout_ms"),
         ({"threads": 4}, "unknown worker option.*threads"),
         ({"queue": 7}, "queue must be a non-empty string"),
+        ({"queue": "a\x00b"}, "queue must not contain NUL"),
         ({"retry_strategy_fn": {"retries": 3}}, "retry_strategy_fn must be callable"),
         ({"serializer": "json"}, "serializer must have encode"),
         ({"log": "stdout"}, "log must be a callable"),
@@ -305,6 +306,18 @@ def test_naive_datetimes_are_rejected_and_write_nothing(backend):
         enqueue(conn, "ok", 1, process_in=timedelta(seconds=-5), job_table=JOB)
         conn.commit()
     assert waiting(backend) == [("ok", 0, "default")]
+
+
+def test_nul_in_a_job_type_or_queue_is_named_and_writes_nothing(backend):
+    with contextlib.closing(backend.connect()) as conn:
+        with pytest.raises(ConfigurationError, match="job_type must not contain NUL"):
+            enqueue_many(conn, [("ok", 1), ("a\x00b", 2)], job_table=JOB)
+        with pytest.raises(ConfigurationError, match="job_type must not contain NUL"):
+            enqueue(conn, "a\x00b", 1, job_table=JOB)
+        with pytest.raises(ConfigurationError, match="queue must not contain NUL"):
+            enqueue(conn, "a", 1, queue="q\x00", job_table=JOB)
+        conn.commit()
+    assert waiting(backend) == []
 
 
 def test_a_10_mb_payload_round_trips(backend, pool):

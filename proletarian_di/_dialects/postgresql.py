@@ -69,7 +69,7 @@ class PostgresDialect(Dialect):
         self.insert_many_sql = (
             f"WITH job AS (INSERT INTO {job} ({self.columns}) "
             "SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s "
-            "FROM unnest(%s::uuid[], %s::text[], %s::text[]) AS u(job_id, job_type, payload))"
+            "FROM unnest(%b::uuid[], %b::text[], %b::text[]) AS u(job_id, job_type, payload))"
             + notify
         )
 
