@@ -28,7 +28,11 @@ lint: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-bench: $(BIN)/.installed
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
 	$(BIN)/python -m bench
 
 clean:

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import measure, pgbench
+from . import measure, peers, pgbench
 from .db import Database, MySQL, Postgres, mysql_reachable, postgres_url
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
@@ -31,6 +31,7 @@ DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
 MEMORY_THREADS = 4
 IMPLS = ("ours", "plain")
+SLOW_PEER_JOBS = 3_000  # procrastinate runs about 200 jobs/s: its drains take fewer jobs
 
 console = Console(stderr=True, highlight=False)
 
@@ -80,10 +81,22 @@ def fmt(row: str, value: float | None) -> str:
     return f"{value:,.0f}"
 
 
+def peer_run(db: Database, args: argparse.Namespace, results: Results) -> None:
+    """The peers' bulk enqueue and drains on PostgreSQL (their defaults, their tables)."""
+    for peer in args.peers:
+        results.record(db, "enqueue_bulk", peer, peers.enqueue_bulk, db, peer, args.bulk)
+        jobs = min(args.jobs, SLOW_PEER_JOBS) if peer == "procrastinate" else args.jobs
+        for threads in DRAIN_THREADS:
+            results.record(db, f"drain_{threads}", peer, peers.drain, db, peer, threads, jobs)
+        peers.clean(db, peer)
+
+
 def throughput_run(db: Database, args: argparse.Namespace, results: Results, run: int) -> None:
     """One run of every throughput measurement on `db`, both contenders."""
     impls = IMPLS if run % 2 == 0 else IMPLS[::-1]
     has_pgbench = db.name == "postgresql" and pgbench.executable() is not None
+    if db.name == "postgresql":
+        peer_run(db, args, results)
     for impl in impls:
         results.record(db, "enqueue_1", impl, measure.enqueue_single, db, impl, args.enqueue_jobs)
     if has_pgbench:
@@ -222,6 +235,9 @@ def table(dbs: list[Database], args: argparse.Namespace, results: Results) -> Ta
         out.add_column("ratio", justify="right")
         if db.name == "postgresql" and pgbench.executable():
             out.add_column(f"{db.label}\npgbench", justify="right")
+        if db.name == "postgresql":
+            for peer in args.peers:
+                out.add_column(f"{db.label}\n{peer}", justify="right")
     for key, label in rows(args):
         cells = [label]
         for db in dbs:
@@ -231,6 +247,11 @@ def table(dbs: list[Database], args: argparse.Namespace, results: Results) -> Ta
             cells += [fmt(key, ours), fmt(key, base), ratio]
             if db.name == "postgresql" and pgbench.executable():
                 cells.append(fmt(key, results.median(db, key, "pgbench")))
+            if db.name == "postgresql":
+                for peer in args.peers:
+                    # pgqueuer's drains claim batches of 10 by default: the batch row's peer.
+                    source = "drain_4" if key == "drain_batch" and peer == "pgqueuer" else key
+                    cells.append(fmt(key, results.median(db, source, peer)))
         out.add_row(*cells)
     return out
 
@@ -272,6 +293,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--runs", type=int, help="runs per throughput figure (default 3, quick 1)")
     parser.add_argument("--jobs", type=int, help="jobs per drain (default 20,000, quick 1,000)")
+    parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     args = parser.parse_args(argv)
     args.runs = max(1, args.runs or (1 if args.quick else 3))
     args.jobs = max(8, args.jobs or (1_000 if args.quick else 20_000))
@@ -280,6 +302,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.latency_samples = 30 if args.quick else 200
     args.memory_jobs = 3_000 if args.quick else 100_000
     return args
+
+
+def report(reason: str | None) -> bool:
+    """True when a peer is available; otherwise say why it is left out."""
+    if reason:
+        console.print(f"[yellow]{reason}[/]")
+    return reason is None
 
 
 def watchdog(seconds: float) -> None:
@@ -308,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
             else:
                 dbs.append(MySQL(args.mysql_url))
+        args.peers = [] if args.no_peers else [p for p in peers.PEERS if report(peers.available(p))]
+        for peer in args.peers:
+            peers.install(dbs[0], peer)
         for db in dbs:
             db.install()
             warm_up(db)
@@ -325,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     out.print(f"machine: {host}")
     out.print(
         "ratio = proletarian-di / plain loop (same SQL, same threads). Plain latency on "
-        "PostgreSQL uses LISTEN/NOTIFY; elsewhere it polls like the worker. "
+        "PostgreSQL uses LISTEN/NOTIFY; elsewhere it polls like the worker. Peers run with "
+        "their defaults; N threads = N pgqueuer QueueManagers (batches of 10, so its batch "
+        "row repeats its 4-thread figure) or procrastinate concurrency=N. "
         f"Took {time.perf_counter() - started:.0f} s."
     )
     for error in results.errors:

@@ -90,9 +90,14 @@ class MySQLDialect(Dialect):
         self.execute(conn, self.delete_sql, (ids,))
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
-        if rows:
-            with conn.cursor() as cursor:
-                cursor.executemany(self.insert_sql, [self.insert_statement(r)[1] for r in rows])
+        """Multi-row INSERTs (PyMySQL's executemany batches them only when every value is
+        a parameter); the times all rows share are converted once."""
+        if not rows:
+            return
+        enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
+        params = [(row[0], row[1], row[2], row[3], 0, enqueued_at, process_at) for row in rows]
+        with conn.cursor() as cursor:
+            cursor.executemany(self.insert_sql, params)
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
         text = str(self.fetchone(conn, "SELECT VERSION()")[0])
