@@ -201,3 +201,23 @@ def test_an_autocommit_connection_still_holds_the_row_lock(pg):
     assert process_next_job(connect, handler) is True
     assert seen == [None]
     assert pg.archived() == [("noop", "success", 1)]
+
+
+def test_without_psycopg_internals_a_cursor_runs_the_hot_path(pg, pg_pool, monkeypatch):
+    """On a psycopg without the generator the hot path uses for speed, a cursor sends the
+    same two statements per job."""
+    from proletarian_di._dialects import _libpq
+
+    monkeypatch.setattr(_libpq, "_direct", False)
+    enqueue_committed(pg, *[("ok", i) for i in range(3)], ("bad", 3))
+    events = Events()
+
+    def handler(job_type, payload):
+        if job_type == "bad":
+            raise RuntimeError("no")
+
+    with create_queue_worker(pg_pool, handler, polling_interval_ms=10, log=events) as worker:
+        wait_until(lambda: len(pg.archived()) == 4)
+    assert worker.summary()["succeeded"] == 3
+    assert sorted(pg.archived()) == [("bad", "failure", 1)] + [("ok", "success", 1)] * 3
+    assert not events.named("polling_error")

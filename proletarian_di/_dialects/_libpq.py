@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg import errors, pq
+from psycopg import Connection, errors, pq
 from psycopg.adapt import Transformer
 
 try:
     from psycopg.generators import execute as _fetch_results
 
-    _direct = callable(getattr(errors, "error_from_result", None))
+    _direct = all(
+        callable(getattr(owner, name, None))
+        for owner, name in ((errors, "error_from_result"), (Connection, "wait"))
+    )
 except ImportError:  # pragma: no cover - a psycopg without the generator
     _direct = False
 
