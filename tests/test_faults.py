@@ -154,19 +154,28 @@ def closing_pool(pool: Any) -> Iterator[Any]:
         pool.close()
 
 
+@contextlib.contextmanager
+def proxied_pool(target: Target, size: int, **options: Any) -> Iterator[tuple[Any, Any]]:
+    """A TCP proxy in front of the server, and a pool whose connections go through it."""
+    with (
+        TCPProxy(target.upstream) as proxy,
+        closing_pool(target.pool(target.url_via(proxy), size, **options)) as pool,
+    ):
+        yield proxy, pool
+
+
 def test_connection_cut_mid_job_reruns_only_the_jobs_in_flight(target: Target) -> None:
     runs, log = Runs(), EventLog()
     ids = target.enqueue(12)
     runs.close_gate()
-    with (  # noqa: SIM117
-        TCPProxy(target.upstream) as proxy,
-        closing_pool(target.pool(target.url_via(proxy), 2)) as pool,
+    with (
+        proxied_pool(target, 2) as (proxy, pool),
+        running(worker(pool, counting_handler(runs), worker_threads=2, log=log)),
     ):
-        with running(worker(pool, counting_handler(runs), worker_threads=2, log=log)):
-            wait_for(lambda: len(runs.waiting) == 2, what="two jobs in flight")
-            assert proxy.drop() >= 2
-            runs.release()
-            assert_all_archived_once(target, ids)
+        wait_for(lambda: len(runs.waiting) == 2, what="two jobs in flight")
+        assert proxy.drop() >= 2
+        runs.release()
+        assert_all_archived_once(target, ids)
     in_flight = set(runs.waiting)
     assert runs.duplicates() == dict.fromkeys(in_flight, 2)
     assert set(runs.counts) == set(ids)
@@ -175,17 +184,16 @@ def test_connection_cut_mid_job_reruns_only_the_jobs_in_flight(target: Target) -
 
 def test_connection_cut_mid_poll_loses_nothing_and_runs_nothing_twice(target: Target) -> None:
     runs, log = Runs(), EventLog()
-    with (  # noqa: SIM117
-        TCPProxy(target.upstream) as proxy,
-        closing_pool(target.pool(target.url_via(proxy), 2)) as pool,
+    with (
+        proxied_pool(target, 2) as (proxy, pool),
+        running(worker(pool, counting_handler(runs), worker_threads=2, log=log)),
     ):
-        with running(worker(pool, counting_handler(runs), worker_threads=2, log=log)):
-            wait_for(lambda: proxy.open_connections >= 2, what="both threads connected")
-            accepted = proxy.accepted
-            proxy.drop()
-            ids = target.enqueue(10)
-            assert_all_archived_once(target, ids)
-            assert proxy.accepted > accepted
+        wait_for(lambda: proxy.open_connections >= 2, what="both threads connected")
+        accepted = proxy.accepted
+        proxy.drop()
+        ids = target.enqueue(10)
+        assert_all_archived_once(target, ids)
+        assert proxy.accepted > accepted
     assert runs.duplicates() == {}
     assert set(runs.counts) == set(ids)
 
@@ -195,17 +203,16 @@ def test_server_outage_then_back_mid_run(target: Target) -> None:
     runs, log = Runs(), EventLog()
     ids = target.enqueue(20)
     runs.close_gate()
-    with (  # noqa: SIM117
-        TCPProxy(target.upstream) as proxy,
-        closing_pool(target.pool(target.url_via(proxy), 2, timeout=1.0)) as pool,
+    with (
+        proxied_pool(target, 2, timeout=1.0) as (proxy, pool),
+        running(worker(pool, counting_handler(runs), worker_threads=2, log=log)),
     ):
-        with running(worker(pool, counting_handler(runs), worker_threads=2, log=log)):
-            wait_for(lambda: len(runs.waiting) == 2, what="two jobs in flight")
-            proxy.down()
-            runs.release()
-            wait_for(lambda: len(log.named("polling_error")) >= 2, what="polling errors")
-            proxy.up()
-            assert_all_archived_once(target, ids)
+        wait_for(lambda: len(runs.waiting) == 2, what="two jobs in flight")
+        proxy.down()
+        runs.release()
+        wait_for(lambda: len(log.named("polling_error")) >= 2, what="polling errors")
+        proxy.up()
+        assert_all_archived_once(target, ids)
     assert runs.duplicates() == dict.fromkeys(runs.waiting, 2)
     assert set(runs.counts) == set(ids)
 

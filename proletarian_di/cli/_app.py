@@ -90,6 +90,9 @@ JobTable = Annotated[
     str,
     typer.Option("--job-table", envvar="PROLETARIAN_JOB_TABLE", help="The queue table."),
 ]
+QueueFilter = Annotated[
+    str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+]
 ArchivedJobTable = Annotated[
     str,
     typer.Option(

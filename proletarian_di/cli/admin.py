@@ -25,6 +25,7 @@ from ._app import (
     DatabaseURL,
     ExitCode,
     JobTable,
+    QueueFilter,
     _admin,
     _ago,
     _connection,
@@ -211,9 +212,7 @@ def stats(
 @app.command("retry-failed", rich_help_panel="Operate")
 @_guarded
 def retry_failed(
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueFilter = None,
     job_type: Annotated[
         str | None,
         typer.Option("--job-type", "-t", help="Only this job type.", show_default=False),
@@ -268,9 +267,7 @@ def purge_archive(
             "--status", help="Only 'success' or 'failure' jobs (default: both).", show_default=False
         ),
     ] = None,
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueFilter = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count the jobs, delete nothing.")
     ] = False,
