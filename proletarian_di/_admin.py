@@ -12,11 +12,10 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import urlsplit
 
 from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from .mysql import mask, parse_mysql_url
+from ._secrets import libpq_url, malformed, mask, parse_mysql_url, postgres_problem, split_url
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
@@ -24,15 +23,26 @@ CONNECT_TIMEOUT = 10
 
 
 class DatabaseURLError(ValueError):
-    """A database URL that names no supported database."""
+    """A database URL that names no supported database, or is malformed; its message is masked."""
 
 
 def url_dialect(url: str) -> str:
-    """'postgresql' or 'mysql' for a database URL, else `DatabaseURLError`."""
-    scheme = urlsplit(url).scheme.lower()
+    """'postgresql' or 'mysql' for a usable database URL, else `DatabaseURLError`.
+
+    A malformed URL is refused here, before a driver parses it and echoes it in its errors.
+    """
+    parts = split_url(url)
+    scheme = parts.scheme.lower() if parts else ""
     if scheme in POSTGRES_SCHEMES:
+        problem = postgres_problem(libpq_url(url))
+        if problem:
+            raise DatabaseURLError(malformed("database URL", url, problem))
         return "postgresql"
     if scheme in MYSQL_SCHEMES:
+        try:
+            parse_mysql_url(url)
+        except ValueError as exc:
+            raise DatabaseURLError(str(exc)) from None
         return "mysql"
     raise DatabaseURLError(
         f"unsupported database URL {mask(url)!r}: use postgresql://user:password@host/db "
@@ -45,9 +55,7 @@ def connect(url: str, timeout: int = CONNECT_TIMEOUT) -> Any:
     if url_dialect(url) == "postgresql":
         import psycopg
 
-        if url.startswith("postgresql+psycopg://"):
-            url = "postgresql://" + url.split("://", 1)[1]
-        return psycopg.connect(url, connect_timeout=timeout)
+        return psycopg.connect(libpq_url(url), connect_timeout=timeout)
     import pymysql
 
     return pymysql.connect(

@@ -38,8 +38,9 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+from ._secrets import malformed, mask, parse_mysql_url, passwords, postgres_problem, scrub
 from .errors import ConfigurationError
-from .mysql import MySQLDataSource, mask
+from .mysql import MySQLDataSource
 from .worker import QueueWorker, create_queue_worker
 
 logger = logging.getLogger("proletarian_di")
@@ -47,28 +48,15 @@ logger = logging.getLogger("proletarian_di")
 DEFAULT_WAIT_TIMEOUT = 30.0
 
 
-def _conninfo_password(conninfo: str) -> str | None:
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        password = conninfo_to_dict(conninfo).get("password")
-    except Exception:
-        return None
-    return str(password) if password else None
-
-
 def mask_conninfo(conninfo: str) -> str:
-    """The conninfo (URL or `key=value` form) with its password replaced by `***`."""
-    masked = mask(conninfo) if "://" in conninfo else conninfo
-    password = _conninfo_password(conninfo)
-    if password:
-        masked = masked.replace(password, "***")
-    return masked
+    """The conninfo (URL or `key=value` form) with its passwords replaced by `***`."""
+    return mask(conninfo)
 
 
-def _masked_error(exc: BaseException, secret: str | None) -> str:
+def _masked_error(exc: BaseException, *secrets: Any) -> str:
+    """The exception's message without the given secrets nor any URL password it quotes."""
     message = str(exc).strip() or type(exc).__name__
-    return message.replace(secret, "***") if secret else message
+    return scrub(message, *(s if isinstance(s, (str, bytes)) else None for s in secrets))
 
 
 def _teardown(what: str, step: Callable[[], Any]) -> None:
@@ -85,23 +73,31 @@ def _teardown(what: str, step: Callable[[], Any]) -> None:
 def open_postgres_pool(
     conninfo: str, *, wait_timeout: float = DEFAULT_WAIT_TIMEOUT, **pool_options: Any
 ) -> Any:
-    """Open a psycopg_pool `ConnectionPool` and wait for it; a bad URL fails here, masked."""
+    """Open a psycopg_pool `ConnectionPool` and wait for it; a bad URL fails here, masked.
+
+    A conninfo libpq would reject or misread fails before psycopg sees it, and
+    every driver message is scrubbed of the passwords.
+    """
     import psycopg
     from psycopg_pool import ConnectionPool, PoolTimeout
 
     if not isinstance(conninfo, str) or not conninfo:
         raise ConfigurationError(
-            f"postgres_pool needs a conninfo string (postgresql://...), got {conninfo!r}"
+            "postgres_pool needs a conninfo string (postgresql://...), "
+            f"got {'an empty string' if conninfo == '' else type(conninfo).__name__}"
         )
-    secret = _conninfo_password(conninfo)
-    where = mask_conninfo(conninfo)
+    where = mask(conninfo)
+    problem = postgres_problem(conninfo)
+    if problem:
+        raise ConfigurationError(malformed("PostgreSQL conninfo", conninfo, problem))
     connect_kwargs = dict(pool_options.get("kwargs") or {})
+    secrets = [*passwords(conninfo), connect_kwargs.get("password")]
     connect_kwargs.setdefault("connect_timeout", max(1, round(wait_timeout)))
     try:
         psycopg.connect(conninfo, **connect_kwargs).close()
     except Exception as exc:
         raise ConfigurationError(
-            f"cannot connect to PostgreSQL at {where}: {_masked_error(exc, secret)}"
+            f"cannot connect to PostgreSQL at {where}: {_masked_error(exc, *secrets)}"
         ) from None
     pool_options.setdefault("name", "proletarian_di")
     pool = ConnectionPool(conninfo, open=False, **pool_options)
@@ -121,26 +117,30 @@ def open_postgres_pool(
 
 
 def open_mysql_data_source(url: str | None = None, **connect_options: Any) -> MySQLDataSource:
-    """Create a `MySQLDataSource` and check that it connects; errors name the masked URL."""
+    """Create a `MySQLDataSource` and check that it connects; errors name the masked URL.
+
+    A malformed URL is a `ConfigurationError`; driver messages are scrubbed of the passwords.
+    """
+    secrets = [*passwords(url or ""), connect_options.get("password")]
+    if url:
+        try:
+            parse_mysql_url(url)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     try:
         source = MySQLDataSource(url, **connect_options)
-    except ValueError:
-        raise
     except Exception as exc:
-        raise ConfigurationError(f"cannot create a MySQL data source: {exc}") from None
+        raise ConfigurationError(
+            f"cannot create a MySQL data source: {_masked_error(exc, *secrets)}"
+        ) from None
     where = mask(url) if url else source.description
-    secret = connect_options.get("password")
-    if url:
-        from .mysql import parse_mysql_url
-
-        secret = parse_mysql_url(url).get("password", secret)
     try:
         with source.connection() as conn:
             conn.cursor().execute("SELECT 1")
     except Exception as exc:
         source.close()
         raise ConfigurationError(
-            f"cannot connect to MySQL at {where}: {_masked_error(exc, secret)}"
+            f"cannot connect to MySQL at {where}: {_masked_error(exc, *secrets)}"
         ) from None
     return source
 

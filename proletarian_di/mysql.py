@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from ._dialects import unwrap_connection
+from ._secrets import mask as mask
+from ._secrets import parse_mysql_url as parse_mysql_url
 
 DEFAULT_OPTIONS: dict[str, Any] = {
     "charset": "utf8mb4",
@@ -30,34 +30,6 @@ def _connection_lost(error: BaseException) -> bool:
     if not isinstance(code, int) or code == 0:
         return True
     return 2000 <= code < 3000 or code in _DISCONNECTS
-
-
-def parse_mysql_url(url: str) -> dict[str, Any]:
-    """`mysql://user:password@host:port/database` as PyMySQL connect options."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("mysql", "mysql+pymysql", "mariadb"):
-        raise ValueError(f"not a MySQL URL (mysql://user:password@host:port/db): {mask(url)}")
-    options: dict[str, Any] = {"host": parts.hostname or "127.0.0.1", "port": parts.port or 3306}
-    if parts.username:
-        options["user"] = unquote(parts.username)
-    if parts.password:
-        options["password"] = unquote(parts.password)
-    if parts.path.strip("/"):
-        options["database"] = unquote(parts.path.strip("/"))
-    return options
-
-
-_PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)", re.IGNORECASE)
-
-
-def mask(url: str) -> str:
-    """The URL (or libpq conninfo) with its passwords replaced by `***`, for logs and messages."""
-    url = _PASSWORD_PARAM.sub(r"\1***", url)
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 class MySQLDataSource:

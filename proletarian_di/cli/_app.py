@@ -20,8 +20,8 @@ from rich.markup import escape
 from .. import __version__
 from .._admin import Admin, DatabaseURLError, connect, is_unreachable, url_dialect
 from .._logging import describe
+from .._secrets import mask, passwords, scrub
 from ..errors import ConfigurationError, PayloadError, SchemaError, UnsupportedDatabase
-from ..mysql import mask
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -118,6 +118,7 @@ def _one_line(text: str) -> str:
 
 
 def _database_error(exc: BaseException) -> bool:
+    """Whether the error (or what a ConfigurationError hides) means the database is unreachable."""
     if is_unreachable(exc):
         return True
     context = exc.__cause__ or exc.__context__
@@ -125,10 +126,13 @@ def _database_error(exc: BaseException) -> bool:
 
 
 def _classify(exc: BaseException, config_code: ExitCode = ExitCode.USAGE) -> CLIError | None:
-    """The user error an exception stands for, or None for a bug worth a traceback."""
+    """The user error an exception stands for, or None for a bug worth a traceback.
+
+    A driver's own message is scrubbed of any URL or `password=` value it may quote.
+    """
     if isinstance(exc, CLIError):
         return exc
-    message = _one_line(describe(exc))
+    message = _one_line(scrub(describe(exc)))
     if isinstance(exc, DatabaseURLError):
         return CLIError(str(exc), ExitCode.USAGE)
     if isinstance(exc, SchemaError):
@@ -169,6 +173,7 @@ def _guarded(fn: F) -> F:
 
 
 def _require_url(url: str | None) -> str:
+    """The database URL, checked: missing, unsupported or malformed is a usage error (exit 2)."""
     if not url:
         raise CLIError(
             "no database URL: pass --database-url or set PROLETARIAN_DATABASE_URL",
@@ -180,17 +185,19 @@ def _require_url(url: str | None) -> str:
 
 @contextlib.contextmanager
 def _connection(url: str | None) -> Iterator[Any]:
-    """A connection for `url`; failing to connect is a one-line 'database unreachable'."""
+    """A connection for `url`; failing to connect is one line (exit 5), the password scrubbed."""
     url = _require_url(url)
     try:
         conn = connect(url)
+    except DatabaseURLError:
+        raise
     except Exception as exc:
+        detail = _one_line(scrub(describe(exc), *passwords(url)))
         if is_unreachable(exc):
             raise CLIError(
-                f"database unreachable at {mask(url)}: {_one_line(describe(exc))}",
-                ExitCode.DATABASE,
+                f"database unreachable at {mask(url)}: {detail}", ExitCode.DATABASE
             ) from None
-        raise
+        raise CLIError(f"cannot connect to {mask(url)}: {detail}", ExitCode.DATABASE) from None
     try:
         yield conn
     finally:

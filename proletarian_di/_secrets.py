@@ -1,0 +1,347 @@
+"""Database URLs and libpq conninfo strings without their passwords: split, mask, check, scrub.
+
+One rule keeps every output safe: in a URL the user info ends at the LAST '@'
+after `scheme://`, so an unencoded '#', '/', '?', '@' or ':' in a password is
+still inside it. Masking may hide more than the password (an '@' in a query
+parameter moves the cut), never less. `passwords()` gives every form of the
+passwords a string holds, `scrub()` takes them (and any URL or `password=`
+value) out of a message, and `postgres_problem()` refuses, before libpq sees
+it, a conninfo that libpq would reject or cut elsewhere than `mask()` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+from urllib.parse import quote, unquote
+
+MASK = "***"
+HINT = (
+    "if the password has special characters, percent-encode them "
+    "(% as %25, @ as %40, / as %2F, # as %23, ? as %3F, : as %3A)"
+)
+
+_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.\-]*)://")
+_URL_PARAM = re.compile(r"[?&]([^?&=]*)=")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://\S*")
+_PASSWORD_WORD = re.compile(r"(?:password|passwd|pwd)\s*=?[ \t\n\r\f\v]*", re.IGNORECASE)
+_PASSWORD_IN_TEXT = re.compile(
+    r"(\w*(?:password|passwd|pwd)\s*=\s*)"
+    r"('(?:[^'\\]|\\[\s\S])*(?:'|\\?\Z)|\"(?:[^\"\\]|\\[\s\S])*(?:\"|\\?\Z)|\S+)",
+    re.IGNORECASE,
+)
+_PIECE_DELIMITERS = re.compile(r"[\s/?#@:&=%'\"\\;,]+")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_LIBPQ_SPACE = " \t\n\r\f\v"
+_LIBPQ_USERINFO_END = re.compile(r"[@/]")
+_KEYWORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LIBPQ_STATIC_QUOTES = ('"="', '"]"', '":"', '"/"')
+_MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
+
+
+@dataclasses.dataclass(frozen=True)
+class URLParts:
+    """A URL cut where a password could end: the user info runs to the last '@'.
+
+    `user` and `password` are raw (still percent-encoded); `password` is None
+    when the user info has no ':'; `rest` is host, port, path, query, fragment.
+    """
+
+    scheme: str
+    start: int
+    at: int
+    user: str | None
+    password: str | None
+    rest: str
+
+    @property
+    def password_span(self) -> tuple[int, int] | None:
+        """Where the raw password sits in the URL, for masking."""
+        if self.user is None or self.password is None:
+            return None
+        return (self.start + len(self.user) + 1, self.at)
+
+
+def split_url(text: str) -> URLParts | None:
+    """`scheme://[user[:password]@]rest` cut at the last '@'; None for a string with no `://`."""
+    match = _SCHEME.match(text)
+    if not match:
+        return None
+    start = match.end()
+    at = text.rfind("@", start)
+    if at < 0:
+        return URLParts(match.group(1), start, -1, None, None, text[start:])
+    user, colon, password = text[start:at].partition(":")
+    return URLParts(match.group(1), start, at, user, password if colon else None, text[at + 1 :])
+
+
+def libpq_url(url: str) -> str:
+    """The URL with its scheme spelt `postgresql`, the one spelling libpq reads as a URL."""
+    parts = split_url(url)
+    return "postgresql://" + url[parts.start :] if parts else url
+
+
+def decoded(raw: str) -> str | None:
+    """`raw` percent-decoded, or None when its escapes are malformed or not UTF-8."""
+    if _BAD_ESCAPE.search(raw):
+        return None
+    try:
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        return None
+
+
+def _secret_key(key: str) -> bool:
+    """Whether a conninfo or query parameter name holds a password (sslpassword too)."""
+    name = (decoded(key) or key).strip().lower()
+    return name.endswith("password") or name in ("passwd", "pwd")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setting:
+    """One `key=value` of a conninfo: where its value is written, and the value unescaped."""
+
+    key: str
+    start: int
+    end: int
+    value: str
+
+
+def _conninfo_settings(text: str) -> tuple[list[_Setting], bool]:
+    """The `key=value` settings of a libpq conninfo, parsed as libpq does, and whether all parsed.
+
+    Values are single-quoted or bare, with backslash escapes in both; `end` is
+    past the closing quote. On a syntax error the settings before it are kept.
+    """
+    settings: list[_Setting] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] in _LIBPQ_SPACE:
+            i += 1
+            continue
+        key_start = i
+        while i < n and text[i] != "=" and text[i] not in _LIBPQ_SPACE:
+            i += 1
+        key = text[key_start:i]
+        while i < n and text[i] in _LIBPQ_SPACE:
+            i += 1
+        if i >= n or text[i] != "=":
+            return settings, False
+        i += 1
+        while i < n and text[i] in _LIBPQ_SPACE:
+            i += 1
+        start, chars = i, []
+        quoted = i < n and text[i] == "'"
+        i += quoted
+        while i < n:
+            char = text[i]
+            if char == "\\":
+                chars.append(text[i + 1 : i + 2])
+                i += 2
+            elif (char == "'") if quoted else (char in _LIBPQ_SPACE):
+                break
+            else:
+                chars.append(char)
+                i += 1
+        if quoted and i >= n:
+            settings.append(_Setting(key, start, n, "".join(chars)))
+            return settings, False
+        i += quoted
+        settings.append(_Setting(key, start, min(i, n), "".join(chars)))
+    return settings, True
+
+
+def _url_secret_params(text: str, parts: URLParts) -> list[tuple[int, str]]:
+    """(where the value starts, the raw value up to '&') of each password-like query parameter."""
+    found = []
+    for match in _URL_PARAM.finditer(text, parts.start):
+        if _secret_key(match.group(1)):
+            value = text[match.end() :].split("&", 1)[0]
+            found.append((match.end(), value))
+    return found
+
+
+def _secret_spans(text: str) -> tuple[list[tuple[int, int]], list[str]]:
+    """The spans of `text` that may hold a password, and the passwords as the drivers read them.
+
+    A password query parameter is hidden to the end of the URL and a malformed
+    conninfo (libpq syntax, plain keywords) from its first password setting on:
+    what follows may be part of it.
+    """
+    parts = split_url(text)
+    if parts is not None:
+        spans, values = [], []
+        if parts.password_span:
+            spans.append(parts.password_span)
+            values.append(decoded(parts.password or "") or "")
+        for start, value in _url_secret_params(text, parts):
+            spans.append((start, len(text)))
+            values += [value, decoded(value) or ""]
+        return spans, values
+    settings, complete = _conninfo_settings(text)
+    secret = [s for s in settings if _secret_key(s.key)]
+    values = [s.value for s in secret]
+    if complete and all(_KEYWORD.fullmatch(s.key) for s in settings):
+        return [(s.start, s.end) for s in secret], values
+    starts = [s.start for s in secret] + [m.end() for m in _PASSWORD_WORD.finditer(text)]
+    spans = [(min(starts), len(text))] if starts else []
+    at = text.rfind("@")
+    colon = text.find(":", 0, max(at, 0))
+    if colon >= 0:
+        spans.append((colon + 1, at))
+    return spans, values
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Non-empty spans, overlapping or touching ones joined, in order."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def mask(url: str) -> str:
+    """The URL (or libpq conninfo) with its passwords replaced by `***`, for logs and messages.
+
+    Covers the user info (to the last '@'), password query parameters and
+    `password=` settings, quoted or not; a malformed string is masked wider.
+    """
+    spans, _ = _secret_spans(url)
+    for start, end in reversed(_merged(spans)):
+        url = url[:start] + MASK + url[end:]
+    return url
+
+
+def passwords(text: str) -> tuple[str, ...]:
+    """Every password of a URL or conninfo, raw and decoded, for `scrub`; empty ones left out."""
+    spans, values = _secret_spans(text)
+    found = [text[start:end] for start, end in spans] + values
+    return tuple(dict.fromkeys(value for value in found if value))
+
+
+def _forms(secret: str) -> set[str]:
+    """The ways a secret can show up in a message: as is, decoded, encoded, repr-escaped, pieces."""
+    forms = {secret, repr(secret)[1:-1], quote(secret, safe=""), decoded(secret) or ""}
+    forms.update(_PIECE_DELIMITERS.split(secret))
+    return {form for form in forms if len(form) >= 4 or form == secret}
+
+
+def scrub(text: str, *secrets: str | bytes | None) -> str:
+    """`text` without the given secrets (nor their pieces), and with any URL or `password=` masked.
+
+    For driver messages shown to users; secrets shorter than three characters are left alone.
+    """
+    forms: set[str] = set()
+    for secret in secrets:
+        if isinstance(secret, bytes):
+            secret = secret.decode("utf-8", "replace")
+        if secret and len(secret) >= 3:
+            forms |= _forms(secret)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, MASK)
+    text = _URL_IN_TEXT.sub(lambda match: mask(match.group()), text)
+    return _PASSWORD_IN_TEXT.sub(lambda match: match.group(1) + MASK, text)
+
+
+def malformed(what: str, text: str, reason: str) -> str:
+    """The message for a malformed URL or conninfo: masked, a reason without user data, a hint."""
+    return f"malformed {what} {mask(text)}: {reason}; {HINT}"
+
+
+def _without_quoted_data(message: str) -> str:
+    """A libpq message with the user data it quotes ("...") replaced by "…"."""
+    quotes = [i for i, char in enumerate(message) if char == '"']
+    static = {i for i in quotes if message[i : i + 3] in _LIBPQ_STATIC_QUOTES}
+    static |= {i + 2 for i in static}
+    data = [i for i in quotes if i not in static]
+    if not data:
+        return message
+    first, last = data[0], data[-1]
+    return message[:first] + '"…"' + (message[last + 1 :] if last > first else "")
+
+
+def postgres_problem(conninfo: str) -> str | None:
+    """Why libpq would reject or misread a conninfo or URL (a reason without user data), or None.
+
+    libpq ends the user info at the first '@' or '/'; when that is not where
+    `mask` ends it, the driver could show part of the password, so it is refused.
+    """
+    try:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return None
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        message = scrub(" ".join(str(exc).split()), *passwords(conninfo))
+        return _without_quoted_data(message)
+    except UnicodeError:
+        return "a percent-encoded sequence is not UTF-8"
+    except Exception as exc:
+        return f"libpq cannot parse it ({type(exc).__name__})"
+    parts = split_url(conninfo)
+    if parts is not None and parts.password is not None:
+        cut = _LIBPQ_USERINFO_END.search(conninfo, parts.start)
+        if cut is None or cut.start() != parts.at:
+            return "an '@' or '/' after the user name makes the password ambiguous"
+    password = params.get("password")
+    if password and password not in passwords(conninfo):
+        return "the password cannot be told apart from the other settings"
+    for port in str(params.get("port") or "").split(","):
+        port = port.strip(_LIBPQ_SPACE)
+        if port and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            return "the port is not a number from 1 to 65535"
+    return None
+
+
+def parse_mysql_url(url: str) -> dict[str, Any]:
+    """`mysql://user:password@host:port/database` as PyMySQL connect options.
+
+    The user info ends at the last '@', so the password may hold an unencoded
+    '#', '/', '?', '@' or ':'; a malformed URL raises ValueError, masked.
+    """
+    parts = split_url(url)
+    if parts is None or parts.scheme.lower() not in _MYSQL_SCHEMES:
+        raise ValueError(f"not a MySQL URL (mysql://user:password@host:port/db): {mask(url)}")
+
+    def bad(reason: str) -> ValueError:
+        return ValueError(malformed("MySQL URL", url, reason))
+
+    rest = parts.rest
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, path = rest[:cut], re.split(r"[?#]", rest[cut:], maxsplit=1)[0]
+    if netloc.startswith("["):
+        host, bracket, after = netloc[1:].partition("]")
+        if not bracket or (after and not after.startswith(":")):
+            raise bad("the IPv6 address is not closed by ']' before the port")
+        port_text = after[1:]
+    elif "[" in netloc or "]" in netloc:
+        raise bad("a '[' or ']' outside an IPv6 address")
+    else:
+        host, _, port_text = netloc.partition(":")
+    if port_text and not (port_text.isascii() and port_text.isdigit()):
+        raise bad("the port is not a number")
+    port = int(port_text) if port_text else 0
+    if port > 65535:
+        raise bad("the port is out of range 0-65535")
+    name, percent, zone = host.partition("%")
+    options: dict[str, Any] = {"host": name.lower() + percent + zone or "127.0.0.1"}
+    options["port"] = port or 3306
+    for key, raw in (("user", parts.user), ("password", parts.password), ("database", path)):
+        raw = (raw or "").strip("/") if key == "database" else raw or ""
+        if not raw:
+            continue
+        value = decoded(raw)
+        if value is None:
+            raise bad(
+                "a '%' is not followed by two hex digits"
+                if _BAD_ESCAPE.search(raw)
+                else "a percent-encoded sequence is not UTF-8"
+            )
+        options[key] = value
+    return options
