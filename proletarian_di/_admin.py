@@ -84,24 +84,6 @@ def is_unreachable(exc: BaseException) -> bool:
     return False
 
 
-def _rows(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    cursor = conn.cursor()
-    try:
-        cursor.execute(sql, tuple(params))
-        return list(cursor.fetchall()) if cursor.description else []
-    finally:
-        cursor.close()
-
-
-def _execute(conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
-    cursor = conn.cursor()
-    try:
-        cursor.execute(sql, tuple(params))
-        return int(cursor.rowcount)
-    finally:
-        cursor.close()
-
-
 @dataclasses.dataclass
 class QueueStats:
     """One queue's numbers: waiting jobs from the job table, outcomes from the archive."""
@@ -141,6 +123,23 @@ class Admin:
     def _time(self, value: datetime) -> Any:
         return self.dialect.encode_time(value)
 
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows as tuples, whatever row factory or cursor class the connection has."""
+        cursor = self.dialect.cursor(self.conn)
+        try:
+            cursor.execute(sql, tuple(params))
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            cursor.close()
+
+    def _execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        cursor = self.dialect.cursor(self.conn)
+        try:
+            cursor.execute(sql, tuple(params))
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
+
     # Checks ------------------------------------------------------------------
 
     def check(self) -> None:
@@ -159,7 +158,7 @@ class Admin:
             lacking = []
             for name in names:
                 try:
-                    _rows(self.conn, f"SELECT {name} FROM {table} WHERE 1 = 0")
+                    self._rows(f"SELECT {name} FROM {table} WHERE 1 = 0")
                 except Exception:
                     lacking.append(name)
                 finally:
@@ -176,8 +175,7 @@ class Admin:
         t_now, t_hour = self._time(now), self._time(now - timedelta(hours=1))
         by_queue: dict[str, QueueStats] = {}
         try:
-            waiting = _rows(
-                self.conn,
+            waiting = self._rows(
                 "SELECT queue, "
                 "SUM(CASE WHEN process_at <= %s THEN 1 ELSE 0 END), "
                 "SUM(CASE WHEN process_at > %s THEN 1 ELSE 0 END), "
@@ -185,8 +183,7 @@ class Admin:
                 f"FROM {self.job_table} GROUP BY queue",
                 (t_now, t_now, t_now),
             )
-            archived = _rows(
-                self.conn,
+            archived = self._rows(
                 "SELECT queue, "
                 "SUM(CASE WHEN status = 'success' AND finished_at >= %s THEN 1 ELSE 0 END), "
                 "SUM(CASE WHEN status = 'failure' AND finished_at >= %s THEN 1 ELSE 0 END), "
@@ -255,11 +252,10 @@ class Admin:
         try:
             if dry_run:
                 return int(
-                    _rows(self.conn, f"SELECT COUNT(*) FROM {archive} WHERE {where}", params)[0][0]
+                    self._rows(f"SELECT COUNT(*) FROM {archive} WHERE {where}", params)[0][0]
                 )
             if self.name == "postgresql":
-                moved = _rows(
-                    self.conn,
+                moved = self._rows(
                     f"WITH moved AS (DELETE FROM {archive} WHERE {where} RETURNING *) "
                     f"INSERT INTO {job} ({columns}) "
                     "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s FROM moved "
@@ -276,25 +272,22 @@ class Admin:
 
     def _move_mysql(self, where: str, params: list[Any], now: datetime) -> int:
         archive, job, columns = self.archived_job_table, self.job_table, self.dialect.columns
-        _execute(self.conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self._execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         self.conn.begin()
         ids = [
             row[0]
-            for row in _rows(
-                self.conn, f"SELECT job_id FROM {archive} WHERE {where} FOR UPDATE", params
-            )
+            for row in self._rows(f"SELECT job_id FROM {archive} WHERE {where} FOR UPDATE", params)
         ]
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ", ".join(["%s"] * len(chunk))
-            _execute(
-                self.conn,
+            self._execute(
                 f"INSERT INTO {job} ({columns}) "
                 "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s "
                 f"FROM {archive} WHERE job_id IN ({marks})",
                 [self._time(now), *chunk],
             )
-            _execute(self.conn, f"DELETE FROM {archive} WHERE job_id IN ({marks})", chunk)
+            self._execute(f"DELETE FROM {archive} WHERE job_id IN ({marks})", chunk)
         return len(ids)
 
     # Purge ---------------------------------------------------------------------
@@ -321,11 +314,9 @@ class Admin:
         try:
             if dry_run:
                 return int(
-                    _rows(self.conn, f"SELECT COUNT(*) FROM {archive} WHERE {condition}", params)[
-                        0
-                    ][0]
+                    self._rows(f"SELECT COUNT(*) FROM {archive} WHERE {condition}", params)[0][0]
                 )
-            count = _execute(self.conn, f"DELETE FROM {archive} WHERE {condition}", params)
+            count = self._execute(f"DELETE FROM {archive} WHERE {condition}", params)
             self.conn.commit()
             return count
         finally:
@@ -336,8 +327,7 @@ class Admin:
     def recent_failures(self, limit: int = 5) -> list[tuple[uuid.UUID, str, str, int, datetime]]:
         """The latest failed jobs as (job_id, queue, job_type, attempts, finished_at)."""
         try:
-            rows = _rows(
-                self.conn,
+            rows = self._rows(
                 "SELECT job_id, queue, job_type, attempts, finished_at "
                 f"FROM {self.archived_job_table} WHERE status = 'failure' "
                 "ORDER BY finished_at DESC LIMIT %s",
@@ -356,8 +346,7 @@ class Admin:
         marks = ", ".join(["%s"] * len(queues))
         try:
             return int(
-                _rows(
-                    self.conn,
+                self._rows(
                     f"SELECT COUNT(*) FROM {self.job_table} WHERE queue IN ({marks})",
                     list(queues),
                 )[0][0]

@@ -30,12 +30,21 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+MAX_NAME_LENGTH = 255
+
+
 def check_name(value: Any, option: str) -> str:
-    """A queue or job type: a non-empty string that a text column can hold."""
+    """A queue or job type: a non-empty string of at most 255 characters without NUL, which
+    both databases store exactly (MySQL's VARCHAR(255) would cut a longer one short)."""
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{option} must be a non-empty string, got {value!r}")
     if "\x00" in value:
         raise ConfigurationError(f"{option} must not contain NUL characters, got {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{option} must be at most {MAX_NAME_LENGTH} characters, got {len(value)}: "
+            f"{value[:40]!r}…"
+        )
     return value
 
 

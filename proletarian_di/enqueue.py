@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._dialects import Dialect, dialect_for
+from ._dialects import Dialect, check_table_name, connection_kind, dialect_named
 from ._options import (
     DEFAULT_ARCHIVED_JOB_TABLE,
     DEFAULT_JOB_TABLE,
@@ -28,6 +28,7 @@ BATCH_SIZE = 5_000
 
 
 def _due(now: datetime, process_at: datetime | None, process_in: timedelta | None) -> datetime:
+    """When the job is due, in UTC; the past means now."""
     if process_at is not None:
         if not isinstance(process_at, datetime):
             raise ConfigurationError(f"process_at must be a datetime, got {process_at!r}")
@@ -36,12 +37,43 @@ def _due(now: datetime, process_at: datetime | None, process_in: timedelta | Non
                 "process_at must be timezone-aware (e.g. datetime.now(timezone.utc)), "
                 f"got naive {process_at.isoformat()}"
             )
-        return max(process_at, now)
-    if process_in is not None:
+        due, option = max(process_at, now), f"process_at={process_at.isoformat()}"
+    elif process_in is not None:
         if not isinstance(process_in, timedelta):
             raise ConfigurationError(f"process_in must be a timedelta, got {process_in!r}")
-        return now + max(process_in, timedelta(0))
-    return now
+        option = f"process_in={process_in}"
+        try:
+            due = now + max(process_in, timedelta(0))
+        except OverflowError:
+            due = None
+    else:
+        return now
+    try:
+        if due is not None:
+            return due.astimezone(timezone.utc)
+    except OverflowError:
+        pass
+    raise ConfigurationError(
+        f"{option} is too far ahead: a job must be due by 9999-12-31 23:59:59 UTC"
+    )
+
+
+def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
+    """The dialect of `conn`, checked before anything is written: a synchronous psycopg 3
+    or PyMySQL connection for `enqueue`, a psycopg `AsyncConnection` for `enqueue_async`."""
+    name, is_async = connection_kind(conn)
+    kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
+    if is_async and not asynchronous:
+        raise TypeError(
+            f"enqueue needs a synchronous connection, got the async {kind}: "
+            "use `await enqueue_async(conn, ...)`"
+        )
+    if asynchronous and not is_async:
+        raise TypeError(
+            f"enqueue_async needs a psycopg AsyncConnection, got {kind}: "
+            "use `enqueue(conn, ...)` with it"
+        )
+    return dialect_named(name, check_table_name(job_table, "job_table"), DEFAULT_ARCHIVED_JOB_TABLE)
 
 
 class _Prepared:
@@ -49,17 +81,16 @@ class _Prepared:
 
     def __init__(
         self,
-        conn: Any,
+        dialect: Dialect,
         jobs: Iterable[tuple[str, Any]],
         queue: str,
         process_at: datetime | None,
         process_in: timedelta | None,
-        job_table: str,
         serializer: Any,
         job_id_strategy: Any,
         clock: Any,
     ) -> None:
-        self.dialect: Dialect = dialect_for(conn, job_table, DEFAULT_ARCHIVED_JOB_TABLE)
+        self.dialect = dialect
         queue = check_queue(queue)
         codec = check_serializer(serializer)
         strategy = check_id_strategy(job_id_strategy) or self.dialect.default_id_strategy
@@ -96,12 +127,11 @@ def enqueue(
     a payload that cannot be serialized writes nothing.
     """
     prepared = _Prepared(
-        conn,
+        _dialect(conn, job_table, asynchronous=False),
         [(job_type, payload)],
         queue,
         process_at,
         process_in,
-        job_table,
         serializer,
         job_id_strategy,
         clock,
@@ -128,7 +158,14 @@ def enqueue_many(
     encoded before anything is written, and nothing is committed.
     """
     prepared = _Prepared(
-        conn, jobs, queue, process_at, process_in, job_table, serializer, job_id_strategy, clock
+        _dialect(conn, job_table, asynchronous=False),
+        jobs,
+        queue,
+        process_at,
+        process_in,
+        serializer,
+        job_id_strategy,
+        clock,
     )
     for start in range(0, len(prepared.rows), BATCH_SIZE):
         prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
@@ -150,17 +187,14 @@ async def enqueue_async(
 ) -> uuid.UUID:
     """`enqueue` for a psycopg `AsyncConnection`, in the caller's transaction."""
     prepared = _Prepared(
-        aconn,
+        _dialect(aconn, job_table, asynchronous=True),
         [(job_type, payload)],
         queue,
         process_at,
         process_in,
-        job_table,
         serializer,
         job_id_strategy,
         clock,
     )
-    if prepared.dialect.name != "postgresql":
-        raise ConfigurationError("enqueue_async needs a psycopg AsyncConnection")
     await aconn.execute(*prepared.dialect.insert_statement(prepared.rows[0]))
     return prepared.ids[0]

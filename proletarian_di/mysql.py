@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ._dialects import unwrap_connection
+from ._dialects.mysql import DISCONNECT_CODES, restore_session, session_state
 from ._secrets import mask as mask
 from ._secrets import parse_mysql_url as parse_mysql_url
 
@@ -16,7 +17,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "connect_timeout": 10,
 }
 
-_DISCONNECTS = frozenset({1053, 1927, 4031})  # server shutdown, connection killed, idle timeout
+_LENT_AS = "_proletarian_session"  # the session state a pooled connection is restored to
 
 
 def _connection_lost(error: BaseException) -> bool:
@@ -29,15 +30,17 @@ def _connection_lost(error: BaseException) -> bool:
     code = error.args[0] if error.args else None
     if not isinstance(code, int) or code == 0:
         return True
-    return 2000 <= code < 3000 or code in _DISCONNECTS
+    return 2000 <= code < 3000 or code in DISCONNECT_CODES
 
 
 class MySQLDataSource:
     """PyMySQL connections from a DBUtils pool; `connection()` lends one for a block.
 
     Dead connections are replaced when lent (DBUtils pings them), and a
-    connection comes back rolled back, so nothing leaks between borrowers.
-    Use it as a worker's `data_source` and to get connections for `enqueue`.
+    connection comes back rolled back, with its session settings (SQL mode,
+    time zone, isolation, character sets, default database, ...) as they were
+    when first lent, so nothing leaks between borrowers. Use it as a worker's
+    `data_source` and to get connections for `enqueue`.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class MySQLDataSource:
         from dbutils.pooled_db import PooledDB
 
         options = {**DEFAULT_OPTIONS, **(parse_mysql_url(url) if url else {}), **connect_options}
+        self._options = options
         self.description = (
             f"mysql://{options.get('user', '')}@{options.get('host')}:"
             + str(options.get("port", 3306))
@@ -79,10 +83,23 @@ class MySQLDataSource:
         transaction; DBUtils replaces it when it is next lent.
         """
         pooled = self._pool.connection(shareable=False)
+        conn = unwrap_connection(pooled)
         try:
-            yield unwrap_connection(pooled)
+            lent = getattr(conn, _LENT_AS, None)
+            if lent is None:
+                lent = session_state(conn)
+                setattr(conn, _LENT_AS, lent)
+            yield conn
         finally:
+            if lent is not None:
+                restore_session(conn, lent)
             pooled.close()
+
+    def connect(self) -> Any:
+        """A new PyMySQL connection with the same options, outside the pool (caller closes it)."""
+        import pymysql
+
+        return pymysql.connect(**self._options)
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._dialects import check_table_name, dialect_name
+from ._dialects import check_table_name, dialect_for, dialect_name
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 
 _POSTGRESQL = """\
@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
     process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
     INDEX {index} (queue, process_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
     job_id      BINARY(16) PRIMARY KEY, -- copied from the job row
@@ -63,10 +63,16 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     process_at  DATETIME(6) NOT NULL,   -- data for the last run only
     status      VARCHAR(16) NOT NULL,   -- success / failure
     finished_at DATETIME(6) NOT NULL    -- UTC; when the job finished (success or failure)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
 _TEMPLATES = {"postgresql": _POSTGRESQL, "mysql": _MYSQL}
+
+# Binary and NO PAD, so 'email' and 'email ' are two queues, as on PostgreSQL: MariaDB runs
+# the /*M! comment, MySQL 8.0.17+ the /*!80017 one (each ignores the other's).
+NO_PAD_COLLATION = "/*M!100202 COLLATE=utf8mb4_nopad_bin */ /*!80017 COLLATE=utf8mb4_0900_bin */"
+# MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
+OLD_MYSQL_COLLATION = "COLLATE=utf8mb4_bin"
 
 
 def schema_sql(
@@ -88,6 +94,7 @@ def schema_sql(
         job_table=job_table,
         archived_job_table=archived_job_table,
         index=f"{name}_queue_process_at",
+        collation=NO_PAD_COLLATION,
     )
     if not schema:
         sql = sql.split("\n", 2)[2]
@@ -106,7 +113,12 @@ def install_schema(
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
     """Create the schema, both tables and the index on `conn`, then commit."""
-    sql = schema_sql(dialect_name(conn), job_table, archived_job_table)
+    dialect = dialect_name(conn)
+    sql = schema_sql(dialect, job_table, archived_job_table)
+    if dialect == "mysql":
+        product, version = dialect_for(conn, job_table, archived_job_table).server_version(conn)
+        if product == "MySQL" and version < (8, 0, 17):
+            sql = sql.replace(NO_PAD_COLLATION, OLD_MYSQL_COLLATION)
     cursor = conn.cursor()
     try:
         for statement in statements(sql):
@@ -116,6 +128,13 @@ def install_schema(
     conn.commit()
 
 
+_NOTES = {
+    "mysql": (
+        "-- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and\n"
+        "-- MySQL 8.0.17+ respectively); on MySQL 8.0.1-8.0.16 replace both with\n"
+        f"-- {OLD_MYSQL_COLLATION} (install_schema does).\n"
+    )
+}
 _HEADERS = {
     "postgresql": "PostgreSQL 9.5+",
     "mysql": "MySQL 8.0.1+ and MariaDB 10.6+",
@@ -124,8 +143,9 @@ _HEADERS = {
 
 def schema_file(dialect: str) -> str:
     """The contents of `sql/<dialect>.sql`: the DDL for the default table names."""
+    note = _NOTES.get(dialect, "")
     return (
         f"-- proletarian-di schema for {_HEADERS[dialect]} (safe to run twice).\n"
         "-- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders\n"
-        "-- it for other table names.\n\n" + schema_sql(dialect)
+        f"-- it for other table names.\n{note}\n" + schema_sql(dialect)
     )

@@ -39,6 +39,13 @@ class Backend:
         with contextlib.closing(self.connect()) as conn:
             install_schema(conn, job_table, archived_job_table)
 
+    def recreate(self) -> None:
+        """Drop the queue tables and install the current schema (a server kept from an
+        earlier run may hold tables of an older schema)."""
+        self.execute("DROP TABLE IF EXISTS proletarian.job")
+        self.execute("DROP TABLE IF EXISTS proletarian.archived_job")
+        self.install()
+
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with contextlib.closing(self.connect()) as conn:
             cur = conn.cursor()

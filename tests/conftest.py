@@ -27,7 +27,7 @@ from backends import (
 def postgresql_backend() -> Iterator[Backend]:
     with embedded_postgres_url() as url:
         backend = PostgresBackend(url)
-        backend.install()
+        backend.recreate()
         yield backend
 
 
@@ -39,7 +39,7 @@ def mysql_backend() -> Backend:
             pytest.fail(f"PROLETARIAN_REQUIRE_MYSQL=1 but {reason}")
         pytest.skip(reason)
     backend = MySQLBackend(MYSQL_URL)
-    backend.install()
+    backend.recreate()
     return backend
 
 

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import threading
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -441,3 +441,39 @@ def test_bad_input_under_concurrency_loses_nothing(backend, pool):
     assert archived == expected
     assert sorted(ran) == [i for i, kind in enumerate(kinds) if kind == "good"]
     assert waiting(backend) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"process_in": timedelta(days=3_000_000)}, "process_in=.* is too far ahead"),
+        (
+            {"process_at": datetime.max.replace(tzinfo=timezone(timedelta(hours=-5)))},
+            "process_at=.* is too far ahead",
+        ),
+    ],
+)
+def test_times_past_what_a_database_holds_are_a_clear_error(backend, options, message):
+    conn = backend.connect()
+    try:
+        with pytest.raises(ConfigurationError, match=message):
+            enqueue(conn, "x", None, job_table=JOB, **options)
+        with pytest.raises(ValueError, match=message):
+            enqueue_many(conn, [("x", None)], job_table=JOB, **options)
+        conn.commit()
+    finally:
+        conn.close()
+    assert waiting(backend) == []
+
+
+def test_the_last_representable_time_is_stored_as_it_is(backend):
+    last = datetime.max.replace(tzinfo=timezone.utc)
+    commit_jobs_at(backend, last)
+    (due,) = backend.query(f"SELECT process_at FROM {JOB}")[0]
+    assert due.replace(tzinfo=timezone.utc) == last
+
+
+def commit_jobs_at(backend: Any, process_at: datetime) -> None:
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue(conn, "last", None, job_table=JOB, process_at=process_at)
+        conn.commit()

@@ -83,10 +83,12 @@ def test_enqueuers_are_not_blocked_by_a_running_job(my):
 
 
 def test_worker_restores_the_sessions_isolation_level(my):
-    source = MySQLDataSource(my.url, max_connections=1)
+    source = MySQLDataSource(
+        my.url,
+        max_connections=1,
+        init_command="SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    )
     try:
-        with source.connection() as conn:
-            conn.cursor().execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
         with create_queue_worker(source, lambda t, p: None, polling_interval_ms=10):
             enqueue_committed(my, ("x", None))
             wait_until(lambda: my.archived())
@@ -126,3 +128,69 @@ def test_urls_are_parsed_and_masked():
     )
     with pytest.raises(ValueError, match="not a MySQL URL"):
         parse_mysql_url("postgresql://app:pw@db/shop")
+
+
+def _mysql_error(code: int) -> Exception:
+    """The exception PyMySQL raises for a server error packet with this code."""
+    import pymysql.err
+
+    packet = b"\xff" + code.to_bytes(2, "little") + b"#HY000" + b"message"
+    try:
+        pymysql.err.raise_mysql_exception(packet)
+    except pymysql.err.MySQLError as exc:
+        return exc
+    raise AssertionError("no exception raised")
+
+
+@pytest.mark.parametrize(
+    ("code", "transient"),
+    [
+        (2003, True),  # cannot connect
+        (2006, True),  # server has gone away
+        (2013, True),  # lost connection during query
+        (1040, True),  # too many connections
+        (1053, True),  # server shutdown in progress
+        (1205, True),  # lock wait timeout
+        (1213, True),  # deadlock
+        (1290, True),  # --read-only: a demoted primary during failover
+        (1836, True),  # read-only mode
+        (1927, True),  # connection killed (MariaDB)
+        (4031, True),  # idle connection closed by the server
+        (1054, False),  # unknown column
+        (1142, False),  # command denied (privileges)
+        (1146, False),  # no such table
+        (1064, False),  # syntax error
+        (1062, False),  # duplicate key
+    ],
+)
+def test_only_connection_level_mysql_errors_are_transient(code, transient):
+    from proletarian_di._dialects import is_transient
+
+    assert is_transient(_mysql_error(code)) is transient
+
+
+def test_an_sql_error_reaches_on_polling_error_as_on_postgresql(my):
+    """A job table without the attempts column: 1054, which PyMySQL calls OperationalError."""
+    my.execute("DROP TABLE IF EXISTS proletarian.bad_job")
+    my.execute(
+        "CREATE TABLE proletarian.bad_job (job_id BINARY(16) PRIMARY KEY, queue VARCHAR(255), "
+        "job_type VARCHAR(255), payload LONGTEXT, enqueued_at DATETIME(6), "
+        "process_at DATETIME(6))"
+    )
+    seen, stopped = [], threading.Event()
+    try:
+        worker = create_queue_worker(
+            my.pool(2),
+            lambda t, p: None,
+            job_table="proletarian.bad_job",
+            polling_interval_ms=10,
+            on_polling_error=lambda exc: seen.append(exc) or True,
+            on_shutdown=stopped.set,
+            log=lambda event, data: None,
+        )
+        worker.start()
+        assert stopped.wait(10)
+    finally:
+        my.execute("DROP TABLE proletarian.bad_job")
+    assert seen and seen[0].args[0] == 1054
+    assert worker.state == "stopped"

@@ -170,23 +170,32 @@ class Lending:
 def recording_connection(backend: Any, recorder: Recorder) -> Any:
     if backend.name == "mysql":
 
-        class MySQLCursor(pymysql.cursors.Cursor):
-            _inner = False
+        def recording(base: type) -> type:
+            class MySQLCursor(base):  # type: ignore[misc, valid-type]
+                _inner = False
 
-            def execute(self, query: Any, args: Any = None) -> Any:
-                if not self._inner:
+                def execute(self, query: Any, args: Any = None) -> Any:
+                    if not self._inner:
+                        recorder.calls.append((query, args))
+                    return super().execute(query, args)
+
+                def executemany(self, query: Any, args: Any) -> Any:
                     recorder.calls.append((query, args))
-                return super().execute(query, args)
+                    self._inner = True
+                    try:
+                        return super().executemany(query, args)
+                    finally:
+                        self._inner = False
 
-            def executemany(self, query: Any, args: Any) -> Any:
-                recorder.calls.append((query, args))
-                self._inner = True
-                try:
-                    return super().executemany(query, args)
-                finally:
-                    self._inner = False
+            return MySQLCursor
 
-        return pymysql.connect(**backend.options, autocommit=False, cursorclass=MySQLCursor)
+        class MySQLConnection(pymysql.connections.Connection):  # type: ignore[misc]
+            """Records through whichever cursor class is asked for."""
+
+            def cursor(self, cursor: Any = None) -> Any:
+                return recording(cursor or self.cursorclass)(self)
+
+        return MySQLConnection(**backend.options, autocommit=False)
 
     class PGCursor(psycopg.Cursor):  # type: ignore[type-arg]
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:

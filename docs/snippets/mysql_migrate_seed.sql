@@ -4,7 +4,7 @@ SET time_zone = '+00:00'; -- TIMESTAMP values become UTC DATETIME values
 
 ALTER TABLE proletarian.job
     DROP INDEX queue, -- the seed's unnamed INDEX (queue(256), process_at)
-    CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    CONVERT TO CHARACTER SET utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */,
     MODIFY queue       VARCHAR(255) NOT NULL,
     MODIFY job_type    VARCHAR(255) NOT NULL,
     MODIFY payload     LONGTEXT NOT NULL,
@@ -13,7 +13,7 @@ ALTER TABLE proletarian.job
     ADD INDEX job_queue_process_at (queue, process_at);
 
 ALTER TABLE proletarian.archived_job
-    CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+    CONVERT TO CHARACTER SET utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */,
     MODIFY queue       VARCHAR(255) NOT NULL,
     MODIFY job_type    VARCHAR(255) NOT NULL,
     MODIFY payload     LONGTEXT NOT NULL,

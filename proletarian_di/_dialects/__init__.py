@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Dialect, JobRow, check_table_name, dialect_name, unwrap_connection
+from . import mysql
+from .base import (
+    Dialect,
+    JobRow,
+    TransactionLost,
+    check_table_name,
+    connection_kind,
+    dialect_name,
+    unwrap_connection,
+)
 from .mysql import MySQLDialect
 from .postgresql import NOTIFY_CHANNEL, PostgresDialect
 
@@ -19,28 +28,31 @@ __all__ = [
     "JobRow",
     "MySQLDialect",
     "PostgresDialect",
+    "TransactionLost",
     "check_table_name",
+    "connection_kind",
     "dialect_for",
     "dialect_name",
+    "dialect_named",
     "is_transient",
     "unwrap_connection",
 ]
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Connection-level trouble (lost connection, restart, pool timeout, lock timeout,
-    deadlock): reconnect, back off and keep going."""
+    """Connection-level trouble (lost or refused connection, restart, pool timeout, lock
+    timeout, deadlock, read-only failover): reconnect, back off and keep going."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    module = type(exc).__module__
+    if module.startswith("pymysql"):
+        return mysql.is_transient(exc)
+    if module.startswith("dbutils"):
+        return True
     try:
         import psycopg
 
         if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
-            return True
-    except ImportError:
-        pass
-    try:
-        import pymysql
-
-        if isinstance(exc, (pymysql.err.OperationalError, pymysql.err.InterfaceError)):
             return True
     except ImportError:
         pass
@@ -53,7 +65,12 @@ _CACHE: dict[tuple[str, str, str], Dialect] = {}
 
 def dialect_for(conn: Any, job_table: str, archived_job_table: str) -> Dialect:
     """The dialect of `conn`, with its statements prepared for these tables."""
-    key = (dialect_name(conn), job_table, archived_job_table)
+    return dialect_named(dialect_name(conn), job_table, archived_job_table)
+
+
+def dialect_named(name: str, job_table: str, archived_job_table: str) -> Dialect:
+    """The dialect called `name`, with its statements prepared for these tables."""
+    key = (name, job_table, archived_job_table)
     dialect = _CACHE.get(key)
     if dialect is None:
         dialect = _CACHE[key] = _DIALECTS[key[0]](job_table, archived_job_table)

@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg import Connection, errors, pq
 from psycopg.adapt import Transformer
+from psycopg.rows import tuple_row
 
 try:
     from psycopg.generators import execute as _fetch_results
@@ -53,7 +54,8 @@ def run(conn: Any, text: str) -> list[tuple[Any, ...]]:
 
 
 def _run_with_cursor(conn: Any, text: str) -> list[tuple[Any, ...]]:
-    cursor = conn.execute(text, prepare=False)
-    while cursor.nextset():
-        pass
-    return cursor.fetchall() if cursor.description else []
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(text, prepare=False)
+        while cursor.nextset():
+            pass
+        return cursor.fetchall() if cursor.description else []

@@ -4,7 +4,9 @@ helpers (table names, connection unwrapping, timestamps)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import socket
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -29,8 +31,7 @@ def check_table_name(name: Any, option: str = "job_table") -> str:
 def unwrap_connection(conn: Any) -> Any:
     """The driver connection under pool wrappers such as DBUtils' (`._con`)."""
     for _ in range(4):
-        module = type(conn).__module__
-        if module.startswith(("psycopg", "pymysql")):
+        if _driver(type(conn)) is not None:
             return conn
         inner = getattr(conn, "_con", None)
         if inner is None:
@@ -39,17 +40,93 @@ def unwrap_connection(conn: Any) -> Any:
     return conn
 
 
-def dialect_name(conn: Any) -> str:
-    """'postgresql' or 'mysql', from the class of the (unwrapped) connection."""
-    module = type(unwrap_connection(conn)).__module__
-    if module.startswith("psycopg"):
-        return "postgresql"
-    if module.startswith("pymysql"):
-        return "mysql"
+_DRIVERS = {"psycopg": "postgresql", "pymysql": "mysql"}
+_UNSUPPORTED = {
+    "psycopg2": "psycopg2 is not supported: use psycopg 3 (pip install psycopg)",
+    "MySQLdb": "mysqlclient (MySQLdb) is not supported: use PyMySQL (pip install PyMySQL)",
+    "mysql": "mysql-connector is not supported: use PyMySQL (pip install PyMySQL)",
+    "aiomysql": "aiomysql is not supported: use PyMySQL (pip install PyMySQL)",
+    "asyncmy": "asyncmy is not supported: use PyMySQL (pip install PyMySQL)",
+    "asyncpg": "asyncpg connections are not supported: use a psycopg 3 AsyncConnection",
+    "sqlite3": "SQLite has no SELECT … FOR UPDATE SKIP LOCKED: use PostgreSQL or MySQL",
+}
+_KINDS: dict[type, tuple[str, bool]] = {}
+
+
+def _driver(cls: type) -> str | None:
+    """The top-level package of the first class in `cls`'s MRO that comes from a driver."""
+    for klass in cls.__mro__:
+        root = klass.__module__.partition(".")[0]
+        if root in _DRIVERS or root in _UNSUPPORTED or root == "psycopg_pool":
+            return root
+    return None
+
+
+def _classify(conn: Any) -> tuple[str, bool]:
+    """(dialect, is_async) for a connection; a clear error for anything else."""
+    cls = type(conn)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    root = _driver(cls)
+    if root in _DRIVERS:
+        if root == "psycopg" and any(
+            k.__name__ == "AsyncConnection" and k.__module__.startswith("psycopg")
+            for k in cls.__mro__
+        ):
+            return "postgresql", True
+        if hasattr(conn, "cursor"):
+            return _DRIVERS[root], False
+    if root in _UNSUPPORTED:
+        raise UnsupportedDatabase(f"unsupported connection {name}: {_UNSUPPORTED[root]}")
+    if callable(getattr(conn, "connection", None)) and not hasattr(conn, "cursor"):
+        raise TypeError(
+            f"got a pool ({name}) where a connection is needed: pass one of its connections, "
+            "e.g. `with pool.connection() as conn: enqueue(conn, ...)`"
+        )
     raise UnsupportedDatabase(
-        f"unsupported connection type {type(conn).__module__}.{type(conn).__qualname__}: "
-        "use a psycopg 3 connection (PostgreSQL) or a PyMySQL connection (MySQL/MariaDB)"
+        f"unsupported connection type {name}: use a psycopg 3 connection (PostgreSQL) "
+        "or a PyMySQL connection (MySQL/MariaDB)"
     )
+
+
+def connection_kind(conn: Any) -> tuple[str, bool]:
+    """('postgresql' or 'mysql', whether it is an async connection), cached per class."""
+    cls = type(conn)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        inner = unwrap_connection(conn)
+        kind = _classify(inner)
+        if inner is conn:
+            _KINDS[cls] = kind
+    return kind
+
+
+def dialect_name(conn: Any) -> str:
+    """'postgresql' or 'mysql' for a synchronous connection (psycopg 3 or PyMySQL)."""
+    name, is_async = connection_kind(conn)
+    if is_async:
+        raise TypeError(
+            f"{type(conn).__qualname__} is an async connection: use `await enqueue_async(conn, "
+            "...)`, or a synchronous psycopg.Connection"
+        )
+    return name
+
+
+def shutdown_socket(fd: int) -> None:
+    """Cut a connection's socket from another thread: the server sees it close and rolls
+    back, and the thread using the connection gets a clean error on its next call."""
+    with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class TransactionLost(Exception):
+    """The job's transaction ended inside a callback: its savepoint and row locks are gone.
+
+    The runner tags it with the callback (`stage`) and the callback's own exception
+    (`cause`), if it raised one.
+    """
+
+    stage: str = "handler"
+    cause: BaseException | None = None
 
 
 class Dialect:
@@ -70,6 +147,8 @@ class Dialect:
             "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
         )
         self.reschedule_sql = f"UPDATE {job} SET attempts = %s, process_at = %s WHERE job_id = %s"
+        self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
+        self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
         self.archive_select = (
             f"INSERT INTO {archive} ({self.columns}, status, finished_at) "
             "SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, "
@@ -86,10 +165,27 @@ class Dialect:
 
     # Statements --------------------------------------------------------------
 
-    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+    def cursor(self, conn: Any) -> Any:
+        """A cursor returning tuples, whatever row factory or cursor class the app configured."""
         raise NotImplementedError
 
+    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        cursor = self.cursor(conn)
+        try:
+            cursor.execute(sql, tuple(params))
+            return cursor.fetchone()
+        finally:
+            cursor.close()
+
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
+        cursor = self.cursor(conn)
+        try:
+            cursor.execute(sql, tuple(params))
+        finally:
+            cursor.close()
+
+    def begin(self, conn: Any) -> None:
+        """Open a transaction explicitly where the driver would not (autocommit)."""
         raise NotImplementedError
 
     def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
@@ -145,13 +241,43 @@ class Dialect:
         self.execute(conn, "SAVEPOINT proletarian_sp")
 
     def release_savepoint(self, conn: Any) -> None:
-        self.execute(conn, "RELEASE SAVEPOINT proletarian_sp")
+        """Keep a callback's writes; `TransactionLost` if the callback ended the transaction."""
+        self._in_savepoint(conn, "RELEASE SAVEPOINT proletarian_sp")
 
     def rollback_to_savepoint(self, conn: Any) -> None:
-        """Undo the handler's writes and leave the subtransaction, so the job row is
-        then updated by the transaction that locked it (no MultiXact on PostgreSQL)."""
-        self.execute(conn, "ROLLBACK TO SAVEPOINT proletarian_sp")
-        self.execute(conn, "RELEASE SAVEPOINT proletarian_sp")
+        """Undo a callback's writes and leave the subtransaction, so the job row is then
+        updated by the transaction that locked it (no MultiXact on PostgreSQL).
+
+        `TransactionLost` if the transaction itself is gone (nothing left to undo to).
+        """
+        self._in_savepoint(
+            conn, "ROLLBACK TO SAVEPOINT proletarian_sp", "RELEASE SAVEPOINT proletarian_sp"
+        )
+
+    def _in_savepoint(self, conn: Any, *statements: str) -> None:
+        raise NotImplementedError
+
+    def aborted(self, conn: Any) -> str | None:
+        """Why the transaction now refuses statements (a callback swallowed a database
+        error on PostgreSQL), or None while it is usable."""
+        return None
+
+    def lock_job(self, conn: Any, job_id: Any, attempts: int) -> bool | None:
+        """Lock one job row in a new transaction, for recording an attempt outside its run.
+
+        True: locked (the transaction stays open). False: another transaction holds it.
+        None: nothing to record (the job is gone, or its attempts moved on).
+        """
+        self.begin(conn)
+        row = self.fetchone(conn, self.lock_sql, (job_id,))
+        if row is not None and row[0] == attempts:
+            return True
+        self.rollback(conn)
+        if row is not None:
+            return None
+        row = self.fetchone(conn, self.peek_sql, (job_id,))
+        self.rollback(conn)
+        return False if row is not None and row[0] == attempts else None
 
     # Checks ----------------------------------------------------------------
 

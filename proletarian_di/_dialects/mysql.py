@@ -10,9 +10,7 @@ from typing import Any
 
 from ..errors import UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
-from .base import Dialect, JobRow, unwrap_connection
-
-_ISOLATION_LEVELS = ("READ UNCOMMITTED", "READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
+from .base import Dialect, JobRow, TransactionLost, shutdown_socket, unwrap_connection
 
 
 class MySQLDialect(Dialect):
@@ -30,8 +28,12 @@ class MySQLDialect(Dialect):
         super().__init__(job_table, archived_job_table)
         job = self.job_table
         self._read_committed: set[int] = set()
-        self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id IN %s"
-        self.delete_sql = f"DELETE FROM {job} WHERE job_id IN %s"
+        self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id = %s"
+        self.delete_sql = f"DELETE FROM {job} WHERE job_id = %s"
+        self.archive_many_sql = (
+            self.archive_select + f"FROM {job} FORCE INDEX (PRIMARY) WHERE job_id IN %s"
+        )
+        self._delete_many: dict[int, str] = {}
 
     def encode_time(self, value: datetime) -> Any:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -39,36 +41,35 @@ class MySQLDialect(Dialect):
     def decode_time(self, value: datetime) -> datetime:
         return value.replace(tzinfo=timezone.utc)
 
-    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        with conn.cursor() as cursor:
-            cursor.execute(sql, tuple(params))
-            return cursor.fetchone()
+    def cursor(self, conn: Any) -> Any:
+        from pymysql.cursors import Cursor
 
-    def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
-        with conn.cursor() as cursor:
-            cursor.execute(sql, tuple(params))
+        return conn.cursor(Cursor)
 
     @contextlib.contextmanager
     def attached(self, conn: Any) -> Iterator[None]:
-        """READ COMMITTED for the whole session while a worker holds the connection."""
-        previous = self.fetchone(conn, f"SELECT @@SESSION.{self._isolation_variable(conn)}")[0]
+        """READ COMMITTED for the whole session while a worker holds the connection; on
+        release, the session is put back as it was lent (handlers may have changed it)."""
+        saved = session_state(conn)
         self.execute(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         self._read_committed.add(id(conn))
         try:
             yield
         finally:
             self._read_committed.discard(id(conn))
-            with contextlib.suppress(Exception):
-                conn.rollback()
-                level = str(previous).replace("-", " ")
-                if level in _ISOLATION_LEVELS:
-                    self.execute(conn, f"SET SESSION TRANSACTION ISOLATION LEVEL {level}")
+            restore_session(conn, saved)
 
-    def _isolation_variable(self, conn: Any) -> str:
-        product, version = self.server_version(conn)
-        if product == "MariaDB" and version < (11, 1):
-            return "tx_isolation"
-        return "transaction_isolation"
+    def _in_savepoint(self, conn: Any, *statements: str) -> None:
+        try:
+            for statement in statements:
+                self.execute(conn, statement)
+        except Exception as exc:
+            if error_code(exc) == _NO_SUCH_SAVEPOINT:
+                raise TransactionLost(
+                    "the job's transaction was rolled back by the server (a deadlock or lock "
+                    "wait timeout inside the callback) or committed or rolled back by it"
+                ) from exc
+            raise
 
     def begin(self, conn: Any) -> None:
         if id(conn) not in self._read_committed:
@@ -78,16 +79,38 @@ class MySQLDialect(Dialect):
 
     def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
         self.begin(conn)
-        with conn.cursor() as cursor:
+        with self.cursor(conn) as cursor:
             cursor.execute(self.claim_sql, (queue, self.encode_time(now), limit))
             return list(cursor.fetchall())
 
     def archive(
         self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
     ) -> None:
+        """Copy, then delete, the jobs by primary-key lookups only: a DELETE that scans
+        X-locks every row it reads, so it waits for (and deadlocks on) other workers' jobs."""
+        if len(job_ids) == 1:
+            job_id = job_ids[0]
+            self.execute(conn, self.archive_sql, (status, self.encode_time(finished_at), job_id))
+            self.execute(conn, self.delete_sql, (job_id,))
+            return
+        if not job_ids:
+            return
         ids = tuple(job_ids)
-        self.execute(conn, self.archive_sql, (status, self.encode_time(finished_at), ids))
-        self.execute(conn, self.delete_sql, (ids,))
+        self.execute(conn, self.archive_many_sql, (status, self.encode_time(finished_at), ids))
+        self.execute(conn, self._delete_many_sql(len(ids)), ids)
+
+    def _delete_many_sql(self, count: int) -> str:
+        """A DELETE of `count` jobs that finds each by its primary key, whatever the statistics:
+        with `IN (…)` a table that looks small next to the list is scanned instead."""
+        sql = self._delete_many.get(count)
+        if sql is None:
+            ids = " UNION ALL ".join(["SELECT %s AS id"] * count)
+            sql = (
+                f"DELETE j FROM ({ids}) AS claimed STRAIGHT_JOIN {self.job_table} AS j "
+                "FORCE INDEX (PRIMARY) ON j.job_id = claimed.id"
+            )
+            self._delete_many[count] = sql
+        return sql
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         """Multi-row INSERTs (PyMySQL's executemany batches them only when every value is
@@ -96,7 +119,7 @@ class MySQLDialect(Dialect):
             return
         enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
         params = [(row[0], row[1], row[2], row[3], 0, enqueued_at, process_at) for row in rows]
-        with conn.cursor() as cursor:
+        with self.cursor(conn) as cursor:
             cursor.executemany(self.insert_sql, params)
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
@@ -121,9 +144,121 @@ class MySQLDialect(Dialect):
         return bool(row[0])
 
     def abort(self, conn: Any) -> None:
-        raw = unwrap_connection(conn)
-        force_close = getattr(raw, "_force_close", None)
-        if force_close is not None:
-            force_close()
-        else:
-            raw.close()
+        sock = getattr(unwrap_connection(conn), "_sock", None)
+        if sock is not None:
+            shutdown_socket(sock.fileno())
+
+
+_NO_SUCH_SAVEPOINT = 1305
+_TRANSIENT_CODES = frozenset(
+    {
+        1040,  # too many connections
+        1053,  # server shutdown in progress
+        1077,  # normal shutdown
+        1078,  # got a signal, aborting
+        1079,  # shutdown complete
+        1152,  # aborted connection
+        1158,  # network read error
+        1159,  # network read timeout
+        1160,  # network write error
+        1161,  # network write timeout
+        1203,  # too many connections for the user
+        1205,  # lock wait timeout
+        1213,  # deadlock
+        1290,  # --read-only (a primary demoted during a failover)
+        1317,  # query interrupted (KILL QUERY)
+        1792,  # read-only transaction
+        1836,  # read-only mode
+        1927,  # connection killed (MariaDB)
+        3032,  # server in offline mode
+        4031,  # idle connection closed by the server (MySQL 8.0.24+)
+    }
+)
+DISCONNECT_CODES = frozenset({1053, 1077, 1078, 1079, 1152, 1927, 3032, 4031})
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The MySQL error number of a PyMySQL error, or None."""
+    code = exc.args[0] if getattr(exc, "args", None) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Connection-level trouble worth a reconnect: client errors (2000-2999: connection
+    refused or lost) and the server errors listed above. PyMySQL reports unknown server
+    errors (an unknown column, a denied privilege, a missing table) as OperationalError
+    too; those are not transient."""
+    module = type(exc).__module__
+    if not module.startswith("pymysql"):
+        return False
+    if type(exc).__name__ == "InterfaceError":
+        return True
+    code = error_code(exc)
+    return code is not None and (2000 <= code < 3000 or code in _TRANSIENT_CODES)
+
+
+def _server(conn: Any) -> tuple[bool, tuple[int, ...]]:
+    """(is MariaDB, version) from the handshake, without a round trip."""
+    info = str(unwrap_connection(conn).get_server_info())
+    mariadb = "mariadb" in info.lower()
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", info.removeprefix("5.5.5-"))
+    return mariadb, tuple(int(n) for n in match.groups()) if match else (0, 0, 0)
+
+
+def _session_variables(conn: Any) -> tuple[str, ...]:
+    mariadb, version = _server(conn)
+    old_names = mariadb and version < (11, 1)
+    return (
+        "sql_mode",
+        "time_zone",
+        "tx_isolation" if old_names else "transaction_isolation",
+        "tx_read_only" if old_names else "transaction_read_only",
+        "character_set_client",
+        "character_set_connection",
+        "character_set_results",
+        "collation_connection",
+        "foreign_key_checks",
+        "unique_checks",
+        "sql_safe_updates",
+        "innodb_lock_wait_timeout",
+        "lock_wait_timeout",
+        "wait_timeout",
+        "max_statement_time" if mariadb else "max_execution_time",
+    )
+
+
+def session_state(conn: Any) -> tuple[Any, ...]:
+    """The session settings a borrower may change: autocommit, the default database and
+    the variables above, read in one round trip."""
+    from pymysql.cursors import Cursor
+
+    names = _session_variables(conn)
+    columns = ", ".join(f"@@SESSION.{name}" for name in ("autocommit", *names))
+    with conn.cursor(Cursor) as cursor:
+        cursor.execute(f"SELECT DATABASE(), {columns}")
+        row: tuple[Any, ...] = cursor.fetchone()
+    return row
+
+
+def restore_session(conn: Any, saved: tuple[Any, ...]) -> None:
+    """Roll back and put the session back as `saved`; a connection that cannot be put
+    back is closed, so its pool replaces it."""
+    from pymysql.cursors import Cursor
+
+    try:
+        conn.rollback()
+        current = session_state(conn)
+        if current == saved:
+            return
+        database, autocommit, *values = saved
+        with conn.cursor(Cursor) as cursor:
+            for name, value, now in zip(_session_variables(conn), values, current[2:], strict=True):
+                if value != now:
+                    cursor.execute(f"SET SESSION {name} = %s", (value,))
+        if current[1] != autocommit:
+            conn.autocommit(bool(autocommit))
+        if current[0] != database and database is not None:
+            conn.select_db(database)
+    except Exception:
+        with contextlib.suppress(Exception):
+            unwrap_connection(conn).close()

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError
 from ..job_ids import UUIDStrategy
-from .base import Dialect, JobRow
+from .base import Dialect, JobRow, TransactionLost, shutdown_socket
 
 NOTIFY_CHANNEL = "proletarian_di"
 
@@ -73,11 +73,33 @@ class PostgresDialect(Dialect):
             + notify
         )
 
-    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        return conn.execute(sql, params).fetchone()
+    def cursor(self, conn: Any) -> Any:
+        from psycopg.rows import tuple_row
+
+        return conn.cursor(row_factory=tuple_row)
 
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
         conn.execute(sql, params)
+
+    def begin(self, conn: Any) -> None:
+        if conn.autocommit:
+            conn.execute("BEGIN")
+
+    def _in_savepoint(self, conn: Any, *statements: str) -> None:
+        if conn.info.transaction_status == _IDLE:
+            raise TransactionLost("the job's transaction was committed or rolled back")
+        for statement in statements:
+            conn.execute(statement)
+
+    def aborted(self, conn: Any) -> str | None:
+        status = conn.info.transaction_status
+        if status == _IDLE:
+            raise TransactionLost("the job's transaction was committed or rolled back")
+        if status != _IN_ERROR:
+            return None
+        message = conn.pgconn.error_message.decode(conn.info.encoding, "replace").strip()
+        first = message.splitlines()[0] if message else "a statement failed"
+        return first.removeprefix("ERROR:").strip()
 
     @contextlib.contextmanager
     def attached(self, conn: Any) -> Iterator[None]:
@@ -93,21 +115,50 @@ class PostgresDialect(Dialect):
         """
         autocommit, threshold = conn.autocommit, conn.prepare_threshold
         conn.autocommit = True
+        settings: dict[str, str] | None = None
         try:
+            settings = self._settings(conn)
             conn.prepare_threshold = None
             conn.execute("DEALLOCATE ALL")  # and psycopg forgets its statements too
             self._worker_conns[id(conn)] = self._prepare(conn)
             yield
         finally:
             self._worker_conns.pop(id(conn), None)
-            with contextlib.suppress(Exception):
-                if not conn.closed:
-                    conn.rollback()
-                    conn.execute("; ".join(f"DEALLOCATE {name}" for name in self._statements))
+            self._release(conn, settings)
             with contextlib.suppress(Exception):
                 if not conn.closed:
                     conn.prepare_threshold = threshold
                     conn.autocommit = autocommit
+
+    def _release(self, conn: Any, settings: dict[str, str] | None) -> None:
+        """Roll back, drop the statements and undo the session settings handlers changed;
+        a connection that cannot be put back as it was lent is closed (the pool drops it)."""
+        if conn.closed:
+            return
+        try:
+            conn.rollback()
+            conn.execute("; ".join(f"DEALLOCATE {name}" for name in self._statements))
+            if settings is not None:
+                self._restore(conn, settings)
+        except Exception:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _settings(self, conn: Any) -> dict[str, str]:
+        """The session's own settings (SET by the app or a handler), and its role."""
+        cursor = self.cursor(conn)
+        try:
+            return dict(cursor.execute(_SESSION_SETTINGS).fetchall())
+        finally:
+            cursor.close()
+
+    def _restore(self, conn: Any, saved: dict[str, str]) -> None:
+        current = self._settings(conn)
+        for name in sorted(set(saved) | set(current)):
+            if name not in saved:
+                conn.execute(_RESET_SETTING, (name,))
+            elif current.get(name) != saved[name]:
+                conn.execute("SELECT set_config(%s, %s, false)", (name, saved[name]))
 
     def _prepare(self, conn: Any) -> _HotPath:
         conn.execute(
@@ -128,7 +179,9 @@ class PostgresDialect(Dialect):
     def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
         hot = self._hot_path(conn)
         if hot is None:
-            rows: list[JobRow] = conn.execute(self.claim_sql, (queue, now, limit)).fetchall()
+            cursor = self.cursor(conn)
+            rows: list[JobRow] = cursor.execute(self.claim_sql, (queue, now, limit)).fetchall()
+            cursor.close()
             return rows
         quoted = self._quoted.get(queue)
         if quoted is None:
@@ -205,10 +258,17 @@ class PostgresDialect(Dialect):
         return self.fetchone(conn, "SELECT to_regclass(%s)", (table,))[0] is not None
 
     def abort(self, conn: Any) -> None:
-        conn.pgconn.finish()
+        shutdown_socket(conn.pgconn.socket)
 
 
 _NO_SUCH_STATEMENT = "26000"
+_IDLE, _IN_ERROR = 0, 3  # libpq's PQTRANS_IDLE and PQTRANS_INERROR
+_SESSION_SETTINGS = (
+    "SELECT name, setting FROM pg_settings "
+    "WHERE source = 'session' AND name NOT LIKE 'transaction%' "
+    "UNION ALL SELECT 'role', current_setting('role')"
+)
+_RESET_SETTING = "SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name = %s"
 
 
 class _HotPath(NamedTuple):
