@@ -9,9 +9,11 @@ from .enqueue import enqueue, enqueue_async, enqueue_many
 from .errors import (
     ConfigurationError,
     InvalidRetrySpec,
+    JobAbandoned,
     PayloadError,
     ProletarianError,
     SchemaError,
+    TransactionAborted,
     UnsupportedDatabase,
 )
 from .job_ids import BinaryUUIDStrategy, JobIdStrategy, UUIDStrategy
@@ -30,6 +32,7 @@ __all__ = [
     "InvalidRetrySpec",
     "JSONSerializer",
     "Job",
+    "JobAbandoned",
     "JobIdStrategy",
     "PayloadError",
     "ProletarianError",
@@ -37,6 +40,7 @@ __all__ = [
     "RetrySpec",
     "SchemaError",
     "Serializer",
+    "TransactionAborted",
     "UUIDStrategy",
     "UnsupportedDatabase",
     "create_queue_worker",

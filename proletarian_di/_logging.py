@@ -24,9 +24,14 @@ _LEVELS = {
     "polling_error": logging.ERROR,
     "listener_error": logging.WARNING,
     "job_abandoned": logging.ERROR,
+    "transaction_lost": logging.ERROR,
+    "attempt_not_recorded": logging.ERROR,
+    "worker_thread_died": logging.CRITICAL,
     "on_shutdown_error": logging.ERROR,
     "log_error": logging.ERROR,
 }
+# Events whose exception repeats one already logged with its traceback.
+_NO_TRACEBACK = frozenset({"job_failed", "not_retrying"})
 
 
 def describe(exc: BaseException) -> str:
@@ -46,13 +51,17 @@ def default_log(event: str, data: dict[str, Any]) -> None:
         return
     fields = " ".join(f"{key}={value}" for key, value in data.items() if key != "exception")
     exc = data.get("exception")
+    exc_info = None
     if isinstance(exc, BaseException):
         fields += f" exception={describe(exc)!r}"
+        if event not in _NO_TRACEBACK:
+            exc_info = exc
     logger.log(
         level,
         "%s %s",
         event,
         fields,
+        exc_info=exc_info,
         extra={"proletarian_event": event, "proletarian_data": data},
     )
 

@@ -1,24 +1,33 @@
-"""Claim one job, run its handler, and settle it, all in one transaction.
+"""Claim jobs, run their handlers, and settle each one, all in the claim's transaction.
 
-This is the seeds' poll/lock/run/archive cycle for a single job, shared by
-worker threads, `process_next_job` and `testing.run_due_jobs`.
+This is the seeds' poll/lock/run/archive cycle, shared by worker threads,
+`process_next_job` and `testing.run_due_jobs`. Every user callback that gets
+the job's connection (an advanced-mode handler, `retry_strategy_fn`,
+`failed_job_fn`) runs under a savepoint: whatever it leaves behind, its own
+writes are undone if it failed, and the job's bookkeeping still commits, so
+every attempt is counted and no job loops.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._dialects import Dialect, JobRow, dialect_for
+from ._async import EventLoops, is_awaitable
+from ._dialects import Dialect, JobRow, TransactionLost, dialect_for
 from ._logging import describe, safe_log, wanted
 from ._options import WorkerOptions
-from .errors import PayloadError
+from .errors import InvalidRetrySpec, PayloadError, TransactionAborted
 from .jobs import Job
-from .retry import RetrySpec, to_retry_spec
+from .retry import to_retry_spec
 
 Handler = Callable[..., Any]
+
+_LOCK_POLL = 0.05
 
 
 class Stats:
@@ -28,9 +37,9 @@ class Stats:
         self._lock = threading.Lock()
         self.succeeded = self.failed = self.retried = self.abandoned = 0
 
-    def add(self, outcome: str) -> None:
+    def add(self, outcome: str, count: int = 1) -> None:
         with self._lock:
-            setattr(self, outcome, getattr(self, outcome) + 1)
+            setattr(self, outcome, getattr(self, outcome) + count)
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
@@ -49,10 +58,21 @@ class Slot:
         self.conn: Any = None
         self.dialect: Dialect | None = None
         self.job: Job | None = None
+        self.raw_id: Any = None
+        self.abandoned = False
+
+
+def _interrupts(exc: BaseException) -> bool:
+    """Ctrl-C or sys.exit() in the main thread (process_next_job, run_due_jobs) stops the
+    caller; in a worker thread only a handler can raise them, and they fail its job."""
+    return (
+        isinstance(exc, (KeyboardInterrupt, SystemExit))
+        and threading.current_thread() is threading.main_thread()
+    )
 
 
 class JobRunner:
-    """Runs the next due job of one queue on a given connection."""
+    """Runs the next due jobs of one queue on a given connection."""
 
     def __init__(self, handler: Handler, options: WorkerOptions, stats: Stats | None = None):
         if not callable(handler):
@@ -65,6 +85,7 @@ class JobRunner:
         self.clock = options.clock
         self.serializer = options.serializer
         self.base = {"queue_worker_id": options.queue_worker_id}
+        self.loops = EventLoops()
 
     def dialect(self, conn: Any) -> Dialect:
         return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
@@ -77,6 +98,15 @@ class JobRunner:
             payload.update(job_id=job.job_id, job_type=job.job_type, attempt=job.attempts)
         payload.update(data)
         safe_log(self.log, event, payload)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call a user function; a coroutine (or other awaitable) it returns is awaited."""
+        result = fn(*args)
+        if is_awaitable(result):
+            result = self.loops.run(result)
+        return result
+
+    # Claim, run, settle ------------------------------------------------------------------
 
     def run_next(self, conn: Any, slot: Slot | None = None) -> bool | None:
         """Run one due job: True if it succeeded, False if it failed, None if none was due."""
@@ -103,28 +133,42 @@ class JobRunner:
         outcomes: list[bool] = []
         succeeded: list[Any] = []
         finished: list[Job] = []
+        settled: list[str] = []
+        job: Job | None = None
+        raw_id: Any = None
+        error: BaseException | None = None
         try:
             for row in rows:
-                job, decode_error = self._job(row, conn, dialect)
+                raw_id = row[0]
+                job, error = self._job(row, conn, dialect)
                 if slot is not None:
-                    slot.job = job
-                if decode_error is not None:
-                    self.emit("payload_decode_error", job, exception=decode_error)
-                    self._fail(conn, dialect, row[0], job, decode_error)
+                    slot.job, slot.raw_id = job, raw_id
+                if error is not None:
+                    self.emit("payload_decode_error", job, exception=error)
+                    settled.append(self._fail(conn, dialect, raw_id, job, error))
                     outcomes.append(False)
-                elif self._run(conn, dialect, row[0], job):
-                    succeeded.append(row[0])
+                    continue
+                error = self._run(conn, dialect, job)
+                if error is None:
+                    succeeded.append(raw_id)
                     finished.append(job)
                     outcomes.append(True)
                 else:
+                    settled.append(self._retry_or_fail(conn, dialect, raw_id, job, error))
                     outcomes.append(False)
             if succeeded:
                 dialect.archive_and_commit(conn, succeeded, self.clock())
             else:
                 dialect.commit(conn)
+        except TransactionLost as lost:
+            assert job is not None
+            self._after_lost(conn, dialect, raw_id, job, error, lost)
+            return [False]
         finally:
             if slot is not None:
-                slot.job = None
+                slot.job = slot.raw_id = None
+        for outcome in settled:
+            self.stats.add(outcome)
         for job in finished:
             self.stats.add("succeeded")
             self.emit("job_finished", job, status="success")
@@ -154,71 +198,193 @@ class JobRunner:
         )
         return job, error
 
-    def _run(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job) -> bool:
+    def _run(self, conn: Any, dialect: Dialect, job: Job) -> BaseException | None:
+        """Run the handler; the exception that failed the attempt, or None."""
         self.emit("handling_job", job)
+        error: BaseException | None = None
         if self.advanced:
-            dialect.savepoint(conn)
-        try:
-            if self.advanced:
-                self.handler(job)
-            else:
-                self.handler(job.job_type, job.payload)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            if self.advanced:
-                dialect.rollback_to_savepoint(conn)
-            self.emit("handler_exception", job, exception=exc)
-            self._retry_or_fail(conn, dialect, raw_id, job, exc)
-            return False
-        if self.advanced:
-            dialect.release_savepoint(conn)
-        return True
+            _, error = self._guarded(conn, dialect, "handler", self.handler, job)
+        else:
+            try:
+                result = self.handler(job.job_type, job.payload)
+                if is_awaitable(result):
+                    self.loops.run(result)
+            except BaseException as exc:
+                if _interrupts(exc):
+                    raise
+                error = exc
+        if error is not None:
+            self.emit("handler_exception", job, exception=error)
+        return error
 
-    def _retry_spec(self, job: Job, exc: BaseException) -> RetrySpec | None:
-        strategy = self.options.retry_strategy_fn
-        if strategy is None:
-            return None
+    def _guarded(
+        self, conn: Any, dialect: Dialect, what: str, fn: Callable[..., Any], *args: Any
+    ) -> tuple[Any, BaseException | None]:
+        """Run a callback that may use the job's connection, under a savepoint.
+
+        Returns (its result, None), or (None, the error) after undoing its writes:
+        its own exception, or `TransactionAborted` when it returned but left the
+        transaction refusing statements. `TransactionLost` (tagged with `what`)
+        when it ended the transaction itself.
+        """
+        dialect.savepoint(conn)
         try:
-            return to_retry_spec(strategy(job, exc))
-        except Exception as error:
-            self.emit("retry_strategy_error", job, exception=error)
-            return None
+            result = self.call(fn, *args)
+        except BaseException as exc:
+            if _interrupts(exc):
+                raise
+            try:
+                dialect.rollback_to_savepoint(conn)
+            except TransactionLost as lost:
+                lost.stage, lost.cause = what, exc
+                raise
+            return None, exc
+        try:
+            problem = dialect.aborted(conn)
+            if problem is None:
+                dialect.release_savepoint(conn)
+                return result, None
+            dialect.rollback_to_savepoint(conn)
+        except TransactionLost as lost:
+            lost.stage, lost.cause = what, None
+            raise
+        return None, TransactionAborted(f"{what} left the transaction aborted: {problem}")
 
     def _retry_or_fail(
         self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, exc: BaseException
-    ) -> None:
-        spec = self._retry_spec(job, exc)
-        if spec is None or job.attempts > spec.retries:
-            self.emit("not_retrying", job, retries=spec.retries if spec else 0)
-            self._fail(conn, dialect, raw_id, job, exc)
-            return
-        delay_ms = spec.delay_ms(job.attempts)
-        process_at = self.clock() + timedelta(milliseconds=delay_ms)
+    ) -> str:
+        """Reschedule the job if its retry strategy allows one more attempt, else fail it."""
+        plan = self._retry_plan(conn, dialect, job, exc)
+        if plan is None:
+            return self._fail(conn, dialect, raw_id, job, exc)
+        retries, delay_ms, process_at = plan
         dialect.reschedule(conn, raw_id, job.attempts, process_at)
-        self.stats.add("retried")
         self.emit(
             "retrying",
             job,
             retry=job.attempts,
-            retries=spec.retries,
+            retries=retries,
             delay_ms=delay_ms,
             process_at=process_at.isoformat(),
         )
+        return "retried"
 
-    def _fail(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, exc: BaseException) -> None:
+    def _retry_plan(
+        self, conn: Any, dialect: Dialect, job: Job, exc: BaseException
+    ) -> tuple[int, int, datetime] | None:
+        """(retries, delay_ms, process_at) of the next attempt, or None for no retry."""
+        strategy = self.options.retry_strategy_fn
+        retries = 0
+        if strategy is not None:
+            value, error = self._guarded(conn, dialect, "retry_strategy_fn", strategy, job, exc)
+            try:
+                if error is not None:
+                    raise error
+                spec = to_retry_spec(value)
+                if spec is not None:
+                    retries = spec.retries
+                    if job.attempts <= spec.retries:
+                        delay_ms = spec.delay_ms(job.attempts)
+                        return spec.retries, delay_ms, self._retry_at(delay_ms)
+            except Exception as invalid:
+                self.emit("retry_strategy_error", job, exception=invalid)
+                retries = 0
+        self.emit("not_retrying", job, retries=retries)
+        return None
+
+    def _retry_at(self, delay_ms: int) -> datetime:
+        now = self.clock()
+        try:
+            return (now + timedelta(milliseconds=delay_ms)).astimezone(timezone.utc)
+        except OverflowError:
+            raise InvalidRetrySpec(
+                f"a retry delay of {delay_ms} ms from {now.isoformat()} is past the latest "
+                "time that can be stored (9999-12-31)"
+            ) from None
+
+    def _fail(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        exc: BaseException,
+        notify: bool = True,
+    ) -> str:
+        """Archive the job as a failure, then call `failed_job_fn` in the same transaction."""
         dialect.archive(conn, [raw_id], "failure", self.clock())
         failed_job_fn = self.options.failed_job_fn
-        if failed_job_fn is not None:
-            dialect.savepoint(conn)
-            try:
-                failed_job_fn(job, exc)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as error:
-                dialect.rollback_to_savepoint(conn)
+        if failed_job_fn is not None and notify:
+            _, error = self._guarded(conn, dialect, "failed_job_fn", failed_job_fn, job, exc)
+            if error is not None:
                 self.emit("failed_job_fn_error", job, exception=error)
-            else:
-                dialect.release_savepoint(conn)
-        self.stats.add("failed")
         self.emit("job_failed", job, status="failure", exception=exc)
+        return "failed"
+
+    # Attempts recorded outside the job's run ---------------------------------------------
+
+    def _after_lost(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        failure: BaseException | None,
+        lost: TransactionLost,
+    ) -> None:
+        """A callback ended the job's transaction: its batch is rolled back (those jobs run
+        again, as after a crash) and this job's attempt is counted in a new transaction."""
+        dialect.rollback(conn)
+        if lost.stage == "handler":
+            ended = TransactionAborted(f"handler ended the job's transaction: {lost}")
+            failure = lost.cause or ended
+        self.emit("transaction_lost", job, callback=lost.stage, reason=str(lost))
+        assert failure is not None
+        self.record_attempt(conn, dialect, raw_id, job, failure, stage=lost.stage)
+
+    def record_attempt(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        failure: BaseException,
+        *,
+        stage: str = "handler",
+        wait: float = 0.0,
+    ) -> bool:
+        """Count a failed attempt of `job` in a transaction of its own: a retry or the
+        failure archive, as the retry strategy decides. Waits up to `wait` seconds for the
+        row lock (a connection that was just cut is rolled back by the server shortly).
+
+        `stage` names the callback that already lost a transaction on this attempt; it is
+        not called again, so recording always ends. False if nothing was recorded: the job
+        is gone or already moved on, or another worker holds it.
+        """
+        deadline = time.monotonic() + wait
+        locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
+        while locked is False and time.monotonic() < deadline:
+            time.sleep(_LOCK_POLL)
+            locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
+        if not locked:
+            self.emit(
+                "attempt_not_recorded",
+                job,
+                reason="the job finished or is running elsewhere"
+                if locked is None
+                else "another transaction still holds the job",
+            )
+            return False
+        job = dataclasses.replace(job, connection=conn)
+        try:
+            if stage == "handler":
+                outcome = self._retry_or_fail(conn, dialect, raw_id, job, failure)
+            else:
+                outcome = self._fail(conn, dialect, raw_id, job, failure, stage != "failed_job_fn")
+            dialect.commit(conn)
+        except TransactionLost as lost:
+            dialect.rollback(conn)
+            later = "failed_job_fn" if lost.stage == "failed_job_fn" else "retry_strategy_fn"
+            return self.record_attempt(conn, dialect, raw_id, job, failure, stage=later)
+        self.stats.add(outcome)
+        return True

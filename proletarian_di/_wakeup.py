@@ -44,23 +44,6 @@ class Wakeup:
             self._condition.notify_all()
 
 
-def listener_connect(data_source: Any) -> Callable[[], Any] | None:
-    """A way to open a dedicated PostgreSQL connection for LISTEN, outside the pool.
-
-    A psycopg_pool pool gives its conninfo and kwargs; a callable data source is
-    called. Other data sources get no listener (they poll).
-    """
-    conninfo = getattr(data_source, "conninfo", None)
-    if isinstance(conninfo, str):
-        import psycopg
-
-        kwargs = {**(getattr(data_source, "kwargs", None) or {}), "autocommit": True}
-        return lambda: psycopg.connect(conninfo, **kwargs)
-    if callable(data_source) and not callable(getattr(data_source, "connection", None)):
-        return data_source
-    return None
-
-
 class Listener:
     """A thread that LISTENs on one connection and wakes the worker for its queue."""
 
@@ -89,10 +72,12 @@ class Listener:
             try:
                 self._listen()
                 delay = 0.1
-            except Exception as exc:
+            except BaseException as exc:
                 if self.stopping.is_set():
                     break
                 self.on_error(exc)
+                if not isinstance(exc, Exception):
+                    break  # the listener ends (logged); polling goes on
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
 

@@ -25,3 +25,17 @@ class SchemaError(ProletarianError):
 
 class UnsupportedDatabase(ProletarianError):
     """The server is too old for SKIP LOCKED, or the driver is not supported."""
+
+
+class TransactionAborted(ProletarianError):
+    """A handler or callback left the job's transaction unusable, or ended it.
+
+    It caught a database error and returned (PostgreSQL then refuses every
+    statement until a rollback), or the server rolled the transaction back (a
+    MySQL deadlock), or it committed or rolled back `job.connection` itself.
+    The worker undoes the callback's writes and counts the attempt as failed.
+    """
+
+
+class JobAbandoned(ProletarianError):
+    """A job was still running when `stop()` gave up waiting; its attempt counts as failed."""

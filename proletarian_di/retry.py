@@ -8,6 +8,9 @@ from typing import Any, Union
 
 from .errors import InvalidRetrySpec
 
+MAX_DELAY_MS = 100 * 366 * 24 * 3600 * 1000
+"""The longest retry delay: about a century, so `now + delay` always fits a datetime."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RetrySpec:
@@ -31,6 +34,10 @@ class RetrySpec:
             if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
                 raise InvalidRetrySpec(
                     f"every delay must be an int >= 0 (milliseconds), got {delay!r}"
+                )
+            if delay > MAX_DELAY_MS:
+                raise InvalidRetrySpec(
+                    f"every delay must be at most {MAX_DELAY_MS} ms (about 100 years), got {delay}"
                 )
         object.__setattr__(self, "delays", tuple(self.delays))
 

@@ -26,8 +26,11 @@ def run_due_jobs(
         raise ValueError(f"max_jobs must be a non-negative int, got {max_jobs!r}")
     runner = JobRunner(handler, worker_options(**options))
     ran = 0
-    with connection_factory(data_source)() as conn:
-        runner.dialect(conn).check_server(conn)
-        while ran < max_jobs and runner.run_next(conn) is not None:
-            ran += 1
+    try:
+        with connection_factory(data_source)() as conn:
+            runner.dialect(conn).check_server(conn)
+            while ran < max_jobs and runner.run_next(conn) is not None:
+                ran += 1
+    finally:
+        runner.loops.close()
     return ran

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from ._datasource import connection_factory
-from ._dialects import is_transient
-from ._logging import safe_log, wanted
+from ._datasource import connection_factory, direct_connect
+from ._dialects import Dialect, is_transient
+from ._logging import describe, safe_log, wanted
 from ._options import WorkerOptions, worker_options
 from ._runner import Handler, JobRunner, Slot, Stats
 from ._shutdown_hook import ShutdownHook
-from ._wakeup import Listener, Wakeup, listener_connect
+from ._wakeup import Listener, Wakeup
+from .errors import JobAbandoned
+from .jobs import Job
+
+_ABANDONED_LOCK_WAIT = 5.0
 
 
 class _Backoff:
@@ -35,7 +41,9 @@ class QueueWorker:
     """Polls one queue with `worker_threads` threads; `start()` then `stop()`.
 
     Build it with `create_queue_worker`. Also a context manager: `with worker:`
-    starts it and stops it on exit.
+    starts it and stops it on exit. Its `state` moves from "new" through
+    "starting", "running" and "stopping" to "stopped", or to "failed" when a
+    thread could not go on; it never stays in between.
     """
 
     def __init__(self, data_source: Any, handler: Handler, options: WorkerOptions) -> None:
@@ -43,25 +51,37 @@ class QueueWorker:
         self.queue_worker_id = options.queue_worker_id
         self.stats = Stats()
         self._connect = connection_factory(data_source)
-        self._listener_connect = listener_connect(data_source)
+        self._direct_connect = direct_connect(data_source)
         self._listener: Listener | None = None
         self._runner = JobRunner(handler, options, self.stats)
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.RLock())
         self._wakeup = Wakeup(options.worker_threads)
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
         self._state = "new"
+        self._stopper: threading.Thread | None = None
         self._stop_result = True
+        self._failure: BaseException | None = None
         self._hook = ShutdownHook(self) if options.install_shutdown_hook else None
 
     def __repr__(self) -> str:
         return f"<QueueWorker {self.queue_worker_id} {self._state}>"
 
     @property
+    def state(self) -> str:
+        """'new', 'starting', 'running', 'stopping', 'stopped' or 'failed'."""
+        return self._state
+
+    @property
     def running(self) -> bool:
-        """True between a successful `start()` and the end of `stop()`."""
+        """True between a successful `start()` and the beginning of `stop()`."""
         return self._state == "running"
+
+    @property
+    def failure(self) -> BaseException | None:
+        """What ended a worker thread that could not go on (the worker then stops), or None."""
+        return self._failure
 
     def summary(self) -> dict[str, int]:
         """Job outcomes so far: succeeded, failed, retried, abandoned."""
@@ -78,68 +98,83 @@ class QueueWorker:
             return dialect.name
 
     def start(self) -> QueueWorker:
-        """Check the database, then start polling in background threads."""
-        with self._lock:
+        """Check the database, then start polling in background threads.
+
+        A `stop()` from another thread meanwhile waits for the start to finish;
+        with `install_shutdown_hook`, a signal that arrives meanwhile stops the
+        worker as soon as it has started.
+        """
+        with self._cond:
             if self._state != "new":
                 raise RuntimeError(f"{self!r} cannot be started twice")
-            dialect = self.check()
-            if dialect == "postgresql" and self._listener_connect is not None:
+            self._state = "starting"
+        try:
+            if self._hook is not None:
+                self._hook.install()
+            if self.check() == "postgresql" and self._direct_connect is not None:
                 self._listener = Listener(
-                    self._listener_connect,
+                    self._direct_connect,
                     self.options.queue,
                     self._wakeup,
                     self._stopping,
                     lambda exc: self._emit("listener_error", exception=exc),
                     f"{self.queue_worker_id}-listener",
                 )
-            if self._hook is not None:
-                self._hook.install()
             for n in range(self.options.worker_threads):
                 name = f"{self.queue_worker_id}-{n}"
                 slot = self._slots[name] = Slot()
                 thread = threading.Thread(target=self._poll, args=(slot,), name=name, daemon=True)
                 self._threads.append(thread)
+        except BaseException:
+            self._threads.clear()
+            self._slots.clear()
+            self._listener = None
+            if self._hook is not None:
+                self._hook.uninstall(deliver=True)
+            with self._cond:
+                self._state = "new"
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            for thread in self._threads:
+                thread.start()
+            if self._listener is not None:
+                self._listener.start()
             self._state = "running"
-        for thread in self._threads:
-            thread.start()
-        if self._listener is not None:
-            self._listener.start()
+            self._cond.notify_all()
+        if self._hook is not None:
+            self._hook.started()
         return self
 
     def stop(self) -> bool:
         """Stop polling and drain in-flight jobs; False if a job had to be abandoned.
 
         Jobs still running after `await_termination_timeout_ms` are abandoned:
-        their connection is dropped, the database rolls them back, and they run
-        again later. Then `on_shutdown` runs.
+        their connection is cut, the database rolls them back, and their attempt
+        is counted (retried or failed, as the retry strategy says). Then
+        `on_shutdown` runs, once. Every caller waits for the same drain and gets
+        the same result; called from one of the worker's own threads (a handler,
+        say) it asks for the stop and returns True at once.
         """
-        with self._lock:
-            if self._state != "running":
-                return self._stop_result
-            self._state = "stopping"
-        self._emit("shutting_down")
-        self._stopping.set()
-        self._wakeup.close()
-        deadline = time.monotonic() + self.options.await_termination_timeout_ms / 1000
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if self._listener is not None:
-            self._listener.join(1.0)
-        clean = True
-        for thread in self._threads:
-            if thread.is_alive() and self._abandon(self._slots[thread.name]):
-                clean = False
-        if self._hook is not None:
-            self._hook.uninstall()
-        if self.options.on_shutdown is not None:
-            try:
-                self.options.on_shutdown()
-            except Exception as exc:
-                self._emit("on_shutdown_error", exception=exc)
-        self._stop_result = clean
-        self._state = "stopped"
-        self._emit("shutdown_complete", clean=clean, **self.summary())
-        return clean
+        with self._cond:
+            while self._state == "starting":
+                self._cond.wait()
+            if self._state == "new":
+                return True
+            if self._state == "running":
+                self._state = "stopping"
+                if threading.current_thread() not in self._threads:
+                    self._stopper = threading.current_thread()
+                    return self._drain()
+                self._stopper = threading.Thread(
+                    target=self._drain, name=f"{self.queue_worker_id}-stop", daemon=True
+                )
+                self._stopper.start()
+                return True
+            waiting = threading.current_thread() not in (self._stopper, *self._threads)
+            while waiting and self._state == "stopping":
+                self._cond.wait()
+            return self._stop_result
 
     def wake(self) -> None:
         """Make every idle thread poll now (say, after enqueueing on MySQL)."""
@@ -151,10 +186,44 @@ class QueueWorker:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _abandon(self, slot: Slot) -> bool:
-        job, conn = slot.job, slot.conn
-        if job is None or conn is None or slot.dialect is None:
-            return False
+    def _drain(self) -> bool:
+        self._emit("shutting_down")
+        self._stopping.set()
+        self._wakeup.close()
+        deadline = time.monotonic() + self.options.await_termination_timeout_ms / 1000
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._listener is not None:
+            self._listener.join(1.0)
+        abandoned = []
+        for thread in self._threads:
+            held = self._abandon(self._slots[thread.name]) if thread.is_alive() else None
+            if held is not None:
+                abandoned.append(held)
+        for job, raw_id, dialect in abandoned:
+            self._record_abandoned(job, raw_id, dialect)
+        self._runner.loops.close()
+        if self._hook is not None:
+            self._hook.uninstall()
+        if self.options.on_shutdown is not None:
+            try:
+                self.options.on_shutdown()
+            except Exception as exc:
+                self._emit("on_shutdown_error", exception=exc)
+        clean = not abandoned
+        with self._cond:
+            self._stop_result = clean
+            self._state = "failed" if self._failure is not None else "stopped"
+            self._cond.notify_all()
+        self._emit("shutdown_complete", clean=clean, **self.summary())
+        return clean
+
+    def _abandon(self, slot: Slot) -> tuple[Job, Any, Dialect] | None:
+        """Cut the connection under a job that outlived the timeout; what it held, or None."""
+        job, conn, dialect, raw_id = slot.job, slot.conn, slot.dialect, slot.raw_id
+        if job is None or conn is None or dialect is None:
+            return None
+        slot.abandoned = True
         self.stats.add("abandoned")
         self._runner.emit(
             "job_abandoned",
@@ -163,10 +232,39 @@ class QueueWorker:
             reason="still running after the await-termination timeout; rolled back, runs again",
         )
         try:
-            slot.dialect.abort(conn)
+            dialect.abort(conn)
         except Exception as exc:
             self._emit("polling_error", exception=exc)
-        return True
+        return job, raw_id, dialect
+
+    def _record_abandoned(self, job: Job, raw_id: Any, dialect: Dialect) -> None:
+        """Count the abandoned attempt on the job row, on a connection of its own."""
+        failure = JobAbandoned(
+            f"still running after await_termination_timeout_ms="
+            f"{self.options.await_termination_timeout_ms}; rolled back"
+        )
+        try:
+            with self._recording_connection() as conn:
+                self._runner.record_attempt(
+                    conn, dialect, raw_id, job, failure, wait=_ABANDONED_LOCK_WAIT
+                )
+        except Exception as exc:
+            self._runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
+
+    @contextlib.contextmanager
+    def _recording_connection(self) -> Iterator[Any]:
+        """A connection outside the pool when the data source can make one (the pool may
+        be held by the abandoned threads), else one from the pool."""
+        if self._direct_connect is None:
+            with self._connect() as conn:
+                yield conn
+            return
+        conn = self._direct_connect()
+        try:
+            yield conn
+        finally:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def _emit(self, event: str, **data: Any) -> None:
         if not wanted(self.options.log, event):
@@ -174,6 +272,17 @@ class QueueWorker:
         safe_log(self.options.log, event, {"queue_worker_id": self.queue_worker_id, **data})
 
     def _poll(self, slot: Slot) -> None:
+        """A worker thread: poll until stopped; if it cannot go on, say so and stop the worker."""
+        try:
+            self._poll_until_stopped(slot)
+        except BaseException as exc:
+            self._failure = exc
+            self._emit("worker_thread_died", exception=exc, thread=threading.current_thread().name)
+            self.stop()
+        finally:
+            self._runner.loops.close()
+
+    def _poll_until_stopped(self, slot: Slot) -> None:
         backoff = _Backoff()
         interval = self.options.polling_interval_ms / 1000
         batch_size = self.options.batch_size
@@ -191,10 +300,12 @@ class QueueWorker:
                                 self._wakeup.wait(interval)
             except Exception as exc:
                 if self._stopping.is_set():
+                    if not slot.abandoned:  # else: the error of the connection stop() cut
+                        self._emit("polling_error", exception=exc)
                     break
                 self._emit("polling_error", exception=exc)
                 if self._should_stop(exc):
-                    threading.Thread(target=self.stop, name=f"{self.queue_worker_id}-stop").start()
+                    self.stop()
                     break
                 self._stopping.wait(backoff.next())
             finally:
@@ -225,6 +336,9 @@ def process_next_job(data_source: Any, handler: Handler, **options: Any) -> bool
     """Run at most one due job now, in this thread: True/False for its outcome, None if none."""
     opts = worker_options(**options)
     runner = JobRunner(handler, opts)
-    with connection_factory(data_source)() as conn:
-        runner.dialect(conn).check_server(conn)
-        return runner.run_next(conn)
+    try:
+        with connection_factory(data_source)() as conn:
+            runner.dialect(conn).check_server(conn)
+            return runner.run_next(conn)
+    finally:
+        runner.loops.close()

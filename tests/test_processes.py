@@ -82,3 +82,11 @@ def test_shutdown_hook_drains_prints_a_summary_and_chains(
     assert "stopped on SIGTERM: 1 succeeded, 0 failed, 0 retried, 0 abandoned" in err
     assert output in out and "not stopped" not in out
     assert backend.archived() == [("slow", "success", 1)], (backend.jobs(), runs(), err)
+
+
+def test_a_signal_during_start_stops_the_worker_once_it_has_started(backend):
+    proc = spawn(backend, "hook-start")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "stopped on SIGTERM: 0 succeeded, 0 failed, 0 retried, 0 abandoned" in err
+    assert "start() returned" not in out

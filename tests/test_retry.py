@@ -183,3 +183,34 @@ def test_undecodable_payload_is_archived_as_failure(backend, pool):
     assert failures == [(job_id, "PayloadError")]
     assert events.named("payload_decode_error")
     assert backend.archived() == [("x", "failure", 1)]
+
+
+def test_a_delay_that_cannot_be_scheduled_is_refused_with_the_limit():
+    with pytest.raises(InvalidRetrySpec, match=r"at most 3162240000000 ms \(about 100 years\)"):
+        RetrySpec(retries=3, delays=[10**15])
+    assert RetrySpec(retries=1, delays=[3_162_240_000_000]).delay_ms(1) == 3_162_240_000_000
+
+
+def test_a_retry_that_overflows_at_run_time_fails_the_job_once(backend, pool):
+    near_the_end = datetime(9999, 12, 30, tzinfo=timezone.utc)
+    clock = Clock()
+    clock.now = near_the_end
+    enqueue_committed(backend, ("late", None), clock=clock)
+    events, runs = Events(), []
+
+    def handler(job):
+        runs.append(job.attempts)
+        raise RuntimeError("boom")
+
+    options = {
+        "handler_fn_mode": "advanced",
+        "clock": clock,
+        "log": events,
+        "retry_strategy_fn": lambda job, exc: RetrySpec(retries=3, delays=[3 * 86_400_000]),
+    }
+    assert process_next_job(pool, handler, **options) is False
+    assert process_next_job(pool, handler, **options) is None
+    assert runs == [1]
+    assert backend.archived() == [("late", "failure", 1)]
+    (error,) = events.named("retry_strategy_error")
+    assert "past the latest time that can be stored" in str(error["exception"])

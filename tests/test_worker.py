@@ -173,7 +173,9 @@ def test_stop_drains_in_flight_jobs_then_calls_on_shutdown(backend, pool):
     assert worker.stop() is True, "stop() is idempotent"
 
 
-def test_a_job_outliving_the_timeout_is_abandoned_not_lost(backend, pool):
+def test_a_job_outliving_the_timeout_is_abandoned_and_its_attempt_counted(backend, pool):
+    from proletarian_di import RetrySpec
+
     (job_id,) = enqueue_committed(backend, ("stuck", None))
     started, release = threading.Event(), threading.Event()
     events = Events()
@@ -183,7 +185,12 @@ def test_a_job_outliving_the_timeout_is_abandoned_not_lost(backend, pool):
         release.wait(30)
 
     worker = create_queue_worker(
-        pool, handler, log=events, polling_interval_ms=10, await_termination_timeout_ms=200
+        pool,
+        handler,
+        log=events,
+        polling_interval_ms=10,
+        await_termination_timeout_ms=200,
+        retry_strategy_fn=lambda job, exc: RetrySpec(3),
     )
     worker.start()
     assert started.wait(10)
@@ -191,11 +198,41 @@ def test_a_job_outliving_the_timeout_is_abandoned_not_lost(backend, pool):
     release.set()
     (abandoned,) = events.named("job_abandoned")
     assert abandoned["job_id"] == job_id
-    assert worker.summary()["abandoned"] == 1
-    wait_until(lambda: backend.jobs() == [("stuck", 0, "default")])
+    assert worker.summary() == {"succeeded": 0, "failed": 0, "retried": 1, "abandoned": 1}
+    assert backend.jobs() == [("stuck", 1, "default")], "rolled back, then the attempt counted"
     assert backend.archived() == []
     assert process_next_job(pool, lambda t, p: None) is True
-    assert backend.archived() == [("stuck", "success", 1)]
+    assert backend.archived() == [("stuck", "success", 2)]
+
+
+def test_a_job_that_always_outlives_the_timeout_ends_in_the_failure_archive(backend, pool):
+    from proletarian_di import JobAbandoned
+
+    enqueue_committed(backend, ("stuck", None))
+    release = threading.Event()
+    failures = []
+
+    def handler(job_type, payload):
+        release.wait(30)
+
+    for _ in range(2):
+        started = threading.Event()
+        worker = create_queue_worker(
+            pool,
+            lambda t, p, started=started: (started.set(), handler(t, p)),
+            polling_interval_ms=10,
+            await_termination_timeout_ms=100,
+            retry_strategy_fn=lambda job, exc: {"retries": 1},
+            failed_job_fn=lambda job, exc: failures.append((job.attempts, type(exc))),
+            log=Events(),
+        )
+        worker.start()
+        assert started.wait(10)
+        assert worker.stop() is False
+    release.set()
+    assert failures == [(2, JobAbandoned)]
+    assert backend.archived() == [("stuck", "failure", 2)]
+    assert backend.jobs() == []
 
 
 def test_worker_running_stops_everything_when_the_block_raises(backend, pool):

@@ -9,6 +9,7 @@ rolled back still count.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -84,6 +85,27 @@ def main(mode: str, arg: str = "") -> None:
         worker.start()
         time.sleep(60)
         print("not stopped by the signal", flush=True)
+    elif mode == "hook-start":
+        pool = backend.pool(2)
+        checked = []
+
+        @contextlib.contextmanager
+        def signalled_during_check():
+            """The first connection (start()'s check) gets a SIGTERM sent meanwhile."""
+            if not checked:
+                checked.append(1)
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.3)
+            with pool.connection() as conn:
+                yield conn
+
+        source = type("Source", (), {"connection": staticmethod(signalled_during_check)})()
+        worker = create_queue_worker(
+            source, lambda t, p: None, polling_interval_ms=20, install_shutdown_hook=True
+        )
+        worker.start()
+        print("start() returned", flush=True)
+        time.sleep(60)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ class ExitCode(enum.IntEnum):
     TARGET = 4
     DATABASE = 5
     SCHEMA = 6
+    ABANDONED = 7
 
 
 class CLIError(Exception):
@@ -50,7 +51,8 @@ class CLIError(Exception):
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 module not importable, "
-    "4 target not runnable, 5 database unreachable or unsupported, 6 schema missing."
+    "4 target not runnable, 5 database unreachable or unsupported, 6 schema missing, "
+    "7 worker stopped but abandoned jobs (they run again)."
 )
 
 app = typer.Typer(

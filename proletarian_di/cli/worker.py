@@ -292,13 +292,13 @@ def worker(
         )
         err.print(f"proletarian-di worker {target}: running {described}")
         err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
-        died = False
+        stopped_alone: list[QueueWorker] = []
         try:
             while not signals.stop.wait(0.2):
-                if not any(w.running for w in workers):
-                    died = True
+                stopped_alone = [w for w in workers if not w.running]
+                if stopped_alone:
                     break
-            if not died:
+            if not stopped_alone:
                 err.print(
                     f"{signals.first} received: draining in-flight jobs, then shutting down "
                     "(send it again to exit at once)"
@@ -314,8 +314,19 @@ def worker(
             for outcome, count in w.summary().items():
                 totals[outcome] = totals.get(outcome, 0) + count
         summary = ", ".join(f"{count} {outcome}" for outcome, count in totals.items())
-        if died:
-            _error(f"every worker stopped on its own (see the log above); {summary}")
+        if stopped_alone:
+            _error(f"{'; '.join(map(_why_stopped, stopped_alone))}; {summary}")
             raise typer.Exit(ExitCode.ERROR)
-        note = "" if clean else " (jobs past the await timeout were rolled back; they run again)"
-        err.print(f"stopped cleanly: {summary}{note}")
+        if not clean:
+            err.print(f"stopped: {totals['abandoned']} abandoned (they run again); {summary}")
+            raise typer.Exit(ExitCode.ABANDONED)
+        err.print(f"stopped cleanly: {summary}")
+
+
+def _why_stopped(worker: QueueWorker) -> str:
+    if worker.failure is not None:
+        return (
+            f"{worker.queue_worker_id} failed: a worker thread died of "
+            f"{_one_line(describe(worker.failure))} (see the log above)"
+        )
+    return f"{worker.queue_worker_id} stopped on its own: on_polling_error asked it to stop"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ def no_workers() -> containers.DynamicContainer:
     return container
 
 
-def plain_worker() -> Any:
+def plain_worker(**options: Any) -> Any:
     url = os.environ["TEST_DATABASE_URL"]
     if url.startswith("mysql"):
         from proletarian_di.mysql import MySQLDataSource
@@ -104,8 +105,26 @@ def plain_worker() -> Any:
 
         source = ConnectionPool(url, min_size=1, max_size=2, open=True)
     return create_queue_worker(
-        source, handle, polling_interval_ms=10, on_shutdown=source.close, **tables()
+        source, handle, polling_interval_ms=10, on_shutdown=source.close, **tables(), **options
     )
+
+
+def impatient_worker() -> Any:
+    """Abandons a job still running 100 ms after the stop signal."""
+    return plain_worker(await_termination_timeout_ms=100)
+
+
+def dying_worker() -> Any:
+    """A worker whose only thread dies (its clock raises what no thread survives)."""
+    calls = []
+
+    def clock() -> datetime:
+        calls.append(1)
+        if len(calls) > 3:
+            raise KeyboardInterrupt("the clock broke")
+        return datetime.now(timezone.utc)
+
+    return plain_worker(clock=clock)
 
 
 def needs_arguments(url: str) -> Any:

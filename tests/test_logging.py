@@ -1,0 +1,67 @@
+"""The default log: standard `logging` records, with the traceback of every error."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from proletarian_di import RetrySpec, process_next_job
+
+from backends import Events, enqueue_committed
+
+
+def records(caplog: Any, event: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "proletarian_event", None) == event]
+
+
+def failing_handler(job_type: str, payload: Any) -> None:
+    print(payload["email"])
+
+
+def test_handler_errors_are_logged_with_their_traceback(backend, pool, caplog):
+    caplog.set_level(logging.DEBUG, logger="proletarian_di")
+    enqueue_committed(backend, ("welcome", {}))
+    assert process_next_job(pool, failing_handler) is False
+    (record,) = records(caplog, "handler_exception")
+    assert record.levelno == logging.WARNING
+    assert record.exc_info is not None and record.exc_info[0] is KeyError
+    text = caplog.text
+    assert "Traceback (most recent call last)" in text
+    assert 'print(payload["email"])' in text, "the line that failed is shown"
+    (failed,) = records(caplog, "job_failed")
+    assert failed.levelno == logging.ERROR
+    assert failed.exc_info is None, "the traceback is not repeated"
+
+
+def test_callback_errors_are_logged_with_their_traceback(backend, pool, caplog):
+    caplog.set_level(logging.DEBUG, logger="proletarian_di")
+    enqueue_committed(backend, ("welcome", {}))
+
+    def strategy(job: Any, exc: BaseException) -> RetrySpec:
+        raise ZeroDivisionError("strategy bug")
+
+    def on_failure(job: Any, exc: BaseException) -> None:
+        raise LookupError("dead-letter bug")
+
+    assert (
+        process_next_job(
+            pool, failing_handler, retry_strategy_fn=strategy, failed_job_fn=on_failure
+        )
+        is False
+    )
+    for event, kind in (
+        ("retry_strategy_error", ZeroDivisionError),
+        ("failed_job_fn_error", LookupError),
+    ):
+        (record,) = records(caplog, event)
+        assert record.levelno == logging.ERROR
+        assert record.exc_info is not None and record.exc_info[0] is kind
+
+
+def test_a_log_function_of_ones_own_still_gets_the_exception(backend, pool):
+    enqueue_committed(backend, ("welcome", {}))
+    events = Events()
+    assert process_next_job(pool, failing_handler, log=events) is False
+    (event,) = events.named("handler_exception")
+    assert isinstance(event["exception"], KeyError)
+    assert event["exception"].__traceback__ is not None
