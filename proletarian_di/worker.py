@@ -156,25 +156,26 @@ class QueueWorker:
         the same result; called from one of the worker's own threads (a handler,
         say) it asks for the stop and returns True at once.
         """
+        current = threading.current_thread()
         with self._cond:
             while self._state == "starting":
                 self._cond.wait()
             if self._state == "new":
                 return True
-            if self._state == "running":
-                self._state = "stopping"
-                if threading.current_thread() not in self._threads:
-                    self._stopper = threading.current_thread()
-                    return self._drain()
+            if self._state != "running":
+                waiting = current not in (self._stopper, *self._threads)
+                while waiting and self._state == "stopping":
+                    self._cond.wait()
+                return self._stop_result
+            self._state = "stopping"
+            if current in self._threads:
                 self._stopper = threading.Thread(
                     target=self._drain, name=f"{self.queue_worker_id}-stop", daemon=True
                 )
                 self._stopper.start()
                 return True
-            waiting = threading.current_thread() not in (self._stopper, *self._threads)
-            while waiting and self._state == "stopping":
-                self._cond.wait()
-            return self._stop_result
+            self._stopper = current
+        return self._drain()
 
     def wake(self) -> None:
         """Make every idle thread poll now (say, after enqueueing on MySQL)."""

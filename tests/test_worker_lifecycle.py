@@ -143,3 +143,24 @@ def test_a_handler_raising_keyboard_interrupt_fails_only_its_job(backend, pool):
         wait_for(lambda: len(backend.archived()) == 2, what="both jobs archived")
         assert worker.running
     assert sorted(backend.archived()) == [("bad", "failure", 1), ("ok", "success", 1)]
+
+
+def test_a_handler_calling_stop_during_a_drain_is_not_held_up(backend, pool):
+    enqueue_committed(backend, ("slow", None))
+    started, release, answers = threading.Event(), threading.Event(), []
+    worker: Any = None
+
+    def handler(job_type: str, payload: Any) -> None:
+        started.set()
+        release.wait(10)
+        answers.append(worker.stop())
+
+    worker = create_queue_worker(
+        pool, handler, polling_interval_ms=10, await_termination_timeout_ms=3_000
+    )
+    worker.start()
+    assert started.wait(10)
+    threading.Timer(0.2, release.set).start()
+    assert worker.stop() is True, "the job finished within the timeout: nothing abandoned"
+    assert answers == [True]
+    assert backend.archived() == [("slow", "success", 1)]

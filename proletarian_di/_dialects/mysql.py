@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
@@ -42,9 +43,7 @@ class MySQLDialect(Dialect):
         return value.replace(tzinfo=timezone.utc)
 
     def cursor(self, conn: Any) -> Any:
-        from pymysql.cursors import Cursor
-
-        return conn.cursor(Cursor)
+        return conn.cursor(_tuple_cursor())
 
     @contextlib.contextmanager
     def attached(self, conn: Any) -> Iterator[None]:
@@ -149,6 +148,14 @@ class MySQLDialect(Dialect):
             shutdown_socket(sock.fileno())
 
 
+@functools.cache
+def _tuple_cursor() -> type:
+    """PyMySQL's plain cursor class, whatever `cursorclass` the connection was given."""
+    from pymysql.cursors import Cursor
+
+    return Cursor
+
+
 _NO_SUCH_SAVEPOINT = 1305
 _TRANSIENT_CODES = frozenset(
     {
@@ -230,11 +237,9 @@ def _session_variables(conn: Any) -> tuple[str, ...]:
 def session_state(conn: Any) -> tuple[Any, ...]:
     """The session settings a borrower may change: autocommit, the default database and
     the variables above, read in one round trip."""
-    from pymysql.cursors import Cursor
-
     names = _session_variables(conn)
     columns = ", ".join(f"@@SESSION.{name}" for name in ("autocommit", *names))
-    with conn.cursor(Cursor) as cursor:
+    with conn.cursor(_tuple_cursor()) as cursor:
         cursor.execute(f"SELECT DATABASE(), {columns}")
         row: tuple[Any, ...] = cursor.fetchone()
     return row
@@ -243,15 +248,13 @@ def session_state(conn: Any) -> tuple[Any, ...]:
 def restore_session(conn: Any, saved: tuple[Any, ...]) -> None:
     """Roll back and put the session back as `saved`; a connection that cannot be put
     back is closed, so its pool replaces it."""
-    from pymysql.cursors import Cursor
-
     try:
         conn.rollback()
         current = session_state(conn)
         if current == saved:
             return
         database, autocommit, *values = saved
-        with conn.cursor(Cursor) as cursor:
+        with conn.cursor(_tuple_cursor()) as cursor:
             for name, value, now in zip(_session_variables(conn), values, current[2:], strict=True):
                 if value != now:
                     cursor.execute(f"SET SESSION {name} = %s", (value,))
