@@ -5,7 +5,7 @@ Jobs are rows, enqueued in the application's own transaction, claimed with
 in the same transaction: at-least-once, no broker.
 """
 
-from .enqueue import enqueue, enqueue_async, enqueue_many
+from ._enqueue import enqueue, enqueue_async, enqueue_many
 from .errors import (
     ConfigurationError,
     InvalidRetrySpec,

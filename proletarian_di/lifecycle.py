@@ -6,11 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-
-def _is_container(obj: Any) -> bool:
-    return callable(getattr(obj, "init_resources", None)) and callable(
-        getattr(obj, "shutdown_resources", None)
-    )
+from ._containers import init_resources, is_container, shutdown_resources
 
 
 @contextlib.contextmanager
@@ -24,19 +20,18 @@ def worker_running(*workers: Any) -> Iterator[tuple[Any, ...]]:
     started: list[Any] = []
     try:
         for item in workers:
-            if _is_container(item):
-                started.append(item)  # a half-started container is shut down too
-                item.init_resources()
+            if is_container(item):
+                init_resources(item)  # a half-started container is shut down, then raises
             else:
                 item.start()
-                started.append(item)
+            started.append(item)
         yield workers
     finally:
         errors: list[BaseException] = []
         for item in reversed(started):
             try:
-                if _is_container(item):
-                    item.shutdown_resources()
+                if is_container(item):
+                    shutdown_resources(item)
                 else:
                     item.stop()
             except Exception as exc:

@@ -17,10 +17,10 @@ from rich.console import Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .._admin import Admin, url_dialect
-from ..mysql import mask
-from ..schema import install_schema
-from ..worker import QueueWorker
+from ..._admin import Admin, url_dialect
+from ...mysql import mask
+from ...schema import install_schema
+from ...worker import QueueWorker
 from ._app import (
     CLIError,
     ExitCode,
@@ -124,7 +124,7 @@ def demo(
 
 
 def _run_demo(module: ModuleType, url: str, conn: Any, admin: Admin, count: int) -> None:
-    from ..di import container_workers, init_resources, shutdown_resources
+    from ..._containers import container_workers, init_resources, shutdown_resources
 
     per_queue: dict[str, int] = module.jobs_per_queue(count)
     queues = tuple(per_queue)

@@ -20,8 +20,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .._logging import describe
-from ..worker import QueueWorker
+from ..._containers import as_container, container_workers, init_resources, shutdown_resources
+from ..._logging import describe
+from ...worker import QueueWorker
 from ._app import (
     EXIT_CODES_HELP,
     CLIError,
@@ -78,25 +79,12 @@ def _where(exc: BaseException) -> str:
     return ""
 
 
-def _is_container_class(obj: Any) -> bool:
-    from dependency_injector import containers
-
-    return isinstance(obj, type) and issubclass(obj, containers.DeclarativeContainer)
-
-
-def _is_container(obj: Any) -> bool:
-    from dependency_injector import containers
-
-    return isinstance(obj, containers.Container)
-
-
 def _as_target(spec: str, obj: Any, called: bool = False) -> Target:
     if isinstance(obj, QueueWorker):
         return Target(spec, worker=obj)
-    if _is_container(obj):
-        return Target(spec, container=obj)
-    if _is_container_class(obj):
-        return Target(spec, container=obj())
+    container = as_container(obj)
+    if container is not None:
+        return Target(spec, container=container)
     if callable(obj) and not called and not isinstance(obj, type):
         try:
             required = [
@@ -213,8 +201,6 @@ def _stop_all(workers: Sequence[QueueWorker]) -> bool:
 
 
 def _start(target: Target) -> list[QueueWorker]:
-    from ..di import container_workers, init_resources, shutdown_resources
-
     if target.worker is not None:
         if not target.worker.running:
             target.worker.start()
@@ -306,8 +292,6 @@ def worker(
         finally:
             clean = _stop_all(workers)
             if loaded.container is not None:
-                from ..di import shutdown_resources
-
                 shutdown_resources(loaded.container)
         totals: dict[str, int] = {}
         for w in workers:

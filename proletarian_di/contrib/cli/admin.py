@@ -13,12 +13,12 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from .._admin import QueueStats, url_dialect
-from .._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..enqueue import enqueue as enqueue_job
-from ..jobs import DEFAULT_QUEUE
-from ..mysql import mask
-from ..schema import install_schema, schema_sql
+from ..._admin import QueueStats, url_dialect
+from ..._enqueue import enqueue as enqueue_job
+from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ...jobs import DEFAULT_QUEUE
+from ...mysql import mask
+from ...schema import install_schema, schema_sql
 from ._app import (
     ArchivedJobTable,
     CLIError,

@@ -17,11 +17,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .. import __version__
-from .._admin import Admin, DatabaseURLError, connect, is_unreachable, url_dialect
-from .._logging import describe
-from .._secrets import mask, passwords, scrub
-from ..errors import ConfigurationError, PayloadError, SchemaError, UnsupportedDatabase
+from ... import __version__
+from ..._admin import Admin, DatabaseURLError, connect, is_unreachable, url_dialect
+from ..._logging import describe
+from ..._secrets import mask, passwords, scrub
+from ...errors import ConfigurationError, PayloadError, SchemaError, UnsupportedDatabase
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

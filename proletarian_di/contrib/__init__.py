@@ -1,0 +1,10 @@
+"""Optional integrations, each behind its extra: nothing in the queue core imports them.
+
+- `contrib.di`: dependency-injector resources (extra `di`)
+- `contrib.fastapi`: a FastAPI lifespan (extra `fastapi`)
+- `contrib.cli`: the `proletarian-di` command (extra `cli`)
+- `contrib.embedded`: a throwaway PostgreSQL server (extra `embedded`)
+
+The short paths `proletarian_di.di`, `proletarian_di.fastapi`, `proletarian_di.cli`
+and `proletarian_di.embedded` re-export them.
+"""
