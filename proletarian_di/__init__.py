@@ -6,20 +6,29 @@ in the same transaction: at-least-once, no broker.
 """
 
 from ._enqueue import enqueue, enqueue_async, enqueue_many
+from ._types import DataSource, EnqueueOptions, HandlerMode, WorkerOptions
 from .errors import (
+    ArgumentTypeError,
     ConfigurationError,
+    DatabaseURLError,
+    EmbeddedPostgresUnavailable,
     InvalidRetrySpec,
     JobAbandoned,
     PayloadError,
     ProletarianError,
     SchemaError,
     TransactionAborted,
+    UnknownJobType,
     UnsupportedDatabase,
+    WorkerStateError,
 )
 from .job_ids import BinaryUUIDStrategy, JobIdStrategy, UUIDStrategy
 from .jobs import DEFAULT_QUEUE, Job
 from .lifecycle import worker_running
+from .mysql import MySQLDataSource
 from .retry import RetrySpec
+from .router import JobRouter
+from .schema import install_schema
 from .serializers import JSONSerializer, Serializer
 from .worker import QueueWorker, create_queue_worker, process_next_job
 
@@ -27,13 +36,21 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "ArgumentTypeError",
     "BinaryUUIDStrategy",
     "ConfigurationError",
+    "DataSource",
+    "DatabaseURLError",
+    "EmbeddedPostgresUnavailable",
+    "EnqueueOptions",
+    "HandlerMode",
     "InvalidRetrySpec",
     "JSONSerializer",
     "Job",
     "JobAbandoned",
     "JobIdStrategy",
+    "JobRouter",
+    "MySQLDataSource",
     "PayloadError",
     "ProletarianError",
     "QueueWorker",
@@ -42,11 +59,15 @@ __all__ = [
     "Serializer",
     "TransactionAborted",
     "UUIDStrategy",
+    "UnknownJobType",
     "UnsupportedDatabase",
+    "WorkerOptions",
+    "WorkerStateError",
     "create_queue_worker",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
+    "install_schema",
     "process_next_job",
     "worker_running",
 ]

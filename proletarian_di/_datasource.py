@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ArgumentTypeError, ConfigurationError
 
 ConnectionFactory = Callable[[], AbstractContextManager[Any]]
 
@@ -22,7 +22,7 @@ def _is_async_pool(data_source: Any) -> bool:
 def connection_factory(data_source: Any) -> ConnectionFactory:
     """Accept a pool with `connection()` or a zero-argument callable returning a connection."""
     if _is_async_pool(data_source):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{type(data_source).__name__} is an asyncio pool, and workers run in threads: "
             "pass a psycopg_pool.ConnectionPool (the same conninfo works) as the data source"
         )

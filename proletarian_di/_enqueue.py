@@ -7,9 +7,9 @@ commits (the outbox pattern).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._dialects import Dialect, check_table_name, connection_kind, dialect_named
 from ._options import (
@@ -20,9 +20,13 @@ from ._options import (
     check_name,
     check_queue,
 )
-from .errors import ConfigurationError
+from ._types import Connection, EnqueueOptions
+from .errors import ArgumentTypeError, ConfigurationError
 from .jobs import DEFAULT_QUEUE
 from .serializers import check_serializer
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 BATCH_SIZE = 5_000
 
@@ -64,38 +68,48 @@ def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
     name, is_async = connection_kind(conn)
     kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
     if is_async and not asynchronous:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"enqueue needs a synchronous connection, got the async {kind}: "
             "use `await enqueue_async(conn, ...)`"
         )
     if asynchronous and not is_async:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"enqueue_async needs a psycopg AsyncConnection, got {kind}: "
             "use `enqueue(conn, ...)` with it"
         )
     return dialect_named(name, check_table_name(job_table, "job_table"), DEFAULT_ARCHIVED_JOB_TABLE)
 
 
+_OPTIONS = frozenset(EnqueueOptions.__annotations__)
+
+
 class _Prepared:
-    """Rows ready to insert, with their ids, for one enqueue call."""
+    """Rows ready to insert, with their ids and their dialect, for one enqueue call.
+
+    Every option is checked, and every payload encoded, before anything is written.
+    """
 
     def __init__(
         self,
-        dialect: Dialect,
+        conn: Connection,
         jobs: Iterable[tuple[str, Any]],
-        queue: str,
-        process_at: datetime | None,
-        process_in: timedelta | None,
-        serializer: Any,
-        job_id_strategy: Any,
-        clock: Any,
+        options: Mapping[str, Any],
+        asynchronous: bool = False,
     ) -> None:
-        self.dialect = dialect
-        queue = check_queue(queue)
-        codec = check_serializer(serializer)
-        strategy = check_id_strategy(job_id_strategy) or self.dialect.default_id_strategy
-        now = check_clock(clock)()
-        due = _due(now, process_at, process_in)
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown enqueue option(s) {', '.join(unknown)}; "
+                f"valid options: {', '.join(sorted(_OPTIONS))}"
+            )
+        job_table = options.get("job_table", DEFAULT_JOB_TABLE)
+        self.dialect = _dialect(conn, job_table, asynchronous)
+        queue = check_queue(options.get("queue", DEFAULT_QUEUE))
+        codec = check_serializer(options.get("serializer"))
+        strategy = check_id_strategy(options.get("job_id_strategy"))
+        strategy = strategy or self.dialect.default_id_strategy
+        now = check_clock(options.get("clock"))()
+        due = _due(now, options.get("process_at"), options.get("process_in"))
         self.ids: list[uuid.UUID] = []
         self.rows: list[tuple[Any, ...]] = []
         for job_type, payload in jobs:
@@ -108,93 +122,39 @@ class _Prepared:
 
 
 def enqueue(
-    conn: Any,
-    job_type: str,
-    payload: Any = None,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    process_at: datetime | None = None,
-    process_in: timedelta | None = None,
-    job_table: str = DEFAULT_JOB_TABLE,
-    serializer: Any = None,
-    job_id_strategy: Any = None,
-    clock: Any = None,
+    conn: Connection, job_type: str, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> uuid.UUID:
     """Insert a job on `conn` (psycopg 3 or PyMySQL) and return its id; never commits.
 
-    `process_at` (aware datetime) wins over `process_in` (timedelta); a time in
-    the past or a negative duration means now. The payload is encoded first, so
-    a payload that cannot be serialized writes nothing.
+    Options (`EnqueueOptions`): `queue` (default "default"), `process_at` (aware
+    datetime) which wins over `process_in` (timedelta) (a time in the past or a
+    negative duration means now), `job_table`, `serializer`, `job_id_strategy`,
+    `clock`. The payload is encoded first, so a payload that cannot be serialized
+    writes nothing.
     """
-    prepared = _Prepared(
-        _dialect(conn, job_table, asynchronous=False),
-        [(job_type, payload)],
-        queue,
-        process_at,
-        process_in,
-        serializer,
-        job_id_strategy,
-        clock,
-    )
+    prepared = _Prepared(conn, [(job_type, payload)], options)
     prepared.dialect.insert_one(conn, prepared.rows[0])
     return prepared.ids[0]
 
 
 def enqueue_many(
-    conn: Any,
-    jobs: Iterable[tuple[str, Any]],
-    *,
-    queue: str = DEFAULT_QUEUE,
-    process_at: datetime | None = None,
-    process_in: timedelta | None = None,
-    job_table: str = DEFAULT_JOB_TABLE,
-    serializer: Any = None,
-    job_id_strategy: Any = None,
-    clock: Any = None,
+    conn: Connection, jobs: Iterable[tuple[str, Any]], **options: Unpack[EnqueueOptions]
 ) -> list[uuid.UUID]:
     """Insert many `(job_type, payload)` jobs, one statement per batch; ids in order.
 
     Same options and the same outbox semantics as `enqueue`: every payload is
     encoded before anything is written, and nothing is committed.
     """
-    prepared = _Prepared(
-        _dialect(conn, job_table, asynchronous=False),
-        jobs,
-        queue,
-        process_at,
-        process_in,
-        serializer,
-        job_id_strategy,
-        clock,
-    )
+    prepared = _Prepared(conn, jobs, options)
     for start in range(0, len(prepared.rows), BATCH_SIZE):
         prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
     return prepared.ids
 
 
 async def enqueue_async(
-    aconn: Any,
-    job_type: str,
-    payload: Any = None,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    process_at: datetime | None = None,
-    process_in: timedelta | None = None,
-    job_table: str = DEFAULT_JOB_TABLE,
-    serializer: Any = None,
-    job_id_strategy: Any = None,
-    clock: Any = None,
+    aconn: Connection, job_type: str, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> uuid.UUID:
     """`enqueue` for a psycopg `AsyncConnection`, in the caller's transaction."""
-    prepared = _Prepared(
-        _dialect(aconn, job_table, asynchronous=True),
-        [(job_type, payload)],
-        queue,
-        process_at,
-        process_in,
-        serializer,
-        job_id_strategy,
-        clock,
-    )
+    prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
     await aconn.execute(*prepared.dialect.insert_statement(prepared.rows[0]))
     return prepared.ids[0]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._types import LogFn
 
 logger = logging.getLogger("proletarian_di")
 
-LogFn = Callable[[str, dict[str, Any]], None]
 
 _LEVELS = {
     "polling_for_jobs": logging.DEBUG,

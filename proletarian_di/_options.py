@@ -1,28 +1,30 @@
-"""Worker options: defaults and validation, in one place."""
+"""Worker options: defaults and validation, in one place (their types are in `_types`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from ._dialects import check_table_name
-from ._logging import LogFn, default_log
+from ._logging import default_log
+from ._types import (
+    Clock,
+    FailedJobFn,
+    HandlerMode,
+    LogFn,
+    PollingErrorFn,
+    RetryStrategyFn,
+    ShutdownFn,
+)
 from .errors import ConfigurationError
 from .job_ids import JobIdStrategy
-from .jobs import DEFAULT_QUEUE, Job
-from .retry import RetrySpecLike
+from .jobs import DEFAULT_QUEUE
 from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
 
 DEFAULT_JOB_TABLE = "proletarian.job"
 DEFAULT_ARCHIVED_JOB_TABLE = "proletarian.archived_job"
 HANDLER_MODES = ("default", "advanced")
-
-Clock = Callable[[], datetime]
-RetryStrategyFn = Callable[[Job, BaseException], RetrySpecLike]
-FailedJobFn = Callable[[Job, BaseException], None]
-PollingErrorFn = Callable[[BaseException], bool]
 
 
 def utc_now() -> datetime:
@@ -81,8 +83,8 @@ def _int_at_least(value: Any, name: str, minimum: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkerOptions:
-    """Every option of `create_queue_worker`, validated."""
+class WorkerSettings:
+    """Every option of `create_queue_worker`, validated, with its default filled in."""
 
     queue: str = DEFAULT_QUEUE
     worker_threads: int = 1
@@ -90,11 +92,11 @@ class WorkerOptions:
     retry_strategy_fn: RetryStrategyFn | None = None
     failed_job_fn: FailedJobFn | None = None
     on_polling_error: PollingErrorFn | None = None
-    handler_fn_mode: str = "default"
+    handler_fn_mode: HandlerMode = "default"
     install_shutdown_hook: bool = False
     await_termination_timeout_ms: int = 10_000
     queue_worker_id: str = ""
-    on_shutdown: Callable[[], None] | None = None
+    on_shutdown: ShutdownFn | None = None
     job_table: str = DEFAULT_JOB_TABLE
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE
     serializer: Serializer = DEFAULT_SERIALIZER
@@ -134,13 +136,13 @@ class WorkerOptions:
             raise ConfigurationError(f"log must be a callable (event, data), got {self.log!r}")
 
 
-def worker_options(**options: Any) -> WorkerOptions:
-    """Build `WorkerOptions`, naming any option that does not exist."""
-    fields = {f.name for f in dataclasses.fields(WorkerOptions)}
+def worker_settings(**options: Any) -> WorkerSettings:
+    """Validate keyword options into `WorkerSettings`, naming any option that does not exist."""
+    fields = {f.name for f in dataclasses.fields(WorkerSettings)}
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ConfigurationError(
             f"unknown worker option(s) {', '.join(unknown)}; "
             f"valid options: {', '.join(sorted(fields))}"
         )
-    return WorkerOptions(**{name: value for name, value in options.items() if value is not None})
+    return WorkerSettings(**{name: value for name, value in options.items() if value is not None})

@@ -16,6 +16,8 @@ import re
 from typing import Any
 from urllib.parse import quote, unquote
 
+from .errors import DatabaseURLError
+
 MASK = "***"
 HINT = (
     "if the password has special characters, percent-encode them "
@@ -303,14 +305,14 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     """`mysql://user:password@host:port/database` as PyMySQL connect options.
 
     The user info ends at the last '@', so the password may hold an unencoded
-    '#', '/', '?', '@' or ':'; a malformed URL raises ValueError, masked.
+    '#', '/', '?', '@' or ':'; a malformed URL raises `DatabaseURLError`, masked.
     """
     parts = split_url(url)
     if parts is None or parts.scheme.lower() not in _MYSQL_SCHEMES:
-        raise ValueError(f"not a MySQL URL (mysql://user:password@host:port/db): {mask(url)}")
+        raise DatabaseURLError(f"not a MySQL URL (mysql://user:password@host:port/db): {mask(url)}")
 
-    def bad(reason: str) -> ValueError:
-        return ValueError(malformed("MySQL URL", url, reason))
+    def bad(reason: str) -> DatabaseURLError:
+        return DatabaseURLError(malformed("MySQL URL", url, reason))
 
     rest = parts.rest
     cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))

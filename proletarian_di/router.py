@@ -1,4 +1,4 @@
-"""`JobRouter`: one function per job type, the seeds' multimethod as a handler.
+"""`JobRouter`: one function per job type, Proletarian's multimethod as a handler.
 
     router = JobRouter()
 
@@ -23,20 +23,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from .errors import ConfigurationError
+from .errors import ArgumentTypeError, ConfigurationError, UnknownJobType
 from .jobs import Job
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class UnknownJobType(LookupError):
-    """No handler is registered for a job's type."""
-
-    def __init__(self, job_type: str, known: tuple[str, ...] = ()) -> None:
-        self.job_type = job_type
-        self.known = known
-        registered = ", ".join(repr(name) for name in known) or "none"
-        super().__init__(f"no handler for job type {job_type!r} (registered: {registered})")
 
 
 class JobRouter:
@@ -95,7 +85,9 @@ class JobRouter:
         if isinstance(job_type, Job) and not payload:
             return self.lookup(job_type.job_type)(job_type)
         if len(payload) != 1:
-            raise TypeError("a JobRouter is called as router(job_type, payload) or router(job)")
+            raise ArgumentTypeError(
+                "a JobRouter is called as router(job_type, payload) or router(job)"
+            )
         return self.lookup(job_type)(job_type, payload[0])  # type: ignore[arg-type]
 
     def __contains__(self, job_type: object) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ._dialects import check_table_name, dialect_for, dialect_name
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from .errors import ConfigurationError
 
 _POSTGRESQL = """\
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -82,13 +83,13 @@ def schema_sql(
 ) -> str:
     """The DDL for `dialect` ('postgresql' or 'mysql') and these table names."""
     if dialect not in _TEMPLATES:
-        raise ValueError(f"dialect must be 'postgresql' or 'mysql', got {dialect!r}")
+        raise ConfigurationError(f"dialect must be 'postgresql' or 'mysql', got {dialect!r}")
     check_table_name(job_table, "job_table")
     check_table_name(archived_job_table, "archived_job_table")
     schema, _, name = job_table.rpartition(".")
     archive_schema = archived_job_table.rpartition(".")[0]
     if schema != archive_schema:
-        raise ValueError("job_table and archived_job_table must be in the same schema")
+        raise ConfigurationError("job_table and archived_job_table must be in the same schema")
     sql = _TEMPLATES[dialect].format(
         schema=schema or "public",
         job_table=job_table,

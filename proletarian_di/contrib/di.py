@@ -35,13 +35,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._containers import container_workers, init_resources, shutdown_resources, teardown
 from .._secrets import malformed, mask, parse_mysql_url, passwords, postgres_problem, scrub
+from .._types import DataSource, Handler, WorkerOptions
 from ..errors import ConfigurationError
 from ..mysql import MySQLDataSource
 from ..worker import QueueWorker, create_queue_worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "async_mysql_data_source",
@@ -129,10 +133,7 @@ def open_mysql_data_source(url: str | None = None, **connect_options: Any) -> My
     """
     secrets = [*passwords(url or ""), connect_options.get("password")]
     if url:
-        try:
-            parse_mysql_url(url)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        parse_mysql_url(url)
     try:
         source = MySQLDataSource(url, **connect_options)
     except Exception as exc:
@@ -151,7 +152,9 @@ def open_mysql_data_source(url: str | None = None, **connect_options: Any) -> My
     return source
 
 
-def start_queue_worker(data_source: Any, handler: Any, **worker_options: Any) -> QueueWorker:
+def start_queue_worker(
+    data_source: DataSource, handler: Handler, **worker_options: Unpack[WorkerOptions]
+) -> QueueWorker:
     """Create a worker and start it; a pool too small for its threads is a clear error."""
     threads = worker_options.get("worker_threads", 1)
     max_size = getattr(data_source, "max_size", None)
@@ -207,7 +210,9 @@ def mysql_data_source(url: str | None = None, **connect_options: Any) -> Iterato
         _close("mysql_data_source", source)
 
 
-def queue_worker(data_source: Any, handler: Any, **worker_options: Any) -> Iterator[QueueWorker]:
+def queue_worker(
+    data_source: DataSource, handler: Handler, **worker_options: Unpack[WorkerOptions]
+) -> Iterator[QueueWorker]:
     """Resource: a started `QueueWorker`; shutdown stops it, draining in-flight jobs.
 
     Pass the pool *resource* as `data_source` so the worker stops before the
@@ -248,7 +253,7 @@ async def async_mysql_data_source(
 
 
 async def async_queue_worker(
-    data_source: Any, handler: Any, **worker_options: Any
+    data_source: DataSource, handler: Handler, **worker_options: Unpack[WorkerOptions]
 ) -> AsyncIterator[QueueWorker]:
     """`queue_worker` for `await container.init_resources()`: starts and drains in a thread."""
     worker = await asyncio.to_thread(start_queue_worker, data_source, handler, **worker_options)

@@ -21,6 +21,7 @@ import anyio
 import anyio.to_thread
 
 from .._containers import init_resources, is_container, shutdown_resources
+from ..errors import ArgumentTypeError
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
 
@@ -30,7 +31,7 @@ def _starter(target: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
         return (lambda: init_resources(target)), (lambda: shutdown_resources(target))
     if callable(getattr(target, "start", None)) and callable(getattr(target, "stop", None)):
         return target.start, target.stop
-    raise TypeError(
+    raise ArgumentTypeError(
         f"worker_lifespan needs a dependency-injector container or a QueueWorker, got {target!r}"
     )
 
