@@ -1,6 +1,6 @@
 """Claim jobs, run their handlers, and settle each one, all in the claim's transaction.
 
-This is the seeds' poll/lock/run/archive cycle, shared by worker threads,
+This is Proletarian's poll/lock/run/archive cycle, shared by worker threads,
 `process_next_job` and `testing.run_due_jobs`. Every user callback that gets
 the job's connection (an advanced-mode handler, `retry_strategy_fn`,
 `failed_job_fn`) runs under a savepoint: whatever it leaves behind, its own
@@ -18,14 +18,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ._async import EventLoops, is_awaitable
-from ._dialects import Dialect, JobRow, TransactionLost, dialect_for
+from ._dialects import Dialect, JobRow, Session, TransactionLost, dialect_for
 from ._logging import describe, safe_log, wanted
-from ._options import WorkerOptions
-from .errors import InvalidRetrySpec, PayloadError, TransactionAborted
+from ._options import WorkerSettings
+from ._types import Handler
+from .errors import ArgumentTypeError, InvalidRetrySpec, PayloadError, TransactionAborted
 from .jobs import Job
 from .retry import to_retry_spec
-
-Handler = Callable[..., Any]
 
 _LOCK_POLL = 0.05
 
@@ -74,9 +73,9 @@ def _interrupts(exc: BaseException) -> bool:
 class JobRunner:
     """Runs the next due jobs of one queue on a given connection."""
 
-    def __init__(self, handler: Handler, options: WorkerOptions, stats: Stats | None = None):
+    def __init__(self, handler: Handler, options: WorkerSettings, stats: Stats | None = None):
         if not callable(handler):
-            raise TypeError(f"handler must be callable, got {handler!r}")
+            raise ArgumentTypeError(f"handler must be callable, got {handler!r}")
         self.handler = handler
         self.options = options
         self.stats = stats or Stats()
@@ -108,25 +107,19 @@ class JobRunner:
 
     # Claim, run, settle ------------------------------------------------------------------
 
-    def run_next(self, conn: Any, slot: Slot | None = None) -> bool | None:
+    def run_next(self, conn: Any) -> bool | None:
         """Run one due job: True if it succeeded, False if it failed, None if none was due."""
-        outcomes = self.run_batch(conn, slot, limit=1)
+        outcomes = self.run_batch(self.dialect(conn).session(conn))
         return outcomes[0] if outcomes else None
 
-    def run_batch(
-        self,
-        conn: Any,
-        slot: Slot | None = None,
-        limit: int = 1,
-        dialect: Dialect | None = None,
-    ) -> list[bool]:
+    def run_batch(self, session: Session, slot: Slot | None = None, limit: int = 1) -> list[bool]:
         """Claim up to `limit` due jobs in one transaction and settle each; [] if none.
 
         Each job is settled on its own (retry or failure as it comes); successes
         are archived together at the end, in the commit's round trip.
         """
-        dialect = dialect or self.dialect(conn)
-        rows = dialect.claim(conn, self.options.queue, self.clock(), limit)
+        dialect, conn = session.dialect, session.conn
+        rows = session.claim(self.options.queue, self.clock(), limit)
         if not rows:
             dialect.rollback(conn)
             return []
@@ -157,7 +150,7 @@ class JobRunner:
                     settled.append(self._retry_or_fail(conn, dialect, raw_id, job, error))
                     outcomes.append(False)
             if succeeded:
-                dialect.archive_and_commit(conn, succeeded, self.clock())
+                session.archive_and_commit(succeeded, self.clock())
             else:
                 dialect.commit(conn)
         except TransactionLost as lost:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pymysql
@@ -11,8 +10,7 @@ from faults import running, wait_for
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from proletarian_di import RetrySpec, create_queue_worker, process_next_job
-from proletarian_di._admin import Admin
+from proletarian_di import RetrySpec, admin, create_queue_worker, process_next_job
 from proletarian_di.mysql import MySQLDataSource
 from proletarian_di.testing import run_due_jobs
 
@@ -65,11 +63,8 @@ def test_process_next_job_and_run_due_jobs_on_a_dict_row_pool(backend, dict_pool
 def test_admin_queries_on_a_dict_row_connection(backend, dict_pool):
     enqueue_committed(backend, ("a", None))
     with dict_pool.connection() as conn:
-        admin = Admin(conn)
-        admin.check()
-        (stats,) = admin.stats()
+        admin.check(conn)
+        (stats,) = admin.queue_stats(conn)
         assert (stats.queue, stats.due) == ("default", 1)
-        assert admin.waiting(["default"]) == 1
-        assert admin.missing_columns() == {}
-        with contextlib.suppress(Exception):
-            conn.rollback()
+        assert admin.waiting(conn, ["default"]) == 1
+        assert admin.missing_columns(conn) == {}

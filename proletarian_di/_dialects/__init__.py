@@ -13,6 +13,7 @@ from . import mysql
 from .base import (
     Dialect,
     JobRow,
+    Session,
     TransactionLost,
     check_table_name,
     connection_kind,
@@ -28,6 +29,7 @@ __all__ = [
     "JobRow",
     "MySQLDialect",
     "PostgresDialect",
+    "Session",
     "TransactionLost",
     "check_table_name",
     "connection_kind",

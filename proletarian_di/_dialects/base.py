@@ -11,7 +11,13 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..errors import ConfigurationError, SchemaError, UnsupportedDatabase
+from ..errors import (
+    ArgumentTypeError,
+    ConfigurationError,
+    ProletarianError,
+    SchemaError,
+    UnsupportedDatabase,
+)
 from ..job_ids import JobIdStrategy
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -78,7 +84,7 @@ def _classify(conn: Any) -> tuple[str, bool]:
     if root in _UNSUPPORTED:
         raise UnsupportedDatabase(f"unsupported connection {name}: {_UNSUPPORTED[root]}")
     if callable(getattr(conn, "connection", None)) and not hasattr(conn, "cursor"):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"got a pool ({name}) where a connection is needed: pass one of its connections, "
             "e.g. `with pool.connection() as conn: enqueue(conn, ...)`"
         )
@@ -104,7 +110,7 @@ def dialect_name(conn: Any) -> str:
     """'postgresql' or 'mysql' for a synchronous connection (psycopg 3 or PyMySQL)."""
     name, is_async = connection_kind(conn)
     if is_async:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{type(conn).__qualname__} is an async connection: use `await enqueue_async(conn, "
             "...)`, or a synchronous psycopg.Connection"
         )
@@ -118,7 +124,7 @@ def shutdown_socket(fd: int) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-class TransactionLost(Exception):
+class TransactionLost(ProletarianError):
     """The job's transaction ended inside a callback: its savepoint and row locks are gone.
 
     The runner tags it with the callback (`stage`) and the callback's own exception
@@ -129,11 +135,29 @@ class TransactionLost(Exception):
     cause: BaseException | None = None
 
 
+class Session:
+    """A connection as the runner uses it: the per-job statements of its dialect, with what
+    the dialect set up on this connection (PostgreSQL prepares statements on a worker's
+    connection, MySQL sets its isolation). Made by `Dialect.session` or `Dialect.attached`.
+    """
+
+    def __init__(self, dialect: Dialect, conn: Any) -> None:
+        self.dialect, self.conn = dialect, conn
+
+    def claim(self, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        """Lock the oldest due jobs of `queue` (up to `limit`), skipping rows others hold."""
+        return self.dialect.claim(self.conn, queue, now, limit)
+
+    def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
+        """Archive successful jobs and commit."""
+        self.dialect.archive(self.conn, job_ids, "success", finished_at)
+        self.dialect.commit(self.conn)
+
+
 class Dialect:
     """Statements and driver calls for one database; built once per table pair."""
 
     name = ""
-    minimum = ""
     default_id_strategy: JobIdStrategy
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
@@ -169,24 +193,42 @@ class Dialect:
         """A cursor returning tuples, whatever row factory or cursor class the app configured."""
         raise NotImplementedError
 
-    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        cursor = self.cursor(conn)
-        try:
+    @contextlib.contextmanager
+    def executed(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Iterator[Any]:
+        """A tuple cursor that has run `sql`, closed after the block."""
+        with self.cursor(conn) as cursor:
             cursor.execute(sql, tuple(params))
+            yield cursor
+
+    def fetchone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        with self.executed(conn, sql, params) as cursor:
             return cursor.fetchone()
-        finally:
-            cursor.close()
+
+    def fetchall(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.executed(conn, sql, params) as cursor:
+            return list(cursor.fetchall()) if cursor.description else []
 
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
-        cursor = self.cursor(conn)
-        try:
-            cursor.execute(sql, tuple(params))
-        finally:
-            cursor.close()
+        with self.executed(conn, sql, params):
+            pass
+
+    def execute_count(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; how many rows it changed."""
+        with self.executed(conn, sql, params) as cursor:
+            return int(cursor.rowcount)
+
+    def requeue(self, conn: Any, where: str, params: Sequence[Any], now: datetime) -> int:
+        """Move the archived jobs matching `where` back into the queue, due `now`, with
+        fresh attempts; how many moved."""
+        raise NotImplementedError
 
     def begin(self, conn: Any) -> None:
         """Open a transaction explicitly where the driver would not (autocommit)."""
         raise NotImplementedError
+
+    def session(self, conn: Any) -> Session:
+        """`conn` as the runner uses it, with nothing set up on it (see `attached`)."""
+        return Session(self, conn)
 
     def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
         """Lock the oldest due jobs of `queue` (up to `limit`), skipping rows others hold."""
@@ -197,11 +239,6 @@ class Dialect:
     ) -> None:
         """Move jobs to the archive with `status`, counting the attempt just made."""
         raise NotImplementedError
-
-    def archive_and_commit(self, conn: Any, job_ids: Sequence[Any], finished_at: datetime) -> None:
-        """Archive successful jobs and commit."""
-        self.archive(conn, job_ids, "success", finished_at)
-        self.commit(conn)
 
     def reschedule(self, conn: Any, job_id: Any, attempts: int, process_at: datetime) -> None:
         self.execute(conn, self.reschedule_sql, (attempts, self.encode_time(process_at), job_id))
@@ -224,9 +261,9 @@ class Dialect:
         )
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[None]:
-        """Tune a connection for a worker that keeps it (fewer round trips), then undo."""
-        yield
+    def attached(self, conn: Any) -> Iterator[Session]:
+        """`conn` as a worker keeps it, tuned for fewer round trips; untuned on release."""
+        yield self.session(conn)
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         raise NotImplementedError
@@ -299,7 +336,7 @@ class Dialect:
                 (self.job_table, "job_table"),
                 (self.archived_job_table, "archived_job_table"),
             ):
-                if not self.table_exists(conn, table):
+                if not self.table_columns(conn, table):
                     raise SchemaError(
                         f"table {table} ({option}) does not exist; install the schema with "
                         f"`proletarian-di schema install` or sql/{self.name}.sql"
@@ -310,7 +347,8 @@ class Dialect:
     def required_version(self, product: str) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def table_exists(self, conn: Any, table: str) -> bool:
+    def table_columns(self, conn: Any, table: str) -> list[str]:
+        """The table's column names; empty when there is no such table."""
         raise NotImplementedError
 
     # Errors and teardown -------------------------------------------------

@@ -11,7 +11,14 @@ from typing import Any
 
 from ..errors import UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
-from .base import Dialect, JobRow, TransactionLost, shutdown_socket, unwrap_connection
+from .base import (
+    Dialect,
+    JobRow,
+    Session,
+    TransactionLost,
+    shutdown_socket,
+    unwrap_connection,
+)
 
 
 class MySQLDialect(Dialect):
@@ -28,7 +35,6 @@ class MySQLDialect(Dialect):
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
         job = self.job_table
-        self._read_committed: set[int] = set()
         self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id = %s"
         self.delete_sql = f"DELETE FROM {job} WHERE job_id = %s"
         self.archive_many_sql = (
@@ -46,16 +52,14 @@ class MySQLDialect(Dialect):
         return conn.cursor(_tuple_cursor())
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[None]:
+    def attached(self, conn: Any) -> Iterator[Session]:
         """READ COMMITTED for the whole session while a worker holds the connection; on
         release, the session is put back as it was lent (handlers may have changed it)."""
         saved = session_state(conn)
         self.execute(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        self._read_committed.add(id(conn))
         try:
-            yield
+            yield MySQLSession(self, conn, read_committed=True)
         finally:
-            self._read_committed.discard(id(conn))
             restore_session(conn, saved)
 
     def _in_savepoint(self, conn: Any, *statements: str) -> None:
@@ -70,14 +74,21 @@ class MySQLDialect(Dialect):
                 ) from exc
             raise
 
-    def begin(self, conn: Any) -> None:
-        if id(conn) not in self._read_committed:
+    def begin(self, conn: Any, read_committed: bool = False) -> None:
+        """Start a transaction at READ COMMITTED (already the session's level on a worker's
+        connection, so set only for the next transaction elsewhere)."""
+        if not read_committed:
             self.execute(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         if conn.get_autocommit():
             conn.begin()
 
-    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
-        self.begin(conn)
+    def session(self, conn: Any) -> MySQLSession:
+        return MySQLSession(self, conn)
+
+    def claim(
+        self, conn: Any, queue: str, now: datetime, limit: int = 1, read_committed: bool = False
+    ) -> list[JobRow]:
+        self.begin(conn, read_committed)
         with self.cursor(conn) as cursor:
             cursor.execute(self.claim_sql, (queue, self.encode_time(now), limit))
             return list(cursor.fetchall())
@@ -132,20 +143,63 @@ class MySQLDialect(Dialect):
     def required_version(self, product: str) -> tuple[int, ...]:
         return (10, 6, 0) if product == "MariaDB" else (8, 0, 1)
 
-    def table_exists(self, conn: Any, table: str) -> bool:
+    def table_columns(self, conn: Any, table: str) -> list[str]:
         schema, _, name = table.rpartition(".")
-        row = self.fetchone(
+        rows = self.fetchall(
             conn,
-            "SELECT COUNT(*) FROM information_schema.tables "
-            "WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s",
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = COALESCE(%s, DATABASE()) AND table_name = %s "
+            "ORDER BY ordinal_position",
             (schema or None, name),
         )
-        return bool(row[0])
+        return [str(row[0]).lower() for row in rows]
+
+    def requeue(self, conn: Any, where: str, params: Sequence[Any], now: datetime) -> int:
+        """Lock the matching archived jobs, then copy and delete them by id, in chunks.
+
+        Outside a transaction, the next one runs at READ COMMITTED, so the locking read
+        takes no gap locks that would hold up workers archiving their jobs.
+        """
+        raw = unwrap_connection(conn)
+        if not raw.server_status & _IN_TRANSACTION:
+            self.execute(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        archive, job = self.archived_job_table, self.job_table
+        ids = [
+            row[0]
+            for row in self.fetchall(
+                conn, f"SELECT job_id FROM {archive} WHERE {where} FOR UPDATE", params
+            )
+        ]
+        for start in range(0, len(ids), _REQUEUE_CHUNK):
+            chunk = ids[start : start + _REQUEUE_CHUNK]
+            marks = ", ".join(["%s"] * len(chunk))
+            self.execute(
+                conn,
+                f"INSERT INTO {job} ({self.columns}) "
+                "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s "
+                f"FROM {archive} WHERE job_id IN ({marks})",
+                [self.encode_time(now), *chunk],
+            )
+            self.execute(conn, f"DELETE FROM {archive} WHERE job_id IN ({marks})", chunk)
+        return len(ids)
 
     def abort(self, conn: Any) -> None:
         sock = getattr(unwrap_connection(conn), "_sock", None)
         if sock is not None:
             shutdown_socket(sock.fileno())
+
+
+class MySQLSession(Session):
+    """A MySQL connection as the runner uses it; a worker's runs at READ COMMITTED."""
+
+    dialect: MySQLDialect
+
+    def __init__(self, dialect: MySQLDialect, conn: Any, read_committed: bool = False) -> None:
+        super().__init__(dialect, conn)
+        self.read_committed = read_committed
+
+    def claim(self, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        return self.dialect.claim(self.conn, queue, now, limit, self.read_committed)
 
 
 @functools.cache
@@ -156,6 +210,8 @@ def _tuple_cursor() -> type:
     return Cursor
 
 
+_IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
+_REQUEUE_CHUNK = 500
 _NO_SUCH_SAVEPOINT = 1305
 _TRANSIENT_CODES = frozenset(
     {

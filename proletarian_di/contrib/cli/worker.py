@@ -22,6 +22,7 @@ import typer
 
 from ..._containers import as_container, container_workers, init_resources, shutdown_resources
 from ..._logging import describe
+from ..._signals import Signals
 from ...worker import QueueWorker
 from ._app import (
     EXIT_CODES_HELP,
@@ -145,42 +146,15 @@ def load_target(spec: str) -> Target:
         ) from None
 
 
-class _Signals:
-    """First SIGTERM/SIGINT asks for a graceful stop; a second one exits at once."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.received: list[int] = []
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        # Runs between any two bytecodes of the main thread, possibly inside rich or
-        # logging: set a flag, or write with os.write and leave; nothing reentrant.
-        self.received.append(signum)
-        if len(self.received) == 1:
-            self.stop.set()
-            return
-        message = (
-            f"second {signal.Signals(signum).name}: exiting now; jobs still running are "
-            "rolled back by the database and will run again\n"
-        )
-        with contextlib.suppress(OSError):
-            os.write(2, message.encode())
-        os._exit(128 + signum)
-
-    @property
-    def first(self) -> str:
-        return signal.Signals(self.received[0]).name if self.received else "signal"
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self.previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self.previous.items():
-            signal.signal(sig, previous)
+def _exit_now(signum: int, frame: FrameType | None) -> None:
+    """A second signal: say so with a plain write (nothing reentrant) and exit at once."""
+    message = (
+        f"second {signal.Signals(signum).name}: exiting now; jobs still running are "
+        "rolled back by the database and will run again\n"
+    )
+    with contextlib.suppress(OSError):
+        os.write(2, message.encode())
+    os._exit(128 + signum)
 
 
 def _stop_all(workers: Sequence[QueueWorker]) -> bool:
@@ -260,7 +234,7 @@ def worker(
     """
     for folder in reversed(path or [Path.cwd()]):
         sys.path.insert(0, str(folder.resolve()))
-    with _log_level(log_level.value), _Signals() as signals:
+    with _log_level(log_level.value), Signals(on_second=_exit_now) as signals:
         loaded = load_target(target)
         try:
             workers = _start(loaded)
@@ -280,7 +254,7 @@ def worker(
         err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
         stopped_alone: list[QueueWorker] = []
         try:
-            while not signals.stop.wait(0.2):
+            while signals.wait(0.2) is None:
                 stopped_alone = [w for w in workers if not w.running]
                 if stopped_alone:
                     break

@@ -1,0 +1,67 @@
+"""Database URLs: which database one names (refusing a malformed one), and a connection to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._secrets import libpq_url, malformed, mask, parse_mysql_url, postgres_problem, split_url
+from .errors import DatabaseURLError
+
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
+CONNECT_TIMEOUT = 10
+
+
+def url_dialect(url: str) -> str:
+    """'postgresql' or 'mysql' for a usable database URL, else `DatabaseURLError`.
+
+    A malformed URL is refused here, before a driver parses it and echoes it in its errors.
+    """
+    parts = split_url(url)
+    scheme = parts.scheme.lower() if parts else ""
+    if scheme in POSTGRES_SCHEMES:
+        problem = postgres_problem(libpq_url(url))
+        if problem:
+            raise DatabaseURLError(malformed("database URL", url, problem))
+        return "postgresql"
+    if scheme in MYSQL_SCHEMES:
+        parse_mysql_url(url)
+        return "mysql"
+    raise DatabaseURLError(
+        f"unsupported database URL {mask(url)!r}: use postgresql://user:password@host/db "
+        "or mysql://user:password@host/db"
+    )
+
+
+def connect(url: str, timeout: int = CONNECT_TIMEOUT) -> Any:
+    """A new connection (psycopg 3 or PyMySQL) for a database URL, not in autocommit."""
+    if url_dialect(url) == "postgresql":
+        import psycopg
+
+        return psycopg.connect(libpq_url(url), connect_timeout=timeout)
+    import pymysql
+
+    return pymysql.connect(
+        **parse_mysql_url(url), charset="utf8mb4", autocommit=False, connect_timeout=timeout
+    )
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """True for errors that mean the database server cannot be reached or refused us."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    try:
+        import psycopg
+
+        if isinstance(exc, psycopg.OperationalError):
+            return True
+    except ImportError:
+        pass
+    try:
+        import pymysql
+
+        if isinstance(exc, pymysql.err.OperationalError):
+            return True
+    except ImportError:
+        pass
+    return False
