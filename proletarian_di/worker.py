@@ -7,17 +7,21 @@ import random
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._datasource import connection_factory, direct_connect
 from ._dialects import Dialect, is_transient
 from ._logging import describe, safe_log, wanted
-from ._options import WorkerOptions, worker_options
-from ._runner import Handler, JobRunner, Slot, Stats
-from ._shutdown_hook import ShutdownHook
+from ._options import WorkerSettings, worker_settings
+from ._runner import JobRunner, Slot, Stats
+from ._signals import ShutdownHook
+from ._types import DataSource, Handler, WorkerOptions
 from ._wakeup import Listener, Wakeup
-from .errors import JobAbandoned
+from .errors import JobAbandoned, WorkerStateError
 from .jobs import Job
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _ABANDONED_LOCK_WAIT = 5.0
 
@@ -46,7 +50,7 @@ class QueueWorker:
     thread could not go on; it never stays in between.
     """
 
-    def __init__(self, data_source: Any, handler: Handler, options: WorkerOptions) -> None:
+    def __init__(self, data_source: DataSource, handler: Handler, options: WorkerSettings) -> None:
         self.options = options
         self.queue_worker_id = options.queue_worker_id
         self.stats = Stats()
@@ -63,7 +67,11 @@ class QueueWorker:
         self._stopper: threading.Thread | None = None
         self._stop_result = True
         self._failure: BaseException | None = None
-        self._hook = ShutdownHook(self) if options.install_shutdown_hook else None
+        self._hook = (
+            ShutdownHook(self.queue_worker_id, self.stop, self.summary)
+            if options.install_shutdown_hook
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"<QueueWorker {self.queue_worker_id} {self._state}>"
@@ -106,7 +114,7 @@ class QueueWorker:
         """
         with self._cond:
             if self._state != "new":
-                raise RuntimeError(f"{self!r} cannot be started twice")
+                raise WorkerStateError(f"{self!r} cannot be started twice")
             self._state = "starting"
         try:
             if self._hook is not None:
@@ -142,8 +150,6 @@ class QueueWorker:
                 self._listener.start()
             self._state = "running"
             self._cond.notify_all()
-        if self._hook is not None:
-            self._hook.started()
         return self
 
     def stop(self) -> bool:
@@ -292,10 +298,10 @@ class QueueWorker:
                 with self._connect() as conn:
                     dialect = self._runner.dialect(conn)
                     slot.conn, slot.dialect = conn, dialect
-                    with dialect.attached(conn):
+                    with dialect.attached(conn) as session:
                         while not self._stopping.is_set():
                             self._emit("polling_for_jobs")
-                            ran = self._runner.run_batch(conn, slot, batch_size, dialect)
+                            ran = self._runner.run_batch(session, slot, batch_size)
                             backoff.reset()
                             if not ran:
                                 self._wakeup.wait(interval)
@@ -323,20 +329,23 @@ class QueueWorker:
             return False
 
 
-def create_queue_worker(data_source: Any, handler: Handler, **options: Any) -> QueueWorker:
+def create_queue_worker(
+    data_source: DataSource, handler: Handler, **options: Unpack[WorkerOptions]
+) -> QueueWorker:
     """Create a worker for one queue; it does not poll until `start()`.
 
     `data_source` is a pool with a `connection()` context manager (such as
-    psycopg_pool's `ConnectionPool`) or a callable returning a new connection.
-    See the docs for every option and its default.
+    psycopg_pool's `ConnectionPool` or `MySQLDataSource`) or a callable returning
+    a new connection. Every option is in `WorkerOptions` and the docs' table.
     """
-    return QueueWorker(data_source, handler, worker_options(**options))
+    return QueueWorker(data_source, handler, worker_settings(**options))
 
 
-def process_next_job(data_source: Any, handler: Handler, **options: Any) -> bool | None:
+def process_next_job(
+    data_source: DataSource, handler: Handler, **options: Unpack[WorkerOptions]
+) -> bool | None:
     """Run at most one due job now, in this thread: True/False for its outcome, None if none."""
-    opts = worker_options(**options)
-    runner = JobRunner(handler, opts)
+    runner = JobRunner(handler, worker_settings(**options))
     try:
         with connection_factory(data_source)() as conn:
             runner.dialect(conn).check_server(conn)
