@@ -1,65 +1,36 @@
-"""A PostgreSQL application container: pool, components, handler, and two queue workers.
+"""`ApplicationContainer` on PostgreSQL: a psycopg_pool `ConnectionPool`, set by postgres.yml.
 
     container = PostgresContainer()      # reads postgres.yml and the environment
     with worker_running(container):      # or worker_lifespan / the CLI
         ...
 
-Every worker names the pool resource directly as its data source, so the
-workers drain before the pool closes.
+The pool is opened and waited for at init, so a bad URL fails at start.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dependency_injector import containers, providers
+from dependency_injector import providers
 
-from proletarian_di.di import postgres_pool, queue_worker
+from proletarian_di.di import postgres_pool
 
-from . import (
-    EMAIL_QUEUE,
-    REPORTS_QUEUE,
-    InMemorySearchClient,
-    LoggingMailer,
-    System,
-    email_retry_strategy,
-    make_handler,
-)
+from . import ApplicationContainer, copy_providers
 
 CONFIG_FILE = Path(__file__).with_name("postgres.yml")
 
 
-class PostgresContainer(containers.DeclarativeContainer):
-    """The application's queue workers on PostgreSQL."""
+@copy_providers(ApplicationContainer)
+class PostgresContainer(ApplicationContainer):
+    """The application's queue workers on PostgreSQL.
+
+    The pool keeps `min_size` connections open and grows up to `max_size`.
+    """
 
     config = providers.Configuration(yaml_files=[CONFIG_FILE])
-
     pool = providers.Resource(
         postgres_pool,
         config.database.url,
         min_size=config.database.min_size.as_int(),
         max_size=config.database.max_size.as_int(),
-    )
-
-    mailer = providers.Singleton(LoggingMailer, sender=config.mailer.sender)
-    search = providers.Singleton(InMemorySearchClient, url=config.search.url)
-    system = providers.Singleton(System, mailer=mailer, search=search, data_source=pool)
-    handler = providers.Singleton(make_handler, system)
-
-    email_worker = providers.Resource(
-        queue_worker,
-        pool,
-        handler,
-        queue=EMAIL_QUEUE,
-        worker_threads=config.queues.email.worker_threads.as_int(),
-        polling_interval_ms=config.queues.email.polling_interval_ms.as_int(),
-        retry_strategy_fn=email_retry_strategy,
-    )
-    reports_worker = providers.Resource(
-        queue_worker,
-        pool,
-        handler,
-        queue=REPORTS_QUEUE,
-        worker_threads=config.queues.reports.worker_threads.as_int(),
-        polling_interval_ms=config.queues.reports.polling_interval_ms.as_int(),
     )

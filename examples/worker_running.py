@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres python examples/worker_running.py
 
-The seeds start workers from a component library (Component, Integrant,
+Proletarian's examples start workers from a component library (Component, Integrant,
 Mount) or with bare defs; in Python a `with` block is the lifecycle: the
 workers start on entry and drain and stop on exit, also when the block raises.
 """

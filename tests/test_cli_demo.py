@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 from typer.testing import CliRunner
 
 from proletarian_di.cli import app
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def demo_module():
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module("containers.demo")
+from proletarian_di.contrib import demo as demo_system
 
 
-def test_demo_runs_to_the_end_and_exits_0(pg, monkeypatch):
-    monkeypatch.chdir(ROOT)
+def test_demo_runs_to_the_end_and_exits_0(pg, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
     count = 120
     result = CliRunner().invoke(
         app, ["demo", "--jobs", str(count), "--database-url", pg.url], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 0, result.output
-    expected = demo_module().expected_outcomes(count)
+    expected = demo_system.expected_outcomes(count)
     assert expected == {"succeeded": 119, "failed": 1, "retried": 5}
     assert pg.jobs() == []
     statuses = pg.query(

@@ -106,3 +106,16 @@ def test_containers_is_not_an_installed_package():
 @pytest.mark.parametrize("name", ["postgres", "mysql"])
 def test_container_modules_name_their_config_files(name):
     assert (ROOT / "containers" / f"{name}.yml").is_file()
+
+
+@pytest.mark.parametrize("container_class", [PostgresContainer, MySQLContainer])
+def test_every_worker_and_the_system_name_the_containers_own_pool(container_class):
+    """One pool per container: the workers (and the system) use the pool the container
+    declares, so the workers drain before that very pool closes."""
+    container = container_class()
+    for provider in (container.email_worker, container.reports_worker):
+        assert provider.args[0] is container.pool
+        assert container.pool in provider.related
+    assert container.system.kwargs["data_source"] is container.pool
+    resources = list(container.traverse(types=[providers.Resource]))
+    assert len(resources) == 3

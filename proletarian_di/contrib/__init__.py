@@ -4,6 +4,7 @@
 - `contrib.fastapi`: a FastAPI lifespan (extra `fastapi`)
 - `contrib.cli`: the `proletarian-di` command (extra `cli`)
 - `contrib.embedded`: a throwaway PostgreSQL server (extra `embedded`)
+- `contrib.demo`: the system `proletarian-di demo` runs (extras `di` and `embedded`)
 
 The short paths `proletarian_di.di`, `proletarian_di.fastapi`, `proletarian_di.cli`
 and `proletarian_di.embedded` re-export them.
