@@ -20,8 +20,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from proletarian_di.embedded import postgres_url
+from proletarian_di.testing import mysql_unreachable_reason
+
 from . import measure, peers, pgbench
-from .db import Database, MySQL, Postgres, mysql_reachable, postgres_url
+from .db import Database, MySQL, Postgres
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
 DRAIN_THREADS = (1, 4, 8)
@@ -332,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     with postgres_url(args.database_url) as url:
         dbs: list[Database] = [Postgres(url)]
         if args.mysql_url:
-            reason = mysql_reachable(args.mysql_url)
+            reason = mysql_unreachable_reason(args.mysql_url)
             if reason:
                 console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
             else:

@@ -72,7 +72,7 @@ def install(db: Database, peer: str) -> None:
 
 def clean(db: Database, peer: str) -> None:
     """Empty the peer's tables."""
-    db.run(f"TRUNCATE TABLE {TABLES[peer]}")
+    db.query(f"TRUNCATE TABLE {TABLES[peer]}")
 
 
 def enqueue_bulk(db: Database, peer: str, jobs: int) -> float:
@@ -103,7 +103,7 @@ def drain(db: Database, peer: str, workers: int, jobs: int, batch_size: int | No
 
 
 def _count(db: Database, sql: str) -> int:
-    return int(db.run(sql)[0][0])
+    return int(db.query(sql)[0][0])
 
 
 async def _connect(db: Database) -> Any:

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import copy
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ._datasource import connection_factory
-from ._options import worker_options
-from ._runner import Handler, JobRunner
+from ._dialects import check_table_name
+from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, worker_settings
+from ._runner import JobRunner
+from ._secrets import mask, parse_mysql_url
+from ._types import DataSource, Handler, WorkerOptions
+from ._urls import url_dialect
+from .errors import ConfigurationError
+from .schema import install_schema
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 DEFAULT_MAX_JOBS = 10_000
 
 
 def run_due_jobs(
-    data_source: Any, handler: Handler, *, max_jobs: int = DEFAULT_MAX_JOBS, **options: Any
+    data_source: DataSource,
+    handler: Handler,
+    *,
+    max_jobs: int = DEFAULT_MAX_JOBS,
+    **options: Unpack[WorkerOptions],
 ) -> int:
     """Run every due job of the queue in this thread, one transaction each; return how many ran.
 
@@ -23,8 +39,8 @@ def run_due_jobs(
     handler that keeps enqueueing due jobs cannot loop forever.
     """
     if not isinstance(max_jobs, int) or max_jobs < 0:
-        raise ValueError(f"max_jobs must be a non-negative int, got {max_jobs!r}")
-    runner = JobRunner(handler, worker_options(**options))
+        raise ConfigurationError(f"max_jobs must be a non-negative int, got {max_jobs!r}")
+    runner = JobRunner(handler, worker_settings(**options))
     ran = 0
     try:
         with connection_factory(data_source)() as conn:
@@ -34,3 +50,144 @@ def run_due_jobs(
     finally:
         runner.loops.close()
     return ran
+
+
+class QueueDatabase:
+    """A database holding the queue's two tables: fresh connections, a pool, the schema and
+    the rows, for tests (yours too) and benchmarks. `QueueDatabase.from_url` picks the variant."""
+
+    name = ""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        job_table: str = DEFAULT_JOB_TABLE,
+        archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+        connect_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.url = url
+        self.job_table = check_table_name(job_table, "job_table")
+        self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
+        self.connect_args: dict[str, Any] = {"connect_timeout": 10, **(connect_args or {})}
+
+    @staticmethod
+    def from_url(url: str, **options: Any) -> QueueDatabase:
+        """The PostgreSQL or the MySQL/MariaDB variant, as the URL's scheme says."""
+        variant = MySQLQueueDatabase if url_dialect(url) == "mysql" else PostgresQueueDatabase
+        return variant(url, **options)
+
+    def with_tables(self, job_table: str, archived_job_table: str) -> QueueDatabase:
+        """The same database seen through other queue tables (a test's own, say)."""
+        other = copy.copy(self)
+        other.job_table = check_table_name(job_table, "job_table")
+        other.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
+        return other
+
+    def connect(self) -> Any:
+        """A new driver connection, not in autocommit mode; the caller closes it."""
+        raise NotImplementedError
+
+    def pool(self, size: int = 4, *, warm: bool = False) -> Any:
+        """A pool of up to `size` connections for workers and `run_due_jobs`, all opened
+        before it is returned when `warm`; the caller closes it."""
+        raise NotImplementedError
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one statement, run and committed on a connection of its own."""
+        with contextlib.closing(self.connect()) as conn:
+            cursor = conn.cursor()
+            cursor.execute(sql, params)
+            rows = list(cursor.fetchall()) if cursor.description else []
+            conn.commit()
+            return rows
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run and commit one statement on a connection of its own."""
+        self.query(sql, params)
+
+    def install(self) -> None:
+        """Create the schema, both tables and the index where missing (`install_schema`)."""
+        with contextlib.closing(self.connect()) as conn:
+            install_schema(conn, self.job_table, self.archived_job_table)
+
+    def recreate(self) -> None:
+        """Drop both tables and install them again: a server kept from an earlier run may
+        hold the tables of an older schema."""
+        self.execute(f"DROP TABLE IF EXISTS {self.job_table}")
+        self.execute(f"DROP TABLE IF EXISTS {self.archived_job_table}")
+        self.install()
+
+    def clear(self, *, truncate: bool = False) -> None:
+        """Delete every job, waiting or archived; `truncate` also leaves no dead rows behind
+        (for measurements), at the cost of being slower on small tables."""
+        statement = "TRUNCATE TABLE" if truncate else "DELETE FROM"
+        self.execute(f"{statement} {self.job_table}")
+        self.execute(f"{statement} {self.archived_job_table}")
+
+    def jobs(self) -> list[tuple[Any, ...]]:
+        """The waiting jobs as (job_type, attempts, queue), the first due first."""
+        return self.query(
+            f"SELECT job_type, attempts, queue FROM {self.job_table} ORDER BY process_at"
+        )
+
+    def archived(self) -> list[tuple[Any, ...]]:
+        """The archived jobs as (job_type, status, attempts), the first enqueued first."""
+        return self.query(
+            f"SELECT job_type, status, attempts FROM {self.archived_job_table} "
+            "ORDER BY enqueued_at, finished_at"
+        )
+
+
+class PostgresQueueDatabase(QueueDatabase):
+    """PostgreSQL through psycopg 3 and psycopg_pool (the `postgres` extra)."""
+
+    name = "postgresql"
+
+    def connect(self) -> Any:
+        """A new psycopg connection, not in autocommit mode; the caller closes it."""
+        import psycopg
+
+        return psycopg.connect(self.url, **self.connect_args)
+
+    def pool(self, size: int = 4, *, warm: bool = False) -> Any:
+        """A psycopg_pool `ConnectionPool` of up to `size` connections; the caller closes it."""
+        from psycopg_pool import ConnectionPool
+
+        pool = ConnectionPool(self.url, min_size=size if warm else 1, max_size=size, open=True)
+        if warm:
+            pool.wait(timeout=30)
+        return pool
+
+
+class MySQLQueueDatabase(QueueDatabase):
+    """MySQL or MariaDB through PyMySQL and `MySQLDataSource` (the `mysql` extra)."""
+
+    name = "mysql"
+
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
+        self.options = parse_mysql_url(url)
+
+    def connect(self) -> Any:
+        """A new PyMySQL connection, not in autocommit mode; the caller closes it."""
+        import pymysql
+
+        return pymysql.connect(**self.options, autocommit=False, **self.connect_args)
+
+    def pool(self, size: int = 4, *, warm: bool = False) -> Any:
+        """A `MySQLDataSource` of up to `size` connections; the caller closes it."""
+        from .mysql import MySQLDataSource
+
+        return MySQLDataSource(self.url, max_connections=size, min_cached=size if warm else 0)
+
+
+def mysql_unreachable_reason(url: str, timeout: int = 3) -> str | None:
+    """None when a MySQL/MariaDB server lets us in at `url`, else why not (to skip tests)."""
+    try:
+        import pymysql
+
+        pymysql.connect(**parse_mysql_url(url), connect_timeout=timeout).close()
+    except Exception as exc:
+        return f"no MySQL/MariaDB server reachable at {mask(url)} ({type(exc).__name__}: {exc})"
+    return None

@@ -4,28 +4,40 @@ PostgreSQL is `DATABASE_URL` or an embedded server started for the session.
 MySQL is `MYSQL_URL` (default: the local MariaDB); when none is reachable the
 MySQL tests skip, saying why, unless PROLETARIAN_REQUIRE_MYSQL=1 (CI), which
 makes them fail instead.
+
+Two tiers: a test that uses a database fixture (or any fixture built on one) is
+marked `db` here; a test that reaches a database some other way says so with
+`@pytest.mark.db`. `pytest -m "not db"` runs the rest in seconds, with no server.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from backends import (
-    MYSQL_URL,
-    Backend,
-    MySQLBackend,
-    PostgresBackend,
-    embedded_postgres_url,
-    mysql_unreachable_reason,
+from proletarian_di.embedded import postgres_url
+from proletarian_di.testing import mysql_unreachable_reason
+
+from backends import MYSQL_URL, Backend, MySQLBackend, PostgresBackend
+
+DATABASE_FIXTURES = frozenset(
+    {"backend", "pg", "pool", "effects", "postgresql_backend", "mysql_backend"}
 )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `db` every test whose fixtures, direct or indirect, include a database."""
+    for item in items:
+        if DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.db)
 
 
 @pytest.fixture(scope="session")
 def postgresql_backend() -> Iterator[Backend]:
-    with embedded_postgres_url() as url:
+    """The session's PostgreSQL (`DATABASE_URL` or embedded), with a fresh schema."""
+    with postgres_url() as url:
         backend = PostgresBackend(url)
         backend.recreate()
         yield backend
@@ -33,6 +45,7 @@ def postgresql_backend() -> Iterator[Backend]:
 
 @pytest.fixture(scope="session")
 def mysql_backend() -> Backend:
+    """The session's MySQL/MariaDB (`MYSQL_URL`) with a fresh schema, or a skip saying why."""
     reason = mysql_unreachable_reason(MYSQL_URL)
     if reason:
         if os.environ.get("PROLETARIAN_REQUIRE_MYSQL") == "1":
@@ -67,7 +80,7 @@ def pool(backend: Backend) -> Iterator[object]:
 
 
 @pytest.fixture
-def effects(backend: Backend) -> Iterator[object]:
+def effects(backend: Backend) -> Iterator[Callable[[], list[str]]]:
     """A table for handler side effects; returns a function listing its notes."""
     backend.execute("DROP TABLE IF EXISTS proletarian.effects")
     backend.execute("CREATE TABLE proletarian.effects (note VARCHAR(100))")

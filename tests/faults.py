@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from backends import wait_until
+from backends import Events, wait_until
 
 Upstream = tuple[str, int] | str
 
@@ -161,22 +161,16 @@ class Runs:
             return {key: n for key, n in self.counts.items() if n > 1}
 
 
-class EventLog:
-    """A `log` option that keeps every event, for assertions."""
+class NotAnException(BaseException):
+    """A BaseException subclass, as some libraries raise (e.g. timeouts, cancellation)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.events: list[tuple[str, dict[str, Any]]] = []
+
+class EventLog(Events):
+    """`Events` without `polling_for_jobs`, which an idle worker logs at every poll."""
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
-        if event == "polling_for_jobs":
-            return
-        with self._lock:
-            self.events.append((event, dict(data)))
-
-    def named(self, event: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return [data for name, data in self.events if name == event]
+        if event != "polling_for_jobs":
+            super().__call__(event, data)
 
 
 @contextlib.contextmanager

@@ -113,6 +113,7 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.db
 @pytest.mark.parametrize("page", PAGES_WITH_SAMPLES)
 def test_page_samples_run(
     page: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, workdir: Path
@@ -221,7 +222,7 @@ def test_alembic_migration_snippet(
             admin.execute(f"DROP DATABASE IF EXISTS {scratch}")
 
 
-# The MySQL page's migration from Proletarian's own (seed) schema -------------
+# The MySQL page's migration from Proletarian's own schema --------------------
 
 SEED_MYSQL_SCHEMA = """
 CREATE TABLE {db}.job (
@@ -267,7 +268,7 @@ def test_mysql_seed_schema_migration(mysql_backend: Any) -> None:
         conn.commit()
         conn.close()
 
-        migration = (SNIPPETS / "mysql_migrate_seed.sql").read_text(encoding="utf-8")
+        migration = (SNIPPETS / "mysql_migrate_from_proletarian.sql").read_text(encoding="utf-8")
         conn = mysql_backend.connect()
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+05:00'")  # the migration must not depend on this

@@ -6,15 +6,18 @@ import contextlib
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import psycopg
 import pytest
 
 from proletarian_di import (
     ConfigurationError,
     PayloadError,
+    create_queue_worker,
     enqueue,
     enqueue_many,
     process_next_job,
 )
+from proletarian_di.schema import install_schema, schema_sql
 
 from backends import enqueue_committed
 
@@ -94,12 +97,20 @@ def test_process_at_wins_over_process_in(backend):
     assert process_at_of(backend, job_id) == T0 + timedelta(hours=1)
 
 
-def test_naive_process_at_is_a_clear_error(backend):
-    with (
-        contextlib.closing(backend.connect()) as conn,
-        pytest.raises(ConfigurationError, match="timezone-aware"),
-    ):
-        enqueue(conn, "x", None, process_at=datetime(2030, 1, 1))
+def test_naive_or_mistyped_times_are_clear_errors_and_write_nothing(backend):
+    naive = datetime(2030, 1, 1, 12, 0)
+    with contextlib.closing(backend.connect()) as conn:
+        with pytest.raises(ConfigurationError, match="timezone-aware"):
+            enqueue(conn, "x", None, process_at=naive)
+        with pytest.raises(ConfigurationError, match="timezone-aware"):
+            enqueue_many(conn, [("a", 1), ("b", 2)], process_at=naive)
+        with pytest.raises(ConfigurationError, match="process_at must be a datetime"):
+            enqueue(conn, "a", 1, process_at="2030-01-01T12:00:00")
+        with pytest.raises(ConfigurationError, match="process_in must be a timedelta"):
+            enqueue(conn, "a", 1, process_in=5)
+        enqueue(conn, "ok", 1, process_in=timedelta(seconds=-5))
+        conn.commit()
+    assert backend.jobs() == [("ok", 0, "default")]
 
 
 def test_unserializable_payload_is_rejected_before_anything_is_written(backend):
@@ -119,13 +130,52 @@ def test_job_type_must_be_a_non_empty_string(backend, job_type):
         enqueue(conn, job_type, None)
 
 
-@pytest.mark.parametrize("table", ["proletarian.job; DROP TABLE x", "a.b.c", "job-table", ""])
-def test_table_names_are_validated(backend, table):
-    with (
-        contextlib.closing(backend.connect()) as conn,
-        pytest.raises(ConfigurationError, match="plain identifier"),
-    ):
-        enqueue(conn, "x", None, job_table=table)
+BAD_TABLE_NAMES = [
+    "proletarian.job; DROP TABLE x",
+    "proletarian.job; DROP TABLE proletarian.archived_job --",
+    'proletarian."job"',
+    "proletarian.job ",
+    "a.b.c",
+    "1job",
+    "job-table",
+    "",
+    "proletarian.jöb",
+    "proletarian.job)--",
+]
+
+
+def statements_sent(backend, conn):
+    """A marker of the statements the server has seen on `conn`."""
+    if backend.name == "mysql":
+        cursor = conn.cursor()
+        cursor.execute("SHOW SESSION STATUS LIKE 'Questions'")
+        return int(cursor.fetchone()[1]) - 1
+    return conn.info.transaction_status
+
+
+@pytest.mark.parametrize("name", BAD_TABLE_NAMES)
+def test_table_names_that_are_not_plain_identifiers_are_rejected_before_any_sql(
+    backend, pool, name
+):
+    with contextlib.closing(backend.connect()) as conn:
+        before = statements_sent(backend, conn)
+        with pytest.raises(ConfigurationError, match="plain identifier"):
+            enqueue(conn, "x", 1, job_table=name)
+        with pytest.raises(ValueError, match="plain identifier"):
+            enqueue_many(conn, [("x", 1)], job_table=name)
+        with pytest.raises(ValueError, match="plain identifier"):
+            install_schema(conn, name)
+        after = statements_sent(backend, conn)
+        if backend.name == "postgresql":
+            assert before == after == psycopg.pq.TransactionStatus.IDLE
+        else:
+            assert after == before + 1
+    with pytest.raises(ValueError, match="plain identifier"):
+        schema_sql(backend.name, name)
+    with pytest.raises(ValueError, match="plain identifier"):
+        create_queue_worker(pool, lambda t, p: None, archived_job_table=name)
+    assert backend.jobs() == []
+    assert backend.archived() == []
 
 
 def test_enqueue_many_returns_ids_in_order_and_respects_the_transaction(backend, pool):

@@ -164,6 +164,7 @@ def proxied_pool(target: Target, size: int, **options: Any) -> Iterator[tuple[An
         yield proxy, pool
 
 
+@pytest.mark.db
 def test_connection_cut_mid_job_reruns_only_the_jobs_in_flight(target: Target) -> None:
     runs, log = Runs(), EventLog()
     ids = target.enqueue(12)
@@ -182,6 +183,7 @@ def test_connection_cut_mid_job_reruns_only_the_jobs_in_flight(target: Target) -
     assert log.named("polling_error")
 
 
+@pytest.mark.db
 def test_connection_cut_mid_poll_loses_nothing_and_runs_nothing_twice(target: Target) -> None:
     runs, log = Runs(), EventLog()
     with (
@@ -198,6 +200,7 @@ def test_connection_cut_mid_poll_loses_nothing_and_runs_nothing_twice(target: Ta
     assert set(runs.counts) == set(ids)
 
 
+@pytest.mark.db
 def test_server_outage_then_back_mid_run(target: Target) -> None:
     """The server goes away (every connection cut, new ones refused), then returns."""
     runs, log = Runs(), EventLog()
@@ -217,6 +220,7 @@ def test_server_outage_then_back_mid_run(target: Target) -> None:
     assert set(runs.counts) == set(ids)
 
 
+@pytest.mark.db
 def test_worker_backend_killed_mid_job_and_mid_poll(target: Target) -> None:
     runs, log = Runs(), EventLog()
     seen: dict[int, int] = {}
@@ -247,6 +251,7 @@ def test_worker_backend_killed_mid_job_and_mid_poll(target: Target) -> None:
     assert log.named("polling_error")  # the mid-poll kill may be healed by the pool itself
 
 
+@pytest.mark.db
 def test_slow_job_hits_the_server_idle_timeout_and_runs_again(target: Target) -> None:
     """PostgreSQL idle_in_transaction_session_timeout / MySQL wait_timeout end the
     session under a slow job: it is rolled back and runs again; the rest run once."""
@@ -275,6 +280,7 @@ def test_slow_job_hits_the_server_idle_timeout_and_runs_again(target: Target) ->
     assert log.named("polling_error")
 
 
+@pytest.mark.db
 def test_lock_timeouts_around_a_slow_job(target: Target) -> None:
     """A slow job holds its row: another session's lock wait times out (innodb_lock_wait_timeout
     / lock_timeout) and the job still finishes once. A handler that itself hits a lock timeout
@@ -346,6 +352,7 @@ def test_lock_timeouts_around_a_slow_job(target: Target) -> None:
     assert archived[ids[1]] == ("success", runs.counts[1]), log.events
 
 
+@pytest.mark.db
 def test_pool_exhausted_by_a_burst_of_enqueuers(target: Target) -> None:
     """Workers and a burst of enqueuers share a pool too small for all of them."""
     runs = Runs()
@@ -380,6 +387,7 @@ def test_pool_exhausted_by_a_burst_of_enqueuers(target: Target) -> None:
     assert set(runs.counts) == set(enqueued)
 
 
+@pytest.mark.db
 def test_more_worker_threads_than_pool_connections(target: Target) -> None:
     """Threads that cannot get a connection wait (or time out, log and retry); the rest work."""
     runs, log = Runs(), EventLog()
@@ -413,6 +421,7 @@ def restart(server: Any) -> None:
     )
 
 
+@pytest.mark.db
 def test_postgres_server_restarted_mid_run(own_postgres: Any) -> None:
     url = own_postgres.get_uri()
     with contextlib.closing(psycopg.connect(url)) as conn:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from faults import NotAnException, running
 
-from proletarian_di import InvalidRetrySpec, RetrySpec, process_next_job
+from proletarian_di import InvalidRetrySpec, RetrySpec, create_queue_worker, process_next_job
 
-from backends import Events, enqueue_committed, write_effect
+from backends import Events, enqueue_committed, wait_until, write_effect
 
 T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -90,40 +91,78 @@ def test_no_strategy_means_no_retry(backend, pool):
 
 def test_a_job_that_succeeds_on_retry_archives_its_attempt_number(backend, pool):
     enqueue_committed(backend, ("flaky", None))
+    attempts = []
 
     def handler(job):
+        attempts.append(job.attempts)
         if job.attempts < 3:
             raise RuntimeError("not yet")
 
-    for _ in range(3):
+    while (
         process_next_job(
             pool,
             handler,
             handler_fn_mode="advanced",
             retry_strategy_fn=lambda job, exc: RetrySpec(5),
         )
+        is not None
+    ):
+        pass
+    assert attempts == [1, 2, 3]
     assert backend.archived() == [("flaky", "success", 3)]
 
 
-def test_an_invalid_spec_from_a_strategy_fails_the_job_with_a_clear_log(backend, pool):
-    enqueue_committed(backend, ("x", None))
-    events = Events()
-    failed = []
-    assert (
-        process_next_job(
-            pool,
-            failing,
-            handler_fn_mode="advanced",
-            log=events,
-            retry_strategy_fn=lambda job, exc: {"retries": 2, "delay": [5]},
-            failed_job_fn=lambda job, exc: failed.append(job.job_type),
-        )
-        is False
-    )
-    (error,) = events.named("retry_strategy_error")
-    assert "unknown retry spec keys ['delay']" in str(error["exception"])
-    assert failed == ["x"]
+def raising_strategy(job, exc):
+    raise KeyError("strategy bug")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "message"),
+    [
+        pytest.param(lambda job, exc: {"retries": -1}, "retries must be >= 0", id="negative"),
+        pytest.param(lambda job, exc: {"retriez": 2}, "unknown retry spec keys", id="typo"),
+        pytest.param(
+            lambda job, exc: {"retries": 2, "delay": [5]},
+            "unknown retry spec keys ['delay']",
+            id="delay-not-delays",
+        ),
+        pytest.param(lambda job, exc: {"delays": [10]}, "needs a 'retries' key", id="no-retries"),
+        pytest.param(lambda job, exc: 3, "must return a RetrySpec, a dict or None", id="an-int"),
+        pytest.param(
+            lambda job, exc: "retry please", "must return a RetrySpec, a dict or None", id="a-str"
+        ),
+        pytest.param(
+            lambda job, exc: {"retries": 2, "delays": [-5]},
+            "delay must be an int >= 0",
+            id="negative-delay",
+        ),
+        pytest.param(lambda job, exc: {"retries": 2.5}, "retries must be an int", id="float"),
+        pytest.param(raising_strategy, "strategy bug", id="raises"),
+    ],
+)
+def test_an_invalid_spec_from_a_strategy_fails_the_job_once_with_a_clear_log(
+    backend, pool, strategy, message
+):
+    (job_id,) = enqueue_committed(backend, ("x", None))
+    events, runs, failed = Events(), [], []
+
+    def handler(job):
+        runs.append(job.attempts)
+        raise RuntimeError("boom")
+
+    options = {
+        "handler_fn_mode": "advanced",
+        "log": events,
+        "retry_strategy_fn": strategy,
+        "failed_job_fn": lambda job, exc: failed.append(job.job_id),
+    }
+    assert process_next_job(pool, handler, **options) is False
+    assert process_next_job(pool, handler, **options) is None
+    assert runs == [1]
+    assert failed == [job_id]
     assert backend.archived() == [("x", "failure", 1)]
+    (error,) = events.named("retry_strategy_error")
+    assert message in str(error["exception"])
 
 
 def test_failed_job_fn_runs_inside_the_transaction(backend, pool, effects):
@@ -143,46 +182,44 @@ def test_failed_job_fn_runs_inside_the_transaction(backend, pool, effects):
     assert backend.archived() == [("x", "failure", 1)]
 
 
-def test_a_raising_failed_job_fn_keeps_the_failure_archived(backend, pool, effects):
-    enqueue_committed(backend, ("x", None))
-    events = Events()
+@pytest.mark.parametrize(
+    "raised",
+    [ValueError("mailer down"), SystemExit(1), NotAnException()],
+    ids=["ValueError", "SystemExit", "BaseException"],
+)
+def test_a_raising_failed_job_fn_keeps_the_failure_archived_and_never_loops(
+    backend, pool, effects, raised
+):
+    bad, _ = enqueue_committed(backend, ("bad", None), ("good", None))
+    runs, events = [], Events()
+
+    def handler(job):
+        runs.append(job.job_type)
+        if job.job_type == "bad":
+            raise RuntimeError("boom")
 
     def on_failure(job, exc):
         write_effect(job, "half")
-        raise ValueError("mailer down")
+        raise raised
 
-    assert (
-        process_next_job(
-            pool, failing, handler_fn_mode="advanced", log=events, failed_job_fn=on_failure
-        )
-        is False
+    worker = create_queue_worker(
+        pool,
+        handler,
+        handler_fn_mode="advanced",
+        polling_interval_ms=10,
+        failed_job_fn=on_failure,
+        log=events,
     )
-    assert effects() == []
-    assert backend.archived() == [("x", "failure", 1)]
+    with running(worker):
+        wait_until(lambda: len(backend.archived()) == 2)
+    assert sorted(backend.archived()) == [("bad", "failure", 1), ("good", "success", 1)]
+    assert sorted(runs) == ["bad", "good"], "the failed job ran once: no loop"
+    assert effects() == [], "failed_job_fn's write is undone with its error"
     assert backend.jobs() == []
     (error,) = events.named("failed_job_fn_error")
-    assert "mailer down" in str(error["exception"])
+    assert error["exception"] is raised
+    assert error["job_id"] == bad
     assert process_next_job(pool, failing) is None, "the job never loops"
-
-
-def test_undecodable_payload_is_archived_as_failure(backend, pool):
-    (job_id,) = enqueue_committed(backend, ("x", {"ok": True}))
-    backend.execute("UPDATE proletarian.job SET payload = %s", ("{not json",))
-    called, failures = [], []
-    events = Events()
-    assert (
-        process_next_job(
-            pool,
-            lambda t, p: called.append(p),
-            log=events,
-            failed_job_fn=lambda job, exc: failures.append((job.job_id, type(exc).__name__)),
-        )
-        is False
-    )
-    assert called == []
-    assert failures == [(job_id, "PayloadError")]
-    assert events.named("payload_decode_error")
-    assert backend.archived() == [("x", "failure", 1)]
 
 
 def test_a_delay_that_cannot_be_scheduled_is_refused_with_the_limit():

