@@ -3,7 +3,7 @@
 SET time_zone = '+00:00'; -- TIMESTAMP values become UTC DATETIME values
 
 ALTER TABLE proletarian.job
-    DROP INDEX queue, -- the seed's unnamed INDEX (queue(256), process_at)
+    DROP INDEX queue, -- Proletarian's unnamed INDEX (queue(256), process_at)
     CONVERT TO CHARACTER SET utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */,
     MODIFY queue       VARCHAR(255) NOT NULL,
     MODIFY job_type    VARCHAR(255) NOT NULL,
