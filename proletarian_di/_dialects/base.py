@@ -209,8 +209,8 @@ class Dialect:
             return list(cursor.fetchall()) if cursor.description else []
 
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
-        with self.executed(conn, sql, params):
-            pass
+        with self.cursor(conn) as cursor:  # the hot path's statements: no generator around it
+            cursor.execute(sql, tuple(params))
 
     def execute_count(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a statement; how many rows it changed."""
