@@ -45,16 +45,21 @@ from ._app import (
     unshown,
 )
 
+DialectOption = Annotated[
+    DialectName | None,
+    unshown("--dialect", help="Database to print for. Default: the one --database-url names."),
+]
+StatusFilter = Annotated[
+    str | None, unshown("--status", help="Only 'success' or 'failure' jobs (default: both).")
+]
+
 # schema ---------------------------------------------------------------------------------------
 
 
 @schema_app.command("print")
 @_guarded
 def schema_print(
-    dialect: Annotated[
-        DialectName | None,
-        unshown("--dialect", help="Database to print for. Default: the one --database-url names."),
-    ] = None,
+    dialect: DialectOption = None,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
@@ -265,10 +270,7 @@ def purge_archive(
             help="Delete archived jobs that finished longer ago than this (30d, 12h, ...).",
         ),
     ],
-    status: Annotated[
-        str | None,
-        unshown("--status", help="Only 'success' or 'failure' jobs (default: both)."),
-    ] = None,
+    status: StatusFilter = None,
     queue: QueueFilter = None,
     dry_run: DryRun = False,
     database_url: DatabaseURL = None,
