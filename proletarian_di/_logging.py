@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -43,6 +44,22 @@ def describe(exc: BaseException) -> str:
         message = "<unprintable>"
     name = type(exc).__qualname__
     return f"{name}: {message}" if message else name
+
+
+ERROR_TEXT_LIMIT = 8_000
+
+
+def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """What a job keeps of a failed attempt: `Type: message`, then the traceback, at most
+    `limit` characters (a long one keeps its first lines and its end, where the error is)."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    body = "".join(lines[:-1]).rstrip()
+    text = describe(exc) + ("\n\n" + body if body else "")
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    cut = "\n… (cut) …\n"
+    return text[:head] + cut + text[-(limit - head - len(cut)) :]
 
 
 def default_log(event: str, data: dict[str, Any]) -> None:

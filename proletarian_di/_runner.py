@@ -19,7 +19,7 @@ from typing import Any
 
 from ._async import EventLoops, is_awaitable
 from ._dialects import Dialect, JobRow, Session, TransactionLost, dialect_for
-from ._logging import describe, safe_log, wanted
+from ._logging import describe, error_text, safe_log, wanted
 from ._options import WorkerSettings
 from ._types import Handler
 from .errors import ArgumentTypeError, InvalidRetrySpec, PayloadError, TransactionAborted
@@ -58,6 +58,7 @@ class Slot:
         self.dialect: Dialect | None = None
         self.job: Job | None = None
         self.raw_id: Any = None
+        self.started = 0.0
         self.abandoned = False
 
 
@@ -135,7 +136,7 @@ class JobRunner:
                 raw_id = row[0]
                 job, error = self._job(row, conn, dialect)
                 if slot is not None:
-                    slot.job, slot.raw_id = job, raw_id
+                    slot.job, slot.raw_id, slot.started = job, raw_id, time.monotonic()
                 if error is not None:
                     self.emit("payload_decode_error", job, exception=error)
                     settled.append(self._fail(conn, dialect, raw_id, job, error))
@@ -168,7 +169,7 @@ class JobRunner:
         return outcomes
 
     def _job(self, row: JobRow, conn: Any, dialect: Dialect) -> tuple[Job, PayloadError | None]:
-        raw_id, queue, job_type, text, attempts, enqueued_at, process_at = row
+        raw_id, queue, job_type, text, attempts, enqueued_at, process_at, last_error = row
         strategy = self.options.job_id_strategy or dialect.default_id_strategy
         error = None
         payload: Any = text
@@ -187,6 +188,7 @@ class JobRunner:
             attempts=attempts + 1,
             enqueued_at=dialect.decode_time(enqueued_at),
             process_at=dialect.decode_time(process_at),
+            last_error=last_error,
             connection=conn,
         )
         return job, error
@@ -251,7 +253,7 @@ class JobRunner:
         if plan is None:
             return self._fail(conn, dialect, raw_id, job, exc)
         retries, delay_ms, process_at = plan
-        dialect.reschedule(conn, raw_id, job.attempts, process_at)
+        dialect.reschedule(conn, raw_id, job.attempts, process_at, error_text(exc))
         self.emit(
             "retrying",
             job,
@@ -305,7 +307,7 @@ class JobRunner:
         notify: bool = True,
     ) -> str:
         """Archive the job as a failure, then call `failed_job_fn` in the same transaction."""
-        dialect.archive(conn, [raw_id], "failure", self.clock())
+        dialect.archive(conn, [raw_id], "failure", self.clock(), error_text(exc))
         failed_job_fn = self.options.failed_job_fn
         if failed_job_fn is not None and notify:
             _, error = self._guarded(conn, dialect, "failed_job_fn", failed_job_fn, job, exc)

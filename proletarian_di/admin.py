@@ -17,6 +17,7 @@ from typing import Any
 from ._dialects import Dialect, check_table_name, dialect_for
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._types import Connection
+from .schema import check_schema
 
 __all__ = [
     "DEFAULT_TABLES",
@@ -80,7 +81,7 @@ def check(
 
     The one exception to "never ends the transaction": it rolls back what it read.
     """
-    tables.dialect(conn).check_server(conn)
+    check_schema(conn, tables.job_table, tables.archived_job_table)
 
 
 def missing_columns(

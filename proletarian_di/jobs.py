@@ -15,9 +15,11 @@ DEFAULT_QUEUE = "default"
 class Job:
     """A claimed job.
 
-    `attempts` is the number of the current attempt, starting at 1. `connection`
-    is the connection of the job's own transaction (advanced mode and callbacks):
-    writes made through it commit or roll back together with the job's archive.
+    `attempts` is the number of the current attempt, starting at 1. `last_error`
+    is the previous failed attempt's error (type, message and traceback), None on a
+    first attempt. `connection` is the connection of the job's own transaction
+    (advanced mode and callbacks): writes made through it commit or roll back
+    together with the job's archive.
     """
 
     job_id: uuid.UUID
@@ -27,4 +29,5 @@ class Job:
     attempts: int
     enqueued_at: datetime
     process_at: datetime
+    last_error: str | None = None
     connection: Any = dataclasses.field(default=None, repr=False, compare=False)

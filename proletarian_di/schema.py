@@ -1,79 +1,112 @@
-"""The queue's tables for each database, as SQL that is safe to run twice.
+"""The queue's tables: the full current schema, and the numbered migrations that lead to it
+from Proletarian's own tables.
 
-`sql/postgresql.sql` and `sql/mysql.sql` are these statements rendered for
-the default table names.
+`sql/postgresql.sql` and `sql/mysql.sql` hold the full schema (a fresh install, safe to run
+twice); `sql/migrations/<database>/NNNN_<name>.sql` hold the steps. Both are rendered here for
+the default table names, and for any others on request. `install_schema` creates what is
+missing and upgrades what is old; `upgrade_schema` applies the missing steps and records the
+version in a small table beside the queue tables (`job_schema_version`); a worker
+refuses to start on an older schema and names the command that upgrades it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
-from ._dialects import check_table_name, dialect_for, dialect_name
+from . import _ddl
+from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from .errors import ConfigurationError
-
-_POSTGRESQL = """\
-CREATE SCHEMA IF NOT EXISTS {schema};
-
-CREATE TABLE IF NOT EXISTS {job_table} (
-    job_id      UUID PRIMARY KEY,     -- generated and returned by enqueue()
-    queue       TEXT NOT NULL,        -- queue name
-    job_type    TEXT NOT NULL,        -- job type
-    payload     TEXT NOT NULL,        -- serialized job data (JSON by default)
-    attempts    INTEGER NOT NULL,     -- finished attempts: 0 at enqueue, +1 per retry
-    enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
-    process_at  TIMESTAMPTZ NOT NULL  -- when the job should run (moves on every retry)
-);
-
-CREATE TABLE IF NOT EXISTS {archived_job_table} (
-    job_id      UUID PRIMARY KEY,     -- copied from the job row
-    queue       TEXT NOT NULL,
-    job_type    TEXT NOT NULL,
-    payload     TEXT NOT NULL,
-    attempts    INTEGER NOT NULL,     -- the number of the last attempt
-    enqueued_at TIMESTAMPTZ NOT NULL,
-    process_at  TIMESTAMPTZ NOT NULL, -- data for the last run only
-    status      TEXT NOT NULL,        -- success / failure
-    finished_at TIMESTAMPTZ NOT NULL  -- when the job finished (success or failure)
-);
-
-CREATE INDEX IF NOT EXISTS {index} ON {job_table} (queue, process_at);
-"""
-
-_MYSQL = """\
-CREATE DATABASE IF NOT EXISTS {schema};
-
-CREATE TABLE IF NOT EXISTS {job_table} (
-    job_id      BINARY(16) PRIMARY KEY, -- generated and returned by enqueue()
-    queue       VARCHAR(255) NOT NULL,  -- queue name
-    job_type    VARCHAR(255) NOT NULL,  -- job type
-    payload     LONGTEXT NOT NULL,      -- serialized job data (JSON by default)
-    attempts    INTEGER NOT NULL,       -- finished attempts: 0 at enqueue, +1 per retry
-    enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
-    process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
-    INDEX {index} (queue, process_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
-
-CREATE TABLE IF NOT EXISTS {archived_job_table} (
-    job_id      BINARY(16) PRIMARY KEY, -- copied from the job row
-    queue       VARCHAR(255) NOT NULL,
-    job_type    VARCHAR(255) NOT NULL,
-    payload     LONGTEXT NOT NULL,
-    attempts    INTEGER NOT NULL,       -- the number of the last attempt
-    enqueued_at DATETIME(6) NOT NULL,
-    process_at  DATETIME(6) NOT NULL,   -- data for the last run only
-    status      VARCHAR(16) NOT NULL,   -- success / failure
-    finished_at DATETIME(6) NOT NULL    -- UTC; when the job finished (success or failure)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
-"""
-
-_TEMPLATES = {"postgresql": _POSTGRESQL, "mysql": _MYSQL}
+from .errors import ConfigurationError, SchemaError
 
 # Binary and NO PAD, so 'email' and 'email ' are two queues, as on PostgreSQL: MariaDB runs
 # the /*M! comment, MySQL 8.0.17+ the /*!80017 one (each ignores the other's).
-NO_PAD_COLLATION = "/*M!100202 COLLATE=utf8mb4_nopad_bin */ /*!80017 COLLATE=utf8mb4_0900_bin */"
+NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */"
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
-OLD_MYSQL_COLLATION = "COLLATE=utf8mb4_bin"
+OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
+
+VERSION_TABLE_SUFFIX = "_schema_version"
+UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """One numbered step of a database's schema; `sql()` renders it for given tables."""
+
+    dialect: str
+    version: int
+    name: str
+    template: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.version:04d}_{self.name}.sql"
+
+    def sql(
+        self,
+        job_table: str = DEFAULT_JOB_TABLE,
+        archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+        collation: str = NO_PAD_COLLATION,
+    ) -> str:
+        return _render(self.template, self.dialect, job_table, archived_job_table, collation)
+
+
+MIGRATIONS: dict[str, tuple[Migration, ...]] = {
+    dialect: tuple(
+        Migration(dialect, number, name, template)
+        for number, (name, template) in enumerate(steps, start=1)
+    )
+    for dialect, steps in _ddl.STEPS.items()
+}
+LATEST = {dialect: steps[-1].version for dialect, steps in MIGRATIONS.items()}
+"""The schema version this proletarian-di needs, per database."""
+
+
+def migration(dialect: str, version: int) -> Migration:
+    """Step `version` of `dialect`'s schema (1 is Proletarian's own tables)."""
+    _check_dialect(dialect)
+    steps = MIGRATIONS[dialect]
+    if not 1 <= version <= len(steps):
+        raise ConfigurationError(
+            f"{dialect} has schema versions 1 to {len(steps)}, not {version!r}"
+        )
+    return steps[version - 1]
+
+
+def _check_dialect(dialect: str) -> None:
+    if dialect not in _ddl.FULL:
+        raise ConfigurationError(f"dialect must be 'postgresql' or 'mysql', got {dialect!r}")
+
+
+def _render(
+    template: str, dialect: str, job_table: str, archived_job_table: str, collation: str
+) -> str:
+    _check_dialect(dialect)
+    check_table_name(job_table, "job_table")
+    check_table_name(archived_job_table, "archived_job_table")
+    schema, _, name = job_table.rpartition(".")
+    if schema != archived_job_table.rpartition(".")[0]:
+        raise ConfigurationError("job_table and archived_job_table must be in the same schema")
+    sql = template.format(
+        schema=schema or "public",
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+        index=f"{name}_queue_process_at",
+        collation=collation,
+        version_table=_version_table(job_table),
+    )
+    if not schema:
+        lines = sql.splitlines(keepends=True)
+        kept = (line for line in lines if not line.startswith(("CREATE SCHEMA", "CREATE DATABASE")))
+        sql = "".join(kept)
+        sql = sql.replace("DROP INDEX IF EXISTS public.", "DROP INDEX IF EXISTS ").lstrip("\n")
+    return sql
+
+
+def _version_table(job_table: str) -> str:
+    """Where the version of these tables is recorded: `<job table>_schema_version`."""
+    return f"{job_table}{VERSION_TABLE_SUFFIX}"
 
 
 def schema_sql(
@@ -81,25 +114,9 @@ def schema_sql(
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> str:
-    """The DDL for `dialect` ('postgresql' or 'mysql') and these table names."""
-    if dialect not in _TEMPLATES:
-        raise ConfigurationError(f"dialect must be 'postgresql' or 'mysql', got {dialect!r}")
-    check_table_name(job_table, "job_table")
-    check_table_name(archived_job_table, "archived_job_table")
-    schema, _, name = job_table.rpartition(".")
-    archive_schema = archived_job_table.rpartition(".")[0]
-    if schema != archive_schema:
-        raise ConfigurationError("job_table and archived_job_table must be in the same schema")
-    sql = _TEMPLATES[dialect].format(
-        schema=schema or "public",
-        job_table=job_table,
-        archived_job_table=archived_job_table,
-        index=f"{name}_queue_process_at",
-        collation=NO_PAD_COLLATION,
-    )
-    if not schema:
-        sql = sql.split("\n", 2)[2]
-    return sql
+    """The full current DDL for `dialect` ('postgresql' or 'mysql') and these table names."""
+    _check_dialect(dialect)
+    return _render(_ddl.FULL[dialect], dialect, job_table, archived_job_table, NO_PAD_COLLATION)
 
 
 def statements(sql: str) -> list[str]:
@@ -108,26 +125,182 @@ def statements(sql: str) -> list[str]:
     return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
 
 
+# The version of a database's schema --------------------------------------------------------
+
+
+def _recorded_version(dialect: Dialect, conn: Any, job_table: str) -> int | None:
+    version_table = _version_table(job_table)
+    if not dialect.table_columns(conn, version_table):
+        return None
+    row = dialect.fetchone(
+        conn, f"SELECT version FROM {version_table} WHERE job_table = %s", (job_table,)
+    )
+    return int(row[0]) if row else None
+
+
+def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
+    """The version an unrecorded schema is at, read off its columns (0: no tables)."""
+    columns = dialect.table_columns(conn, job_table)
+    if dialect.name == "mysql":
+        schema, _, name = job_table.rpartition(".")
+        row = dialect.fetchone(
+            conn,
+            "SELECT data_type FROM information_schema.columns WHERE table_schema = "
+            "COALESCE(%s, DATABASE()) AND table_name = %s AND column_name = 'process_at'",
+            (schema or None, name),
+        )
+        if row and str(row[0]).lower() == "timestamp":
+            return 1
+    return LATEST[dialect.name] if "last_error" in columns else LATEST[dialect.name] - 1
+
+
+def schema_version(
+    conn: Any,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> int:
+    """The schema version of these tables: the one recorded, else read off their columns.
+
+    0 when there is no job table (whatever a version table says). Runs in the caller's
+    transaction and changes nothing.
+    """
+    dialect = dialect_for(conn, job_table, archived_job_table)
+    if not dialect.table_columns(conn, job_table):
+        return 0
+    recorded = _recorded_version(dialect, conn, job_table)
+    return recorded if recorded is not None else _detected_version(dialect, conn, job_table)
+
+
+def pending_migrations(
+    conn: Any,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> list[Migration]:
+    """The steps these tables still need (all of them when there are none)."""
+    current = schema_version(conn, job_table, archived_job_table)
+    return [m for m in MIGRATIONS[dialect_name(conn)] if m.version > current]
+
+
+def check_schema(
+    conn: Any,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Raise a clear error if workers cannot run here: the server is too old, a table is
+    missing, or the schema is older than this proletarian-di (naming the upgrade command).
+    Rolls back what it read."""
+    dialect = dialect_for(conn, job_table, archived_job_table)
+    dialect.check_server(conn)
+    try:
+        version = schema_version(conn, job_table, archived_job_table)
+    finally:
+        dialect.rollback(conn)
+    needed = LATEST[dialect.name]
+    if version < needed:
+        missing = ", ".join(
+            f"{m.version} ({m.name.replace('_', ' ')})"
+            for m in MIGRATIONS[dialect.name]
+            if m.version > version
+        )
+        raise SchemaError(
+            f"the schema of {job_table} is at version {version}; this proletarian-di needs "
+            f"version {needed} (missing steps: {missing}): {UPGRADE_HINT}"
+        )
+
+
+# Installing and upgrading --------------------------------------------------------------------
+
+
+def _collation(dialect: Dialect, conn: Any) -> str:
+    if dialect.name == "mysql":
+        product, version = dialect.server_version(conn)
+        if product == "MySQL" and version < (8, 0, 17):
+            return OLD_MYSQL_COLLATION
+    return NO_PAD_COLLATION
+
+
+def _run(conn: Any, sql: str) -> None:
+    with conn.cursor() as cursor:
+        for statement in statements(sql):
+            cursor.execute(statement)
+
+
+def _record(dialect: Dialect, conn: Any, job_table: str, version: int) -> None:
+    version_table = _version_table(job_table)
+    _run(conn, _ddl.VERSION_TABLE[dialect.name].format(version_table=version_table))
+    dialect.execute(
+        conn,
+        _ddl.RECORD_VERSION[dialect.name].format(version_table=version_table),
+        (job_table, version),
+    )
+
+
+def upgrade_schema(
+    conn: Any,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+    *,
+    dry_run: bool = False,
+    report: Callable[[Migration], object] | None = None,
+) -> list[Migration]:
+    """Apply the migrations these tables still need and record the version; the steps applied
+    (or, with `dry_run`, those that would be). No tables yet: the full schema, in one go.
+
+    On PostgreSQL everything runs in one transaction. On MySQL every DDL statement commits,
+    so each step is applied and recorded on its own, and `report` hears of each as it lands.
+    """
+    dialect = dialect_for(conn, job_table, archived_job_table)
+    current = schema_version(conn, job_table, archived_job_table)
+    steps = [m for m in MIGRATIONS[dialect.name] if m.version > current]
+    if dry_run or not steps:
+        dialect.rollback(conn)
+        return steps
+    collation = _collation(dialect, conn)
+    if current == 0:
+        full = _render(
+            _ddl.FULL[dialect.name], dialect.name, job_table, archived_job_table, collation
+        )
+        batches = [(full, steps[-1].version, steps)]
+    else:
+        batches = [(m.sql(job_table, archived_job_table, collation), m.version, [m]) for m in steps]
+    time_zone = _session_time_zone(dialect, conn)
+    try:
+        for sql, version, applied in batches:
+            _run(conn, sql)
+            _record(dialect, conn, job_table, version)
+            if dialect.name == "mysql":
+                conn.commit()
+            for migration in applied:
+                if report is not None:
+                    report(migration)
+        conn.commit()
+    except BaseException:
+        dialect.rollback(conn)
+        raise
+    finally:
+        if time_zone is not None:
+            dialect.execute(conn, "SET time_zone = %s", (time_zone,))
+    return steps
+
+
+def _session_time_zone(dialect: Dialect, conn: Any) -> str | None:
+    """MySQL's session time zone, which a step sets to UTC: put back afterwards."""
+    if dialect.name != "mysql":
+        return None
+    return str(dialect.fetchone(conn, "SELECT @@SESSION.time_zone")[0])
+
+
 def install_schema(
     conn: Any,
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
-    """Create the schema, both tables and the index on `conn`, then commit."""
-    dialect = dialect_name(conn)
-    sql = schema_sql(dialect, job_table, archived_job_table)
-    if dialect == "mysql":
-        product, version = dialect_for(conn, job_table, archived_job_table).server_version(conn)
-        if product == "MySQL" and version < (8, 0, 17):
-            sql = sql.replace(NO_PAD_COLLATION, OLD_MYSQL_COLLATION)
-    cursor = conn.cursor()
-    try:
-        for statement in statements(sql):
-            cursor.execute(statement)
-    finally:
-        cursor.close()
-    conn.commit()
+    """Create the schema, both tables and the index on `conn`, or bring older tables up to
+    date, then commit. Safe to run any number of times."""
+    upgrade_schema(conn, job_table, archived_job_table)
 
+
+# The files in sql/ ---------------------------------------------------------------------------
 
 _NOTES = {
     "mysql": (
@@ -143,10 +316,21 @@ _HEADERS = {
 
 
 def schema_file(dialect: str) -> str:
-    """The contents of `sql/<dialect>.sql`: the DDL for the default table names."""
+    """The contents of `sql/<dialect>.sql`: the full DDL for the default table names."""
     note = _NOTES.get(dialect, "")
     return (
-        f"-- proletarian-di schema for {_HEADERS[dialect]} (safe to run twice).\n"
+        f"-- proletarian-di schema (version {LATEST[dialect]}) for {_HEADERS[dialect]} "
+        "(safe to run twice).\n"
         "-- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders\n"
         f"-- it for other table names.\n{note}\n" + schema_sql(dialect)
+    )
+
+
+def migration_file(migration: Migration) -> str:
+    """The contents of `sql/migrations/<dialect>/<NNNN_name>.sql` for the default tables."""
+    return (
+        f"-- proletarian-di schema, step {migration.version} "
+        f"({migration.name.replace('_', ' ')}) for {_HEADERS[migration.dialect]}.\n"
+        "-- Run the steps in order, each once; `proletarian-di schema upgrade` does it for\n"
+        "-- you and records the version.\n\n" + migration.sql()
     )

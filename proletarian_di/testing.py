@@ -15,7 +15,7 @@ from ._secrets import mask, parse_mysql_url
 from ._types import DataSource, Handler, WorkerOptions
 from ._urls import url_dialect
 from .errors import ConfigurationError
-from .schema import install_schema
+from .schema import check_schema, install_schema
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -44,7 +44,7 @@ def run_due_jobs(
     ran = 0
     try:
         with connection_factory(data_source)() as conn:
-            runner.dialect(conn).check_server(conn)
+            check_schema(conn, runner.options.job_table, runner.options.archived_job_table)
             while ran < max_jobs and runner.run_next(conn) is not None:
                 ran += 1
     finally:

@@ -19,6 +19,7 @@ from ._types import DataSource, Handler, WorkerOptions
 from ._wakeup import Listener, Wakeup
 from .errors import JobAbandoned, WorkerStateError
 from .jobs import Job
+from .schema import check_schema
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -101,9 +102,8 @@ class QueueWorker:
         Returns the dialect name, 'postgresql' or 'mysql'.
         """
         with self._connect() as conn:
-            dialect = self._runner.dialect(conn)
-            dialect.check_server(conn)
-            return dialect.name
+            check_schema(conn, self.options.job_table, self.options.archived_job_table)
+            return self._runner.dialect(conn).name
 
     def start(self) -> QueueWorker:
         """Check the database, then start polling in background threads.
@@ -207,8 +207,8 @@ class QueueWorker:
             held = self._abandon(self._slots[thread.name]) if thread.is_alive() else None
             if held is not None:
                 abandoned.append(held)
-        for job, raw_id, dialect in abandoned:
-            self._record_abandoned(job, raw_id, dialect)
+        for held in abandoned:
+            self._record_abandoned(*held)
         self._runner.loops.close()
         if self._hook is not None:
             self._hook.uninstall()
@@ -225,11 +225,17 @@ class QueueWorker:
         self._emit("shutdown_complete", clean=clean, **self.summary())
         return clean
 
-    def _abandon(self, slot: Slot) -> tuple[Job, Any, Dialect] | None:
+    def _abandon(self, slot: Slot) -> tuple[Job, Any, Dialect, JobAbandoned] | None:
         """Cut the connection under a job that outlived the timeout; what it held, or None."""
         job, conn, dialect, raw_id = slot.job, slot.conn, slot.dialect, slot.raw_id
         if job is None or conn is None or dialect is None:
             return None
+        ran_ms = round((time.monotonic() - slot.started) * 1000)
+        failure = JobAbandoned(
+            f"abandoned after {ran_ms} ms: still running when stop() gave up waiting "
+            f"(await_termination_timeout_ms={self.options.await_termination_timeout_ms}); "
+            "rolled back"
+        )
         slot.abandoned = True
         self.stats.add("abandoned")
         self._runner.emit(
@@ -242,14 +248,12 @@ class QueueWorker:
             dialect.abort(conn)
         except Exception as exc:
             self._emit("polling_error", exception=exc)
-        return job, raw_id, dialect
+        return job, raw_id, dialect, failure
 
-    def _record_abandoned(self, job: Job, raw_id: Any, dialect: Dialect) -> None:
+    def _record_abandoned(
+        self, job: Job, raw_id: Any, dialect: Dialect, failure: JobAbandoned
+    ) -> None:
         """Count the abandoned attempt on the job row, on a connection of its own."""
-        failure = JobAbandoned(
-            f"still running after await_termination_timeout_ms="
-            f"{self.options.await_termination_timeout_ms}; rolled back"
-        )
         try:
             with self._recording_connection() as conn:
                 self._runner.record_attempt(
@@ -348,7 +352,7 @@ def process_next_job(
     runner = JobRunner(handler, worker_settings(**options))
     try:
         with connection_factory(data_source)() as conn:
-            runner.dialect(conn).check_server(conn)
+            check_schema(conn, runner.options.job_table, runner.options.archived_job_table)
             return runner.run_next(conn)
     finally:
         runner.loops.close()

@@ -22,4 +22,5 @@ CREATE ROLE IF NOT EXISTS proletarian_enqueuer;
 
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
+GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

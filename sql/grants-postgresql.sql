@@ -3,7 +3,8 @@
 --
 --   proletarian_worker    claims, reschedules and archives jobs:
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
---                         INSERT into the archive. Nothing else: it cannot read the
+--                         INSERT into the archive, and reads the schema's version
+--                         at start. Nothing else: it cannot read the
 --                         archive, create or drop tables, or enqueue.
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
 --
@@ -28,4 +29,5 @@ $$;
 GRANT USAGE ON SCHEMA proletarian TO proletarian_worker, proletarian_enqueuer;
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
+GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

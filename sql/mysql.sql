@@ -1,9 +1,9 @@
--- proletarian-di schema for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 3) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
 -- MySQL 8.0.17+ respectively); on MySQL 8.0.1-8.0.16 replace both with
--- COLLATE=utf8mb4_bin (install_schema does).
+-- COLLATE utf8mb4_bin (install_schema does).
 
 CREATE DATABASE IF NOT EXISTS proletarian;
 
@@ -15,8 +15,9 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     attempts    INTEGER NOT NULL,       -- finished attempts: 0 at enqueue, +1 per retry
     enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
     process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
+    last_error  TEXT NULL,              -- the last failed attempt's error (type, message, trace)
     INDEX job_queue_process_at (queue, process_at)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE=utf8mb4_nopad_bin */ /*!80017 COLLATE=utf8mb4_0900_bin */;
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     job_id      BINARY(16) PRIMARY KEY, -- copied from the job row
@@ -26,6 +27,10 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     attempts    INTEGER NOT NULL,       -- the number of the last attempt
     enqueued_at DATETIME(6) NOT NULL,
     process_at  DATETIME(6) NOT NULL,   -- data for the last run only
-    status      VARCHAR(16) NOT NULL,   -- success / failure
-    finished_at DATETIME(6) NOT NULL    -- UTC; when the job finished (success or failure)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE=utf8mb4_nopad_bin */ /*!80017 COLLATE=utf8mb4_0900_bin */;
+    status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
+    finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
+    last_error  TEXT NULL               -- a failure's error; the last failed attempt's otherwise
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+-- the schema's version, recorded on upgrade
+CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table VARCHAR(255) PRIMARY KEY, version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL) ENGINE=InnoDB;

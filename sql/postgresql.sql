@@ -1,4 +1,4 @@
--- proletarian-di schema for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 2) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -11,7 +11,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     payload     TEXT NOT NULL,        -- serialized job data (JSON by default)
     attempts    INTEGER NOT NULL,     -- finished attempts: 0 at enqueue, +1 per retry
     enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
-    process_at  TIMESTAMPTZ NOT NULL  -- when the job should run (moves on every retry)
+    process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
+    last_error  TEXT                  -- the last failed attempt's error (type, message, trace)
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -22,8 +23,12 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     attempts    INTEGER NOT NULL,     -- the number of the last attempt
     enqueued_at TIMESTAMPTZ NOT NULL,
     process_at  TIMESTAMPTZ NOT NULL, -- data for the last run only
-    status      TEXT NOT NULL,        -- success / failure
-    finished_at TIMESTAMPTZ NOT NULL  -- when the job finished (success or failure)
+    status      TEXT NOT NULL,        -- success / failure / cancelled
+    finished_at TIMESTAMPTZ NOT NULL, -- when the job finished (success or failure)
+    last_error  TEXT                  -- a failure's error; the last failed attempt's otherwise
 );
 
 CREATE INDEX IF NOT EXISTS job_queue_process_at ON proletarian.job (queue, process_at);
+
+-- the schema's version, recorded on upgrade
+CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table TEXT PRIMARY KEY, version INTEGER NOT NULL, upgraded_at TIMESTAMPTZ NOT NULL DEFAULT now());

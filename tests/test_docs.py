@@ -208,6 +208,9 @@ def test_alembic_migration_snippet(
             exec((SNIPPETS / "alembic_migration.py").read_text(encoding="utf-8"), namespace)
             namespace["upgrade"]()
             namespace["upgrade"]()  # safe to run twice
+            step: dict[str, Any] = {"__name__": "migration_0002"}
+            exec((SNIPPETS / "alembic_step.py").read_text(encoding="utf-8"), step)
+            step["upgrade"]()
             conn.commit()
             enqueue(conn, "after_migration", {"ok": True})
         seen: list[Any] = []
@@ -215,99 +218,12 @@ def test_alembic_migration_snippet(
         assert seen == [{"ok": True}]
         with psycopg.connect(url) as conn:
             alembic.op.conn = conn  # type: ignore[attr-defined]
+            step["downgrade"]()
             namespace["downgrade"]()
             assert conn.execute("SELECT to_regclass('proletarian.job')").fetchone() == (None,)
     finally:
         with psycopg.connect(postgresql_backend.url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {scratch}")
-
-
-# The MySQL page's migration from Proletarian's own schema --------------------
-
-SEED_MYSQL_SCHEMA = """
-CREATE TABLE {db}.job (
-    job_id BINARY(16) PRIMARY KEY, queue TEXT NOT NULL, job_type TEXT NOT NULL,
-    payload TEXT NOT NULL, attempts INTEGER NOT NULL,
-    enqueued_at TIMESTAMP NOT NULL, process_at TIMESTAMP NOT NULL,
-    INDEX (queue(256), process_at));
-CREATE TABLE {db}.archived_job (
-    job_id BINARY(16) PRIMARY KEY, queue TEXT NOT NULL, job_type TEXT NOT NULL,
-    payload TEXT NOT NULL, attempts INTEGER NOT NULL,
-    enqueued_at TIMESTAMP NOT NULL, process_at TIMESTAMP NOT NULL,
-    status TEXT NOT NULL, finished_at TIMESTAMP NOT NULL)
-"""
-
-
-def _columns(backend: Any, db: str) -> list[tuple[Any, ...]]:
-    return backend.query(
-        "SELECT table_name, column_name, column_type, is_nullable, collation_name "
-        "FROM information_schema.columns "
-        "WHERE table_schema = %s AND table_name IN ('job', 'archived_job') "
-        "ORDER BY table_name, ordinal_position",
-        (db,),
-    )
-
-
-def test_mysql_seed_schema_migration(mysql_backend: Any) -> None:
-    from proletarian_di.schema import statements
-
-    db = "proletarian_seed"
-    mysql_backend.execute(f"DROP DATABASE IF EXISTS {db}")
-    mysql_backend.execute(f"CREATE DATABASE {db}")
-    try:
-        for statement in statements(SEED_MYSQL_SCHEMA.format(db=db)):
-            mysql_backend.execute(statement)
-        # A job written by a Proletarian worker in another time zone: stored as UTC.
-        conn = mysql_backend.connect()
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+02:00'")
-            cur.execute(
-                f"INSERT INTO {db}.job VALUES (UNHEX(REPLACE(UUID(), '-', '')), 'default', "
-                "'seed_job', '{\"n\": 1}', 0, '2020-01-01 14:00:00', '2020-01-01 14:00:00')"
-            )
-        conn.commit()
-        conn.close()
-
-        migration = (SNIPPETS / "mysql_migrate_from_proletarian.sql").read_text(encoding="utf-8")
-        conn = mysql_backend.connect()
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+05:00'")  # the migration must not depend on this
-            for statement in statements(migration.replace("proletarian.", f"{db}.")):
-                cur.execute(statement)
-        conn.commit()
-        conn.close()
-
-        assert _columns(mysql_backend, db) == _columns(mysql_backend, "proletarian")
-        indexes = mysql_backend.query(
-            "SELECT index_name, column_name, sub_part FROM information_schema.statistics "
-            "WHERE table_schema = %s AND table_name = 'job' AND index_name <> 'PRIMARY' "
-            "ORDER BY seq_in_index",
-            (db,),
-        )
-        assert indexes == [
-            ("job_queue_process_at", "queue", None),
-            ("job_queue_process_at", "process_at", None),
-        ]
-        assert mysql_backend.query(f"SELECT process_at FROM {db}.job")[0][0].hour == 12
-
-        seen: list[Any] = []
-        source = mysql_backend.pool(2)
-        try:
-            ran = process_next_job(
-                source,
-                lambda job_type, payload: seen.append((job_type, payload)),
-                job_table=f"{db}.job",
-                archived_job_table=f"{db}.archived_job",
-            )
-        finally:
-            source.close()
-        assert ran is True
-        assert seen == [("seed_job", {"n": 1})]
-        assert mysql_backend.query(f"SELECT status, attempts FROM {db}.archived_job") == [
-            ("success", 1)
-        ]
-    finally:
-        mysql_backend.execute(f"DROP DATABASE IF EXISTS {db}")
 
 
 # The CLI reference names every command, option and environment variable -------

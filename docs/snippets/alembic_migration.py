@@ -1,18 +1,18 @@
-"""Add the proletarian-di queue tables.
+"""Add the queue tables: step 1 of proletarian-di's schema, Proletarian's own tables.
 
 Revision ID: 0001_proletarian
 """
 
 from alembic import op
 
-from proletarian_di.schema import schema_sql, statements
+from proletarian_di.schema import migration, statements
 
 revision = "0001_proletarian"
 down_revision = None
 
 
 def upgrade() -> None:
-    for statement in statements(schema_sql("postgresql")):
+    for statement in statements(migration("postgresql", 1).sql()):
         op.execute(statement)
 
 

@@ -22,7 +22,7 @@ from ..job_ids import JobIdStrategy
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
-JobRow = tuple[Any, str, str, str, int, datetime, datetime]
+JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None"]
 
 
 def check_table_name(name: Any, option: str = "job_table") -> str:
@@ -167,16 +167,20 @@ class Dialect:
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
         self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
         self.claim_sql = (
-            f"SELECT {self.columns} FROM {job} WHERE queue = %s AND process_at <= %s "
+            f"SELECT {self.columns}, last_error FROM {job} "
+            "WHERE queue = %s AND process_at <= %s "
             "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
         )
-        self.reschedule_sql = f"UPDATE {job} SET attempts = %s, process_at = %s WHERE job_id = %s"
+        self.reschedule_sql = (
+            f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s WHERE job_id = %s"
+        )
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
+        # status, finished_at, then the error: a failure's own, else the job's last one
         self.archive_select = (
-            f"INSERT INTO {archive} ({self.columns}, status, finished_at) "
+            f"INSERT INTO {archive} ({self.columns}, status, finished_at, last_error) "
             "SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, "
-            "%s, %s "
+            "%s, %s, COALESCE(%s, last_error) "
         )
 
     # Times -----------------------------------------------------------------
@@ -235,13 +239,23 @@ class Dialect:
         raise NotImplementedError
 
     def archive(
-        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
+        self,
+        conn: Any,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+        error: str | None = None,
     ) -> None:
-        """Move jobs to the archive with `status`, counting the attempt just made."""
+        """Move jobs to the archive with `status`, counting the attempt just made; `error`
+        is a failure's (None keeps the job's last error)."""
         raise NotImplementedError
 
-    def reschedule(self, conn: Any, job_id: Any, attempts: int, process_at: datetime) -> None:
-        self.execute(conn, self.reschedule_sql, (attempts, self.encode_time(process_at), job_id))
+    def reschedule(
+        self, conn: Any, job_id: Any, attempts: int, process_at: datetime, error: str
+    ) -> None:
+        """Count a failed attempt: due again at `process_at`, with its error kept."""
+        params = (attempts, self.encode_time(process_at), error, job_id)
+        self.execute(conn, self.reschedule_sql, params)
 
     def insert_one(self, conn: Any, row: Sequence[Any]) -> None:
         sql, params = self.insert_statement(row)

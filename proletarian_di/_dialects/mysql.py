@@ -94,19 +94,26 @@ class MySQLDialect(Dialect):
             return list(cursor.fetchall())
 
     def archive(
-        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
+        self,
+        conn: Any,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+        error: str | None = None,
     ) -> None:
         """Copy, then delete, the jobs by primary-key lookups only: a DELETE that scans
         X-locks every row it reads, so it waits for (and deadlocks on) other workers' jobs."""
         if len(job_ids) == 1:
             job_id = job_ids[0]
-            self.execute(conn, self.archive_sql, (status, self.encode_time(finished_at), job_id))
+            finished = self.encode_time(finished_at)
+            self.execute(conn, self.archive_sql, (status, finished, error, job_id))
             self.execute(conn, self.delete_sql, (job_id,))
             return
         if not job_ids:
             return
         ids = tuple(job_ids)
-        self.execute(conn, self.archive_many_sql, (status, self.encode_time(finished_at), ids))
+        finished = self.encode_time(finished_at)
+        self.execute(conn, self.archive_many_sql, (status, finished, error, ids))
         self.execute(conn, self._delete_many_sql(len(ids)), ids)
 
     def _delete_many_sql(self, count: int) -> str:
@@ -175,8 +182,8 @@ class MySQLDialect(Dialect):
             marks = ", ".join(["%s"] * len(chunk))
             self.execute(
                 conn,
-                f"INSERT INTO {job} ({self.columns}) "
-                "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s "
+                f"INSERT INTO {job} ({self.columns}, last_error) "
+                "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error "
                 f"FROM {archive} WHERE job_id IN ({marks})",
                 [self.encode_time(now), *chunk],
             )

@@ -37,8 +37,8 @@ class PostgresDialect(Dialect):
         self._inline = _HotPath(
             claim,
             claim,
-            _fill(self.archive_one_sql, "{ids}", "'success'", "{finished}") + "; COMMIT",
-            _fill(self.archive_sql, "{ids}", "'success'", "{finished}") + "; COMMIT",
+            _fill(self.archive_one_sql, "{ids}", "'success'", "{finished}", "NULL") + "; COMMIT",
+            _fill(self.archive_sql, "{ids}", "'success'", "{finished}", "NULL") + "; COMMIT",
         )
         tag = hashlib.blake2s(f"{job} {self.archived_job_table}".encode(), digest_size=4)
         self._statements = {
@@ -49,11 +49,11 @@ class PostgresDialect(Dialect):
             ),
             f"proletarian_archive_{tag.hexdigest()}": (
                 "uuid, timestamptz",
-                _fill(self.archive_one_sql, "$1", "'success'", "$2"),
+                _fill(self.archive_one_sql, "$1", "'success'", "$2", "NULL"),
             ),
             f"proletarian_many_{tag.hexdigest()}": (
                 "uuid[], timestamptz",
-                _fill(self.archive_sql, "$1", "'success'", "$2"),
+                _fill(self.archive_sql, "$1", "'success'", "$2", "NULL"),
             ),
         }
         claim_one, archive_one, archive_many = self._statements
@@ -185,12 +185,17 @@ class PostgresDialect(Dialect):
         return literal
 
     def archive(
-        self, conn: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
+        self,
+        conn: Any,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+        error: str | None = None,
     ) -> None:
         if len(job_ids) == 1:
-            conn.execute(self.archive_one_sql, (job_ids[0], status, finished_at))
+            conn.execute(self.archive_one_sql, (job_ids[0], status, finished_at, error))
         else:
-            conn.execute(self.archive_sql, (list(job_ids), status, finished_at))
+            conn.execute(self.archive_sql, (list(job_ids), status, finished_at, error))
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
@@ -231,8 +236,8 @@ class PostgresDialect(Dialect):
         rows = self.fetchall(
             conn,
             f"WITH moved AS (DELETE FROM {self.archived_job_table} WHERE {where} RETURNING *) "
-            f"INSERT INTO {self.job_table} ({self.columns}) "
-            "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s FROM moved "
+            f"INSERT INTO {self.job_table} ({self.columns}, last_error) "
+            "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error FROM moved "
             "RETURNING job_id",
             [*params, now],
         )

@@ -22,7 +22,15 @@ from ..._urls import url_dialect
 from ...admin import QueueStats
 from ...jobs import DEFAULT_QUEUE
 from ...mysql import mask
-from ...schema import install_schema, schema_sql
+from ...schema import (
+    LATEST,
+    Migration,
+    install_schema,
+    pending_migrations,
+    schema_sql,
+    schema_version,
+    upgrade_schema,
+)
 from ._app import (
     ArchivedJobTable,
     CLIError,
@@ -75,28 +83,78 @@ def schema_print(
 
 
 def _install(database_url: str | None, job_table: str, archived_job_table: str) -> None:
-    """Create the schema, both tables and the index (safe to run twice)."""
+    """Create the schema, both tables and the index, or bring older tables up to date
+    (safe to run twice)."""
     with _connection(database_url) as conn:
         install_schema(conn, job_table, archived_job_table)
+        version = schema_version(conn, job_table, archived_job_table)
     console.print(
         f"[green]✓[/] installed {job_table} and {archived_job_table} "
-        f"on {_escape(mask(database_url or ''))}"
+        f"(schema version {version}) on {_escape(mask(database_url or ''))}"
     )
+
+
+def _steps(steps: list[Migration]) -> str:
+    return ", ".join(f"{m.version} ({m.name.replace('_', ' ')})" for m in steps)
 
 
 def _check(database_url: str | None, job_table: str, archived_job_table: str) -> None:
-    """Check the server version and that both tables exist with every column (exit 6 if not)."""
-    with _admin(database_url, job_table, archived_job_table) as operator:
-        conn = operator.conn
-        product, version = dialect_for(conn, job_table, archived_job_table).server_version(conn)
-        missing = operator.read(admin.missing_columns)
+    """Check the server, that both tables exist with every column, and their schema version
+    against the one this proletarian-di needs (exit 6 if anything is missing)."""
+    with _connection(database_url) as conn:
+        dialect = dialect_for(conn, job_table, archived_job_table)
+        dialect.check_server(conn)
+        product, server = dialect.server_version(conn)
+        try:
+            version = schema_version(conn, job_table, archived_job_table)
+            pending = pending_migrations(conn, job_table, archived_job_table)
+            tables = admin.Tables(job_table, archived_job_table)
+            missing = {} if pending else admin.missing_columns(conn, tables=tables)
+        finally:
+            conn.rollback()
+    needed = LATEST[dialect.name]
+    where = f"{product} {'.'.join(map(str, server))}: {job_table} and {archived_job_table}"
+    if pending:
+        raise CLIError(
+            f"{where} are at schema version {version}; this proletarian-di needs {needed} "
+            f"(missing steps: {_steps(pending)}): run `proletarian-di schema upgrade`",
+            ExitCode.SCHEMA,
+        )
     if missing:
         problems = "; ".join(f"{t} lacks {', '.join(cols)}" for t, cols in missing.items())
         raise CLIError(f"schema does not match: {problems}", ExitCode.SCHEMA)
-    console.print(
-        f"[green]✓[/] {product} {'.'.join(map(str, version))}: "
-        f"{job_table} and {archived_job_table} are ready"
-    )
+    console.print(f"[green]✓[/] {where} are ready (schema version {version} of {needed})")
+
+
+@schema_app.command("upgrade")
+@_guarded
+def schema_upgrade(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List the steps to apply, apply nothing.")
+    ] = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Bring the tables to the current schema version, step by step (creating them if there
+    are none), and record the version."""
+
+    def landed(step: Migration) -> None:
+        console.print(f"[green]✓[/] step {_steps([step])} applied")
+
+    with _connection(database_url) as conn:
+        before = schema_version(conn, job_table, archived_job_table)
+        steps = upgrade_schema(
+            conn, job_table, archived_job_table, dry_run=dry_run, report=None if dry_run else landed
+        )
+    if not steps:
+        console.print(f"{job_table} is at schema version {before}: nothing to do")
+    elif dry_run:
+        console.print(
+            f"{job_table} is at schema version {before}; would apply steps {_steps(steps)}"
+        )
+    else:
+        console.print(f"{job_table} is at schema version {steps[-1].version} (was {before})")
 
 
 def _on_tables(name: str, run: Callable[[str | None, str, str], None]) -> None:

@@ -1,5 +1,7 @@
--- Bring MySQL tables created with Proletarian's (Clojure) schema to proletarian-di's.
--- Stop every worker first. Run it once; it rebuilds both tables.
+-- proletarian-di schema, step 2 (proletarian di types) for MySQL 8.0.1+ and MariaDB 10.6+.
+-- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
+-- you and records the version.
+
 SET time_zone = '+00:00'; -- TIMESTAMP values become UTC DATETIME values
 
 ALTER TABLE proletarian.job

@@ -1,0 +1,201 @@
+"""The schema's SQL, per database: the full current schema and the numbered steps to it.
+
+Templates take {schema}, {job_table}, {archived_job_table}, {index}, {version_table} and,
+on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
+Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
+(Clojure) is at version 1.
+"""
+
+from __future__ import annotations
+
+POSTGRESQL = """\
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+CREATE TABLE IF NOT EXISTS {job_table} (
+    job_id      UUID PRIMARY KEY,     -- generated and returned by enqueue()
+    queue       TEXT NOT NULL,        -- queue name
+    job_type    TEXT NOT NULL,        -- job type
+    payload     TEXT NOT NULL,        -- serialized job data (JSON by default)
+    attempts    INTEGER NOT NULL,     -- finished attempts: 0 at enqueue, +1 per retry
+    enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
+    process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
+    last_error  TEXT                  -- the last failed attempt's error (type, message, trace)
+);
+
+CREATE TABLE IF NOT EXISTS {archived_job_table} (
+    job_id      UUID PRIMARY KEY,     -- copied from the job row
+    queue       TEXT NOT NULL,
+    job_type    TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,     -- the number of the last attempt
+    enqueued_at TIMESTAMPTZ NOT NULL,
+    process_at  TIMESTAMPTZ NOT NULL, -- data for the last run only
+    status      TEXT NOT NULL,        -- success / failure / cancelled
+    finished_at TIMESTAMPTZ NOT NULL, -- when the job finished (success or failure)
+    last_error  TEXT                  -- a failure's error; the last failed attempt's otherwise
+);
+
+CREATE INDEX IF NOT EXISTS {index} ON {job_table} (queue, process_at);
+"""
+
+MYSQL = """\
+CREATE DATABASE IF NOT EXISTS {schema};
+
+CREATE TABLE IF NOT EXISTS {job_table} (
+    job_id      BINARY(16) PRIMARY KEY, -- generated and returned by enqueue()
+    queue       VARCHAR(255) NOT NULL,  -- queue name
+    job_type    VARCHAR(255) NOT NULL,  -- job type
+    payload     LONGTEXT NOT NULL,      -- serialized job data (JSON by default)
+    attempts    INTEGER NOT NULL,       -- finished attempts: 0 at enqueue, +1 per retry
+    enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
+    process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
+    last_error  TEXT NULL,              -- the last failed attempt's error (type, message, trace)
+    INDEX {index} (queue, process_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {archived_job_table} (
+    job_id      BINARY(16) PRIMARY KEY, -- copied from the job row
+    queue       VARCHAR(255) NOT NULL,
+    job_type    VARCHAR(255) NOT NULL,
+    payload     LONGTEXT NOT NULL,
+    attempts    INTEGER NOT NULL,       -- the number of the last attempt
+    enqueued_at DATETIME(6) NOT NULL,
+    process_at  DATETIME(6) NOT NULL,   -- data for the last run only
+    status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
+    finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
+    last_error  TEXT NULL               -- a failure's error; the last failed attempt's otherwise
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+"""
+
+
+# Proletarian's schema for PostgreSQL, from its installation page.
+POSTGRESQL_1 = """\
+CREATE SCHEMA IF NOT EXISTS {schema};
+
+CREATE TABLE IF NOT EXISTS {job_table} (
+    job_id      UUID PRIMARY KEY,
+    queue       TEXT NOT NULL,
+    job_type    TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    enqueued_at TIMESTAMPTZ NOT NULL,
+    process_at  TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS {archived_job_table} (
+    job_id      UUID PRIMARY KEY,
+    queue       TEXT NOT NULL,
+    job_type    TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    enqueued_at TIMESTAMPTZ NOT NULL,
+    process_at  TIMESTAMPTZ NOT NULL,
+    status      TEXT NOT NULL,
+    finished_at TIMESTAMPTZ NOT NULL
+);
+
+DROP INDEX IF EXISTS {schema}.{index};
+CREATE INDEX {index} ON {job_table} (queue, process_at);
+"""
+
+POSTGRESQL_2 = """\
+ALTER TABLE {job_table} ADD COLUMN last_error TEXT;
+ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT;
+"""
+
+# Proletarian's schema for MySQL, from its installation page.
+MYSQL_1 = """\
+CREATE DATABASE IF NOT EXISTS {schema};
+
+CREATE TABLE IF NOT EXISTS {job_table} (
+    job_id      BINARY(16) PRIMARY KEY,
+    queue       TEXT NOT NULL,
+    job_type    TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    enqueued_at TIMESTAMP NOT NULL,
+    process_at  TIMESTAMP NOT NULL,
+    INDEX (queue(256), process_at)
+);
+
+CREATE TABLE IF NOT EXISTS {archived_job_table} (
+    job_id      BINARY(16) PRIMARY KEY,
+    queue       TEXT NOT NULL,
+    job_type    TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    attempts    INTEGER NOT NULL,
+    enqueued_at TIMESTAMP NOT NULL,
+    process_at  TIMESTAMP NOT NULL,
+    status      TEXT NOT NULL,
+    finished_at TIMESTAMP NOT NULL
+);
+"""
+
+# proletarian-di's column types: UTC DATETIME(6) (TIMESTAMP converts through the session's
+# time zone and ends in 2038), whole-column VARCHAR index, LONGTEXT payloads, NO PAD collation.
+MYSQL_2 = """\
+SET time_zone = '+00:00'; -- TIMESTAMP values become UTC DATETIME values
+
+ALTER TABLE {job_table}
+    DROP INDEX queue, -- Proletarian's unnamed INDEX (queue(256), process_at)
+    CONVERT TO CHARACTER SET utf8mb4 {collation},
+    MODIFY queue       VARCHAR(255) NOT NULL,
+    MODIFY job_type    VARCHAR(255) NOT NULL,
+    MODIFY payload     LONGTEXT NOT NULL,
+    MODIFY enqueued_at DATETIME(6) NOT NULL,
+    MODIFY process_at  DATETIME(6) NOT NULL,
+    ADD INDEX {index} (queue, process_at);
+
+ALTER TABLE {archived_job_table}
+    CONVERT TO CHARACTER SET utf8mb4 {collation},
+    MODIFY queue       VARCHAR(255) NOT NULL,
+    MODIFY job_type    VARCHAR(255) NOT NULL,
+    MODIFY payload     LONGTEXT NOT NULL,
+    MODIFY enqueued_at DATETIME(6) NOT NULL,
+    MODIFY process_at  DATETIME(6) NOT NULL,
+    MODIFY status      VARCHAR(16) NOT NULL,
+    MODIFY finished_at DATETIME(6) NOT NULL;
+"""
+
+MYSQL_3 = """\
+ALTER TABLE {job_table} ADD COLUMN last_error TEXT NULL;
+ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT NULL;
+"""
+
+STEPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "postgresql": (("proletarian", POSTGRESQL_1), ("stored_errors", POSTGRESQL_2)),
+    "mysql": (
+        ("proletarian", MYSQL_1),
+        ("proletarian_di_types", MYSQL_2),
+        ("stored_errors", MYSQL_3),
+    ),
+}
+"""Each database's migrations in order: (name, template); the version is the position + 1."""
+
+VERSION_TABLE = {
+    "postgresql": (
+        "CREATE TABLE IF NOT EXISTS {version_table} (job_table TEXT PRIMARY KEY, "
+        "version INTEGER NOT NULL, upgraded_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    ),
+    "mysql": (
+        "CREATE TABLE IF NOT EXISTS {version_table} (job_table VARCHAR(255) PRIMARY KEY, "
+        "version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL) ENGINE=InnoDB"
+    ),
+}
+RECORD_VERSION = {
+    "postgresql": (
+        "INSERT INTO {version_table} (job_table, version) VALUES (%s, %s) "
+        "ON CONFLICT (job_table) DO UPDATE SET version = EXCLUDED.version, upgraded_at = now()"
+    ),
+    "mysql": (
+        "INSERT INTO {version_table} (job_table, version, upgraded_at) "
+        "VALUES (%s, %s, UTC_TIMESTAMP(6)) "
+        "ON DUPLICATE KEY UPDATE version = VALUES(version), upgraded_at = VALUES(upgraded_at)"
+    ),
+}
+
+FULL = {
+    dialect: f"{tables}\n-- the schema's version, recorded on upgrade\n{VERSION_TABLE[dialect]};\n"
+    for dialect, tables in (("postgresql", POSTGRESQL), ("mysql", MYSQL))
+}
+"""The full current schema of each database, for a fresh install."""
