@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._datasource import connection_factory
@@ -23,33 +24,79 @@ if TYPE_CHECKING:
 DEFAULT_MAX_JOBS = 10_000
 
 
+class FakeClock:
+    """A clock for tests: stands still until moved. Pass it as `clock=` to `enqueue` and the
+    worker options, and `advance_clock=True` to `run_due_jobs` to let retries fall due."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime.now(timezone.utc)
+        if self.now.tzinfo is None:
+            raise ConfigurationError(f"FakeClock needs an aware datetime, got {self.now!r}")
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, by: timedelta | int) -> datetime:
+        """Move forward by a timedelta or a number of milliseconds; the new now."""
+        self.now += by if isinstance(by, timedelta) else timedelta(milliseconds=by)
+        return self.now
+
+
 def run_due_jobs(
     data_source: DataSource,
     handler: Handler,
     *,
     max_jobs: int = DEFAULT_MAX_JOBS,
+    advance_clock: bool = False,
     **options: Unpack[WorkerOptions],
 ) -> int:
     """Run every due job of the queue in this thread, one transaction each; return how many ran.
 
     Takes the same options as `create_queue_worker` (queue, retry_strategy_fn,
-    failed_job_fn, handler_fn_mode, job_table, ...). A retried attempt counts
-    as a run, and a retry that is due at once runs again in the same call;
-    jobs scheduled for later stay waiting. Stops after `max_jobs` runs so a
-    handler that keeps enqueueing due jobs cannot loop forever.
+    failed_job_fn, handler_fn_mode, job_table, clock, ...). A retried attempt
+    counts as a run; a retry falls due at the clock's time plus its delay, so it
+    waits, unless `advance_clock` (with a `FakeClock` as `clock`) moves the clock
+    to the next waiting job whenever none is due, until the queue is empty. Stops
+    after `max_jobs` runs so a handler that keeps enqueueing cannot loop forever.
     """
     if not isinstance(max_jobs, int) or max_jobs < 0:
         raise ConfigurationError(f"max_jobs must be a non-negative int, got {max_jobs!r}")
+    clock = options.get("clock")
+    if advance_clock and not isinstance(clock, FakeClock):
+        raise ConfigurationError("advance_clock=True needs clock=FakeClock(...) to move")
     runner = JobRunner(handler, worker_settings(**options))
     ran = 0
     try:
         with connection_factory(data_source)() as conn:
             check_schema(conn, runner.options.job_table, runner.options.archived_job_table)
-            while ran < max_jobs and runner.run_next(conn) is not None:
-                ran += 1
+            while ran < max_jobs:
+                if runner.run_next(conn) is not None:
+                    ran += 1
+                elif not (
+                    isinstance(clock, FakeClock) and advance_clock and _advance(conn, runner, clock)
+                ):
+                    break
     finally:
         runner.loops.close()
     return ran
+
+
+def _advance(conn: Any, runner: JobRunner, clock: FakeClock) -> bool:
+    """Move the clock to the next waiting job of the queue; False if none waits, or if one is
+    due already (held by someone else: waiting longer would not help)."""
+    dialect = runner.dialect(conn)
+    sql = f"SELECT MIN(process_at) FROM {runner.options.job_table} WHERE queue = %s"
+    try:
+        (due,) = dialect.fetchone(conn, sql, (runner.options.queue,))
+    finally:
+        dialect.rollback(conn)
+    if due is None:
+        return False
+    due = dialect.decode_time(due)
+    if due <= clock():
+        return False
+    clock.now = due
+    return True
 
 
 class QueueDatabase:

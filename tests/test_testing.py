@@ -54,3 +54,46 @@ def test_max_jobs_bounds_a_handler_that_keeps_enqueueing(backend, pool):
     enqueue_committed(backend, ("again", None))
     assert run_due_jobs(pool, router, handler_fn_mode="advanced", max_jobs=5) == 5
     assert len(backend.archived()) == 5 and len(backend.jobs()) == 1
+
+
+def test_a_fake_clock_walks_a_job_through_its_delayed_retries(backend, pool):
+    from proletarian_di import RetrySpec
+    from proletarian_di.testing import FakeClock
+
+    clock = FakeClock()
+    start = clock()
+    enqueue_committed(backend, ("flaky", None), clock=clock)
+    enqueue_committed(backend, ("tomorrow", None), clock=clock, process_in=timedelta(days=1))
+    attempts = []
+
+    def handler(job):
+        attempts.append((job.job_type, job.attempts, clock()))
+        if job.job_type == "flaky":
+            raise ConnectionError("try later")
+
+    options = {
+        "handler_fn_mode": "advanced",
+        "clock": clock,
+        "retry_strategy_fn": lambda job, exc: RetrySpec(retries=2, delays=[60_000, 3_600_000]),
+    }
+    assert run_due_jobs(pool, handler, **options) == 1, "the retry waits for its delay"
+    assert run_due_jobs(pool, handler, advance_clock=True, **options) == 3
+    assert [(t, a) for t, a, _ in attempts] == [
+        ("flaky", 1),
+        ("flaky", 2),
+        ("flaky", 3),
+        ("tomorrow", 1),
+    ]
+    assert attempts[1][2] - start >= timedelta(minutes=1)
+    assert attempts[2][2] - attempts[1][2] >= timedelta(hours=1)
+    assert attempts[3][2] - start >= timedelta(days=1)
+    assert sorted(backend.archived()) == [("flaky", "failure", 3), ("tomorrow", "success", 1)]
+
+
+def test_advance_clock_needs_a_fake_clock(backend, pool):
+    import pytest
+
+    from proletarian_di import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="advance_clock=True needs clock=FakeClock"):
+        run_due_jobs(pool, lambda t, p: None, advance_clock=True)
