@@ -1,5 +1,6 @@
-"""Operator queries on any connection of either database: queue statistics, retrying failed
-jobs, pruning the archive, schema checks.
+"""Operator queries on any connection of either database: queue statistics, listing and
+inspecting jobs, retrying failed jobs, cancelling waiting ones, pruning the archive, schema
+checks.
 
 The CLI uses them, and so can your own tools. Like `enqueue`, none of them commits:
 they run in the caller's transaction, and the caller commits (or rolls back a read).
@@ -10,27 +11,56 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ._dialects import Dialect, check_table_name, dialect_for
+from ._dialects.base import HeldRows
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._types import Connection
+from .errors import ConfigurationError
 from .schema import check_schema
+from .serializers import Serializer, check_serializer
 
 __all__ = [
     "DEFAULT_TABLES",
+    "MAX_LIMIT",
+    "STATES",
+    "JobInfo",
     "QueueStats",
     "Tables",
+    "cancel_jobs",
     "check",
+    "delete_archived",
+    "get_job",
+    "list_jobs",
     "missing_columns",
     "purge_archive",
     "queue_stats",
     "recent_failures",
     "retry_failed",
+    "retry_jobs",
     "waiting",
 ]
+
+STATES = ("queued", "scheduled", "retrying", "running", "succeeded", "failed", "cancelled")
+"""A job's states: the first four in the job table, the last three in the archive."""
+
+MAX_LIMIT = 1000
+"""The most jobs one `list_jobs` call returns."""
+
+_WAITING = {
+    "queued": "attempts = 0 AND process_at <= %s",
+    "scheduled": "attempts = 0 AND process_at > %s",
+    "retrying": "attempts > 0",
+    "running": "",
+}
+_ARCHIVED = {"succeeded": "success", "failed": "failure", "cancelled": "cancelled"}
+_STATE_OF_STATUS = {status: state for state, status in _ARCHIVED.items()}
+_ORDER = "ORDER BY enqueued_at DESC, job_id DESC"
+_SCAN_BATCH = 200
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclasses.dataclass
@@ -147,24 +177,417 @@ def queue_stats(
     return [by_queue[name] for name in sorted(by_queue)]
 
 
-def _failure_filter(
+@dataclasses.dataclass(frozen=True)
+class JobInfo:
+    """One job as an operator sees it, waiting or archived; every time is an aware UTC datetime.
+
+    `state` is one of `STATES`; `payload` is decoded (its raw text when it cannot be);
+    `finished_at` is None while the job waits; `error` is the last failed attempt's error
+    (a failure's own once archived), None when no attempt failed.
+    """
+
+    job_id: uuid.UUID
+    queue: str
+    job_type: str
+    payload: Any
+    attempts: int
+    state: str
+    enqueued_at: datetime
+    process_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+    @property
+    def cursor(self) -> str:
+        """This job's place in `list_jobs`' order as text, for `before=` (an HTTP query, say):
+        `<enqueued_at in microseconds since 1970>.<job_id>`."""
+        return f"{(self.enqueued_at - _EPOCH) // timedelta(microseconds=1)}.{self.job_id}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields for JSON, the id and the times (ISO 8601) as strings."""
+        data = dataclasses.asdict(self)
+        data["job_id"] = str(self.job_id)
+        for name in ("enqueued_at", "process_at", "finished_at"):
+            data[name] = data[name] and data[name].isoformat()
+        return data
+
+
+class _Where:
+    """SQL conditions joined by AND, with their parameters in order."""
+
+    def __init__(self, *clauses: str) -> None:
+        self.clauses = list(clauses)
+        self.params: list[Any] = []
+
+    def add(self, clause: str, *params: Any) -> _Where:
+        """`clause` with its parameters."""
+        self.clauses.append(clause)
+        self.params.extend(params)
+        return self
+
+    def given(self, clause: str, value: Any) -> _Where:
+        """`clause` with its one parameter, unless the value is None."""
+        return self if value is None else self.add(clause, value)
+
+    def ids(self, dialect: Dialect, job_ids: Sequence[uuid.UUID] | None) -> _Where:
+        """Only these jobs (None: any job)."""
+        if job_ids is None:
+            return self
+        encode = dialect.default_id_strategy.encode
+        return self.add(f"job_id IN ({', '.join(['%s'] * len(job_ids))})", *map(encode, job_ids))
+
+    @property
+    def sql(self) -> str:
+        """The conditions as one (true when there are none)."""
+        return " AND ".join(self.clauses) or "1 = 1"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Query:
+    """What `list_jobs` and `get_job` look for (times aware UTC)."""
+
+    state: str | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    enqueued_since: datetime | None = None
+    enqueued_until: datetime | None = None
+    finished_since: datetime | None = None
+    finished_until: datetime | None = None
+    job_id: uuid.UUID | None = None
+
+    def in_job_table(self) -> bool:
+        """Whether waiting jobs can match (they have no finished_at)."""
+        finished = self.finished_since is not None or self.finished_until is not None
+        return self.state in (None, *_WAITING) and not finished
+
+    def in_archive(self) -> bool:
+        """Whether archived jobs can match."""
+        return self.state in (None, *_ARCHIVED)
+
+
+def list_jobs(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    limit: int = 100,
+    enqueued_since: datetime | None = None,
+    enqueued_until: datetime | None = None,
+    finished_since: datetime | None = None,
+    finished_until: datetime | None = None,
+    before: JobInfo | str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> list[JobInfo]:
+    """Jobs, waiting and archived, newest first (by enqueued_at, then job_id): at most
+    `limit` (1 to `MAX_LIMIT`), of one `state` if given (see `STATES`).
+
+    Filters: queue, job type, `enqueued_since` <= enqueued_at < `enqueued_until`, and
+    `finished_since` <= finished_at < `finished_until` (archived jobs only). Pages: pass the
+    last job of a page, or its `cursor` string, as `before` to get the next one. "running"
+    is a job whose row a worker holds locked now, probed without blocking anyone (see the
+    admin docs for what each database does). Roll back or commit afterwards.
+    """
+    query = _Query(
+        _check_state(state),
+        queue,
+        job_type,
+        _moment(enqueued_since, "enqueued_since"),
+        _moment(enqueued_until, "enqueued_until"),
+        _moment(finished_since, "finished_since"),
+        _moment(finished_until, "finished_until"),
+    )
+    count, after = _check_limit(limit), _after(before)
+    codec = check_serializer(serializer)
+    dialect = tables.dialect(conn)
+    with dialect.admin_read(conn):
+        return _collect(conn, dialect, tables, query, count, after, codec)
+
+
+def get_job(
+    conn: Connection,
+    job_id: uuid.UUID | str,
+    *,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> JobInfo | None:
+    """The job with this id, waiting or archived, or None if there is none."""
+    query = _Query(job_id=_job_id(job_id))
+    codec = check_serializer(serializer)
+    dialect = tables.dialect(conn)
+    with dialect.admin_read(conn):
+        found = _collect(conn, dialect, tables, query, 1, None, codec)
+    return found[0] if found else None
+
+
+def _collect(
+    conn: Connection,
     dialect: Dialect,
+    tables: Tables,
+    query: _Query,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+    codec: Serializer,
+) -> list[JobInfo]:
+    """Up to `limit` jobs matching `query` after `after`; a waiting state, which the lock
+    probe decides, may take more than one batch of rows."""
+    now = datetime.now(timezone.utc)
+    held = dialect.held_rows(conn)
+    batch = limit if query.state is None or query.state in _ARCHIVED else max(limit, _SCAN_BATCH)
+    found: list[JobInfo] = []
+    while query.in_job_table() or query.in_archive():
+        sql, params = _select(dialect, tables, query, held, after, now, batch)
+        rows = dialect.fetchall(conn, sql, params)
+        infos = _infos(conn, dialect, rows, held, now, codec)
+        found.extend(info for info in infos if query.state in (None, info.state))
+        if len(found) >= limit or len(rows) < batch:
+            break
+        after = infos[-1].enqueued_at, infos[-1].job_id
+    return found[:limit]
+
+
+def _select(
+    dialect: Dialect,
+    tables: Tables,
+    query: _Query,
+    held: HeldRows,
+    after: tuple[datetime, uuid.UUID] | None,
+    now: datetime,
+    limit: int,
+) -> tuple[str, list[Any]]:
+    """The SELECT of the next `limit` rows after `after`, newest first, from the tables
+    `query` can find jobs in; each row ends with its `held` flag (1: maybe running)."""
+    branches = []
+    if query.in_job_table():
+        branches.append(_job_rows(dialect, tables.job_table, query, held, after, now))
+    if query.in_archive():
+        branches.append(_archived_rows(dialect, tables.archived_job_table, query, after))
+    if len(branches) == 1:
+        sql, params = branches[0]
+        return f"{sql} {_ORDER} LIMIT %s", [*params, limit]
+    (first, first_params), (second, second_params) = branches
+    return (
+        f"SELECT * FROM (({first} {_ORDER} LIMIT %s) UNION ALL ({second} {_ORDER} LIMIT %s)) "
+        f"AS page {_ORDER} LIMIT %s",
+        [*first_params, limit, *second_params, limit, limit],
+    )
+
+
+def _matching(dialect: Dialect, query: _Query, after: tuple[datetime, uuid.UUID] | None) -> _Where:
+    """The conditions both tables share: id, queue, job type, enqueued range, page start."""
+    encode, key = dialect.encode_time, dialect.default_id_strategy.encode
+    where = (
+        _Where()
+        .given("job_id = %s", query.job_id and key(query.job_id))
+        .given("queue = %s", query.queue)
+        .given("job_type = %s", query.job_type)
+        .given("enqueued_at >= %s", query.enqueued_since and encode(query.enqueued_since))
+        .given("enqueued_at < %s", query.enqueued_until and encode(query.enqueued_until))
+    )
+    if after is not None:
+        at, job_id = encode(after[0]), key(after[1])
+        where.add("(enqueued_at < %s OR (enqueued_at = %s AND job_id < %s))", at, at, job_id)
+    return where
+
+
+def _job_rows(
+    dialect: Dialect,
+    table: str,
+    query: _Query,
+    held: HeldRows,
+    after: tuple[datetime, uuid.UUID] | None,
+    now: datetime,
+) -> tuple[str, list[Any]]:
+    """The job table's part: the state's condition, and whether each row may be held."""
+    where = _matching(dialect, query, after)
+    if query.state == "running":
+        where.add(held.condition, *held.params)
+    elif query.state is not None:
+        condition = _WAITING[query.state]
+        where.add(condition, *[dialect.encode_time(now)] * condition.count("%s"))
+    columns = (
+        f"{dialect.columns}, NULL AS status, NULL AS finished_at, last_error, "
+        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held"
+    )
+    return f"SELECT {columns} FROM {table} WHERE {where.sql}", [*held.params, *where.params]
+
+
+def _archived_rows(
+    dialect: Dialect, table: str, query: _Query, after: tuple[datetime, uuid.UUID] | None
+) -> tuple[str, list[Any]]:
+    """The archive's part: the state's status and the finished range."""
+    encode = dialect.encode_time
+    where = (
+        _matching(dialect, query, after)
+        .given("status = %s", _ARCHIVED.get(query.state or ""))
+        .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
+        .given("finished_at < %s", query.finished_until and encode(query.finished_until))
+    )
+    columns = f"{dialect.columns}, status, finished_at, last_error, 0 AS held"
+    return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
+
+
+def _infos(
+    conn: Connection,
+    dialect: Dialect,
+    rows: list[tuple[Any, ...]],
+    held: HeldRows,
+    now: datetime,
+    codec: Serializer,
+) -> list[JobInfo]:
+    """The rows as jobs; the job rows that may be held are probed (on this page only)."""
+    maybe = [row[0] for row in rows if row[10]]
+    running = set(maybe) if held.exact else dialect.probe_held(conn, maybe)
+    return [_info(dialect, row, row[0] in running, now, codec) for row in rows]
+
+
+def _info(
+    dialect: Dialect, row: tuple[Any, ...], running: bool, now: datetime, codec: Serializer
+) -> JobInfo:
+    """One row of `_select` as a job, its state told from its table, lock and times."""
+    raw_id, queue, job_type, text, attempts, enqueued, due, status, finished, error, _ = row
+    process_at = _utc(dialect.decode_time(due))
+    if status is not None:
+        state = _STATE_OF_STATUS.get(status, status)
+    elif running:
+        state = "running"
+    elif attempts > 0:
+        state = "retrying"
+    else:
+        state = "scheduled" if process_at > now else "queued"
+    return JobInfo(
+        job_id=dialect.default_id_strategy.decode(raw_id),
+        queue=queue,
+        job_type=job_type,
+        payload=_decode(codec, text),
+        attempts=int(attempts),
+        state=state,
+        enqueued_at=_utc(dialect.decode_time(enqueued)),
+        process_at=process_at,
+        finished_at=None if finished is None else _utc(dialect.decode_time(finished)),
+        error=error,
+    )
+
+
+def _decode(codec: Serializer, text: str) -> Any:
+    """The payload, or its raw text when it cannot be decoded (an operator still sees it)."""
+    try:
+        return codec.decode(text)
+    except Exception:
+        return text
+
+
+def _utc(value: datetime) -> datetime:
+    """The same moment in UTC (psycopg returns the session's time zone)."""
+    return value.astimezone(timezone.utc)
+
+
+def _moment(value: Any, name: str) -> datetime | None:
+    """A time filter as an aware UTC datetime; a naive one means UTC, as in the CLI."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise ConfigurationError(f"{name} must be a datetime, got {value!r}")
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else _utc(value)
+
+
+def _check_limit(limit: Any) -> int:
+    """A page size from 1 to `MAX_LIMIT`: a page is one bounded query and probe."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}"
+        )
+    return limit
+
+
+def _check_state(state: Any) -> str | None:
+    """One of `STATES`, or None for any."""
+    if state is not None and state not in STATES:
+        raise ConfigurationError(f"unknown state {state!r}; valid states: {', '.join(STATES)}")
+    return state
+
+
+def _job_id(value: Any) -> uuid.UUID:
+    """A job id from a `uuid.UUID` or its string."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise ConfigurationError(f"job id {value!r} is not a UUID (a uuid.UUID or its string)")
+
+
+def _job_ids(job_ids: Any) -> list[uuid.UUID] | None:
+    """Job ids without repeats (None: no ids given)."""
+    if job_ids is None:
+        return None
+    if isinstance(job_ids, (str, bytes, uuid.UUID)):
+        raise ConfigurationError(f"job_ids must be a list of job ids, got {job_ids!r}")
+    return list(dict.fromkeys(map(_job_id, job_ids)))
+
+
+def _after(before: Any) -> tuple[datetime, uuid.UUID] | None:
+    """Where a page starts: after this job (a `JobInfo` or its `cursor`)."""
+    if before is None:
+        return None
+    if isinstance(before, JobInfo):
+        return before.enqueued_at, before.job_id
+    if isinstance(before, str):
+        micros, _, job_id = before.partition(".")
+        try:
+            return _EPOCH + timedelta(microseconds=int(micros)), uuid.UUID(job_id)
+        except (ValueError, OverflowError):
+            pass
+    raise ConfigurationError(f"before must be a JobInfo or its cursor string, got {before!r}")
+
+
+def _failures(
+    dialect: Dialect,
+    job_ids: list[uuid.UUID] | None,
     queue: str | None,
     job_type: str | None,
     since: datetime | None,
     until: datetime | None,
-) -> tuple[str, list[Any]]:
-    where, params = ["status = 'failure'"], []
-    for clause, value in (
-        ("queue = %s", queue),
-        ("job_type = %s", job_type),
-        ("finished_at >= %s", since and dialect.encode_time(since)),
-        ("finished_at < %s", until and dialect.encode_time(until)),
-    ):
-        if value is not None:
-            where.append(clause)
-            params.append(value)
-    return " AND ".join(where), params
+) -> _Where:
+    """Archived failures, by id and filters (`since` <= finished_at < `until`)."""
+    start, end = _moment(since, "since"), _moment(until, "until")
+    return (
+        _Where("status = 'failure'")
+        .ids(dialect, job_ids)
+        .given("queue = %s", queue)
+        .given("job_type = %s", job_type)
+        .given("finished_at >= %s", start and dialect.encode_time(start))
+        .given("finished_at < %s", end and dialect.encode_time(end))
+    )
+
+
+def retry_jobs(
+    conn: Connection,
+    job_ids: Iterable[uuid.UUID | str] | None = None,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """Move failed jobs (archived as `failure`) back into the queue: same id and payload,
+    attempts reset to 0, last error kept, due now. Returns how many moved.
+
+    By ids, by filters (queue, job type, `since` <= failed at < `until`), or both; with
+    neither, every failure. Only archived failures move: an id that names anything else
+    (waiting, succeeded, cancelled, unknown) is not counted. Commit to keep them.
+    """
+    dialect = tables.dialect(conn)
+    ids = _job_ids(job_ids)
+    if ids == []:
+        return 0
+    where = _failures(dialect, ids, queue, job_type, since, until)
+    with dialect.admin_write(conn):
+        return dialect.requeue(conn, where.sql, where.params, datetime.now(timezone.utc))
 
 
 def retry_failed(
@@ -182,12 +605,86 @@ def retry_failed(
     Filters: queue, job type, and when the job failed (`since` <= finished_at < `until`).
     Returns how many jobs moved (or would move, with `dry_run`). Commit to keep them.
     """
-    dialect = tables.dialect(conn)
-    where, params = _failure_filter(dialect, queue, job_type, since, until)
     if dry_run:
-        sql = f"SELECT COUNT(*) FROM {tables.archived_job_table} WHERE {where}"
-        return int(dialect.fetchall(conn, sql, params)[0][0])
-    return dialect.requeue(conn, where, params, datetime.now(timezone.utc))
+        dialect = tables.dialect(conn)
+        where = _failures(dialect, None, queue, job_type, since, until)
+        return _count(conn, dialect, tables.archived_job_table, where)
+    return retry_jobs(conn, queue=queue, job_type=job_type, since=since, until=until, tables=tables)
+
+
+def cancel_jobs(
+    conn: Connection,
+    job_ids: Iterable[uuid.UUID | str] | None = None,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """Archive waiting jobs (queued, scheduled, retrying) as `cancelled`, finished now, their
+    attempts as they are. Returns how many were cancelled. Commit to keep it.
+
+    By ids, by filters (queue, job type), or both; at least one of them, so that no call
+    cancels every job by accident. A running job is never cancelled: it is passed over,
+    neither waited for nor counted, and so is anything already archived.
+    """
+    ids = _job_ids(job_ids)
+    if ids is None and queue is None and job_type is None:
+        raise ConfigurationError(
+            "cancel_jobs needs job ids or a filter (queue, job_type); it does not cancel "
+            "every waiting job"
+        )
+    if ids == []:
+        return 0
+    dialect = tables.dialect(conn)
+    where = _Where().ids(dialect, ids).given("queue = %s", queue).given("job_type = %s", job_type)
+    with dialect.admin_write(conn):
+        return dialect.cancel_waiting(conn, where.sql, where.params, datetime.now(timezone.utc))
+
+
+def _archive_filter(
+    dialect: Dialect,
+    older_than: timedelta | None,
+    status: str | None,
+    queue: str | None,
+    now: datetime,
+) -> _Where:
+    """Archived jobs that finished more than `older_than` ago, with this status, of this queue."""
+    where = _Where()
+    if older_than is not None:
+        where.add("finished_at < %s", dialect.encode_time(now - older_than))
+    return where.given("status = %s", status).given("queue = %s", queue)
+
+
+def delete_archived(
+    conn: Connection,
+    *,
+    older_than: timedelta | None = None,
+    status: str | None = None,
+    queue: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """Delete archived jobs that finished more than `older_than` ago, have this `status`
+    (success, failure, cancelled) and are of this queue; returns how many. Commit to keep it.
+
+    At least one filter is needed, so that no call empties the archive by accident.
+    """
+    if older_than is None and status is None and queue is None:
+        raise ConfigurationError(
+            "delete_archived needs a filter (older_than, status or queue); it does not empty "
+            "the archive"
+        )
+    if older_than is not None and not isinstance(older_than, timedelta):
+        raise ConfigurationError(f"older_than must be a timedelta, got {older_than!r}")
+    if status is not None:
+        status = _ARCHIVED.get(status, status)
+        if status not in _STATE_OF_STATUS:
+            raise ConfigurationError(
+                f"unknown status {status!r}; valid statuses: {', '.join(_STATE_OF_STATUS)}"
+            )
+    dialect = tables.dialect(conn)
+    where = _archive_filter(dialect, older_than, status, queue, datetime.now(timezone.utc))
+    with dialect.admin_write(conn):
+        return dialect.purge_archived(conn, where.sql, where.params)
 
 
 def purge_archive(
@@ -205,19 +702,17 @@ def purge_archive(
     Commit to make it stick.
     """
     dialect = tables.dialect(conn)
-    now = now or datetime.now(timezone.utc)
-    where, params = ["finished_at < %s"], [dialect.encode_time(now - older_than)]
-    for clause, value in (("status = %s", status), ("queue = %s", queue)):
-        if value is not None:
-            where.append(clause)
-            params.append(value)
-    condition = " AND ".join(where)
+    where = _archive_filter(dialect, older_than, status, queue, now or datetime.now(timezone.utc))
     if dry_run:
-        sql = f"SELECT COUNT(*) FROM {tables.archived_job_table} WHERE {condition}"
-        return int(dialect.fetchall(conn, sql, params)[0][0])
-    return dialect.execute_count(
-        conn, f"DELETE FROM {tables.archived_job_table} WHERE {condition}", params
-    )
+        return _count(conn, dialect, tables.archived_job_table, where)
+    with dialect.admin_write(conn):
+        return dialect.purge_archived(conn, where.sql, where.params)
+
+
+def _count(conn: Connection, dialect: Dialect, table: str, where: _Where) -> int:
+    """How many rows of `table` match."""
+    sql = f"SELECT COUNT(*) FROM {table} WHERE {where.sql}"
+    return int(dialect.fetchall(conn, sql, where.params)[0][0])
 
 
 def recent_failures(

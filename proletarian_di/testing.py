@@ -15,8 +15,10 @@ from ._runner import JobRunner
 from ._secrets import mask, parse_mysql_url
 from ._types import DataSource, Handler, WorkerOptions
 from ._urls import url_dialect
+from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
 from .schema import check_schema, install_schema
+from .serializers import Serializer
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -97,6 +99,28 @@ def _advance(conn: Any, runner: JobRunner, clock: FakeClock) -> bool:
         return False
     clock.now = due
     return True
+
+
+def enqueued_jobs(
+    conn: Any,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> list[JobInfo]:
+    """The jobs waiting in the job table as `conn` sees them (its own uncommitted ones too),
+    oldest first, of one queue and job type if given: what the code under test enqueued,
+    to assert on without SQL. Like `enqueue`, it leaves the transaction to the caller."""
+    jobs = list_jobs(
+        conn,
+        queue=queue,
+        job_type=job_type,
+        limit=MAX_LIMIT,
+        tables=tables,
+        serializer=serializer,
+    )
+    return [job for job in reversed(jobs) if job.finished_at is None]
 
 
 class QueueDatabase:

@@ -97,3 +97,28 @@ def test_advance_clock_needs_a_fake_clock(backend, pool):
 
     with pytest.raises(ConfigurationError, match="advance_clock=True needs clock=FakeClock"):
         run_due_jobs(pool, lambda t, p: None, advance_clock=True)
+
+
+def test_enqueued_jobs_lists_what_a_connection_enqueued_without_sql(backend):
+    import contextlib
+
+    from proletarian_di import enqueue
+    from proletarian_di.testing import enqueued_jobs
+
+    enqueue_committed(backend, ("send_email", {"to": "old"}), queue="email")
+    enqueue_committed(backend, ("other", None), queue="reports")
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue(conn, "send_email", {"to": "ada"}, queue="email")
+        enqueue(conn, "index", {"id": 7}, queue="email", process_in=timedelta(hours=1))
+        emails = enqueued_jobs(conn, queue="email", job_type="send_email")
+        every = enqueued_jobs(conn, queue="email")
+        conn.rollback()
+        after = enqueued_jobs(conn, queue="email")
+        conn.rollback()
+    assert [j.payload for j in emails] == [{"to": "old"}, {"to": "ada"}]
+    assert [(j.job_type, j.state) for j in every] == [
+        ("send_email", "queued"),
+        ("send_email", "queued"),
+        ("index", "scheduled"),
+    ]
+    assert [j.payload for j in after] == [{"to": "old"}]

@@ -9,7 +9,7 @@ import re
 import socket
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import (
     ArgumentTypeError,
@@ -370,3 +370,57 @@ class Dialect:
     def abort(self, conn: Any) -> None:
         """Drop the connection under a stuck job so the server rolls it back."""
         raise NotImplementedError
+
+    # Admin: operators' reads and moves -----------------------------------
+
+    @contextlib.contextmanager
+    def admin_read(self, conn: Any) -> Iterator[None]:
+        """Scope of an admin read that may probe row locks (see `probe_held`)."""
+        yield
+
+    @contextlib.contextmanager
+    def admin_write(self, conn: Any) -> Iterator[None]:
+        """Scope of an admin write that may take several statements, in the caller's
+        transaction (which the caller commits)."""
+        yield
+
+    def held_rows(self, conn: Any) -> HeldRows:
+        """Which job rows other transactions hold locked now (running jobs), told without
+        taking locks: every row, to be probed, where the database cannot narrow them."""
+        return HeldRows("1 = 1", [], exact=False)
+
+    def probe_held(self, conn: Any, job_ids: Sequence[Any]) -> set[Any]:
+        """Of these job rows (ids as stored), those another transaction holds locked now:
+        the ones a locking `SELECT … SKIP LOCKED` passes over, so it never waits."""
+        raise NotImplementedError
+
+    def cancel_insert(self) -> str:
+        """The archive INSERT of cancelled jobs, their attempts as they are; its `%s` is
+        finished_at and its FROM follows."""
+        return (
+            f"INSERT INTO {self.archived_job_table} ({self.columns}, status, finished_at, "
+            "last_error) SELECT job_id, queue, job_type, payload, attempts, enqueued_at, "
+            "process_at, 'cancelled', %s, last_error "
+        )
+
+    def cancel_waiting(
+        self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime
+    ) -> int:
+        """Archive the waiting jobs matching `where` as cancelled, passing over the rows
+        others hold (running jobs); how many were cancelled."""
+        raise NotImplementedError
+
+    def purge_archived(self, conn: Any, where: str, params: Sequence[Any]) -> int:
+        """Delete the archived jobs matching `where`; how many."""
+        sql = f"DELETE FROM {self.archived_job_table} WHERE {where}"
+        return self.execute_count(conn, sql, params)
+
+
+class HeldRows(NamedTuple):
+    """An SQL condition on a job row (with its parameters) that is true for every row
+    another transaction holds locked: exactly those when `exact`, else a superset whose
+    rows `Dialect.probe_held` sorts out."""
+
+    condition: str
+    params: list[Any]
+    exact: bool

@@ -13,6 +13,7 @@ from ..errors import UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
     Dialect,
+    HeldRows,
     JobRow,
     Session,
     TransactionLost,
@@ -161,6 +162,22 @@ class MySQLDialect(Dialect):
         )
         return [str(row[0]).lower() for row in rows]
 
+    def locate_tables(self, conn: Any) -> tuple[str | None, dict[str, str]]:
+        """The connection's database, and both tables named with the database they are in:
+        the default `proletarian.job` is in `proletarian` whatever database the connection
+        names, an unqualified name in the connection's. Rolls back what it read."""
+        try:
+            database = self.fetchone(conn, "SELECT DATABASE()")[0]
+        finally:
+            self.rollback(conn)
+        tables = {"job_table": self.job_table, "archived_job_table": self.archived_job_table}
+        if database is not None:
+            tables = {
+                option: name if "." in name else f"{database}.{name}"
+                for option, name in tables.items()
+            }
+        return database, tables
+
     def requeue(self, conn: Any, where: str, params: Sequence[Any], now: datetime) -> int:
         """Lock the matching archived jobs, then copy and delete them by id, in chunks.
 
@@ -195,6 +212,118 @@ class MySQLDialect(Dialect):
         if sock is not None:
             shutdown_socket(sock.fileno())
 
+    def in_transaction(self, conn: Any) -> bool:
+        """Whether a transaction is open, asked of the server: `DO 0` returns its status
+        flags, which PyMySQL does not read after a result set."""
+        self.execute(conn, "DO 0")
+        return bool(unwrap_connection(conn).server_status & _IN_TRANSACTION)
+
+    @contextlib.contextmanager
+    def admin_read(self, conn: Any) -> Iterator[None]:
+        """Outside a transaction, the read runs in one of its own at READ COMMITTED, rolled
+        back at the end. InnoDB keeps a probe's row locks until the transaction ends (ROLLBACK
+        TO SAVEPOINT keeps them), so in the caller's transaction they last until it ends."""
+        if self.in_transaction(conn):
+            yield
+            return
+        self.execute(conn, _NEXT_READ_COMMITTED)
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.rollback(conn)
+            raise
+        self.rollback(conn)
+
+    @contextlib.contextmanager
+    def admin_write(self, conn: Any) -> Iterator[None]:
+        """Outside a transaction, the next one runs at READ COMMITTED: locking reads take no
+        gap locks that would hold up enqueuers and workers. On an autocommit connection, where
+        each statement commits, the statements run as one transaction, committed at the end."""
+        if self.in_transaction(conn):
+            yield
+            return
+        self.execute(conn, _NEXT_READ_COMMITTED)
+        raw = unwrap_connection(conn)
+        if not raw.get_autocommit():
+            yield
+            return
+        raw.begin()
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                raw.rollback()
+            raise
+        raw.commit()
+
+    def held_rows(self, conn: Any) -> HeldRows:
+        """MySQL 8 lists row locks in performance_schema.data_locks: read there when it can
+        be; MariaDB has no such table, so there every row is probed."""
+        locked = self._locked_job_ids(conn)
+        if locked is None:
+            return super().held_rows(conn)
+        if not locked:
+            return HeldRows("1 = 0", [], exact=True)
+        marks = ", ".join(["%s"] * len(locked))
+        return HeldRows(f"job_id IN ({marks})", sorted(locked), exact=True)
+
+    def _locked_job_ids(self, conn: Any) -> set[bytes] | None:
+        """The job ids other sessions hold X locks on, from data_locks; None where it cannot
+        tell (MariaDB, no privilege, performance_schema off, a lock without its row data)."""
+        if _server(conn)[0]:
+            return None
+        schema, _, name = self.job_table.rpartition(".")
+        try:
+            enabled = self.fetchone(conn, "SELECT @@performance_schema")[0]
+            rows = self.fetchall(conn, _DATA_LOCKS, (schema or None, name)) if enabled else None
+        except Exception as exc:
+            if error_code(exc) is None or is_transient(exc):
+                raise
+            return None
+        keys = [_lock_key(row[0]) for row in rows or ()]
+        if rows is None or None in keys:
+            return None
+        return {key for key in keys if key is not None}
+
+    def probe_held(self, conn: Any, job_ids: Sequence[Any]) -> set[Any]:
+        """A shared-lock probe: other admins' probes pass each other, workers pass over the
+        rows it locks (SKIP LOCKED) and never wait on them. Its locks last until the
+        transaction ends (see `admin_read`)."""
+        if not job_ids:
+            return set()
+        ids = [bytes(job_id) for job_id in job_ids]
+        marks = ", ".join(["%s"] * len(ids))
+        shared = "LOCK IN SHARE MODE" if _server(conn)[0] else "FOR SHARE"
+        rows = self.fetchall(
+            conn,
+            f"SELECT job_id FROM {self.job_table} FORCE INDEX (PRIMARY) "
+            f"WHERE job_id IN ({marks}) {shared} SKIP LOCKED",
+            ids,
+        )
+        return set(ids) - {bytes(row[0]) for row in rows}
+
+    def cancel_waiting(
+        self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime
+    ) -> int:
+        """Lock the matching jobs, passing over held ones, then copy and delete them by
+        primary key, in chunks (a DELETE that scans would wait on running jobs)."""
+        job = self.job_table
+        ids = [
+            row[0]
+            for row in self.fetchall(
+                conn, f"SELECT job_id FROM {job} WHERE {where} FOR UPDATE SKIP LOCKED", params
+            )
+        ]
+        finished = self.encode_time(finished_at)
+        for start in range(0, len(ids), _REQUEUE_CHUNK):
+            chunk = ids[start : start + _REQUEUE_CHUNK]
+            marks = ", ".join(["%s"] * len(chunk))
+            insert = self.cancel_insert() + f"FROM {job} FORCE INDEX (PRIMARY) "
+            self.execute(conn, insert + f"WHERE job_id IN ({marks})", [finished, *chunk])
+            self.execute(conn, self._delete_many_sql(len(chunk)), chunk)
+        return len(ids)
+
 
 class MySQLSession(Session):
     """A MySQL connection as the runner uses it; a worker's runs at READ COMMITTED."""
@@ -218,6 +347,16 @@ def _tuple_cursor() -> type:
 
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
+_NEXT_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+_DATA_LOCKS = (
+    "SELECT LOCK_DATA FROM performance_schema.data_locks "
+    "WHERE OBJECT_SCHEMA = COALESCE(%s, DATABASE()) AND OBJECT_NAME = %s "
+    "AND INDEX_NAME = 'PRIMARY' AND LOCK_TYPE = 'RECORD' AND LOCK_STATUS = 'GRANTED' "
+    "AND LOCK_MODE IN ('X', 'X,REC_NOT_GAP') "
+    "AND (LOCK_DATA IS NULL OR LOCK_DATA <> 'supremum pseudo-record') "
+    "AND NOT THREAD_ID <=> "
+    "(SELECT THREAD_ID FROM performance_schema.threads WHERE PROCESSLIST_ID = CONNECTION_ID())"
+)
 _REQUEUE_CHUNK = 500
 _NO_SUCH_SAVEPOINT = 1305
 _TRANSIENT_CODES = frozenset(
@@ -265,6 +404,18 @@ def is_transient(exc: BaseException) -> bool:
         return True
     code = error_code(exc)
     return code is not None and (2000 <= code < 3000 or code in _TRANSIENT_CODES)
+
+
+def _lock_key(data: Any) -> bytes | None:
+    """A BINARY(16) key as data_locks shows it (`0x` and hex digits), or None."""
+    text = data.decode("ascii", "replace") if isinstance(data, bytes) else str(data or "")
+    if text[:2].lower() != "0x":
+        return None
+    try:
+        key = bytes.fromhex(text[2:])
+    except ValueError:
+        return None
+    return key if len(key) == 16 else None
 
 
 def _server(conn: Any) -> tuple[bool, tuple[int, ...]]:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError
 from ..job_ids import UUIDStrategy
-from .base import Dialect, JobRow, Session, TransactionLost, shutdown_socket
+from .base import Dialect, HeldRows, JobRow, Session, TransactionLost, shutdown_socket
 
 NOTIFY_CHANNEL = "proletarian_di"
 
@@ -246,6 +246,49 @@ class PostgresDialect(Dialect):
     def abort(self, conn: Any) -> None:
         shutdown_socket(conn.pgconn.socket)
 
+    def held_rows(self, conn: Any) -> HeldRows:
+        """Rows whose xmax is a transaction still running: a lock-free read of who holds
+        each row (its locker or its updater), which the probe then confirms."""
+        return HeldRows(_HELD_BY_A_RUNNING_TRANSACTION, [], exact=False)
+
+    def probe_held(self, conn: Any, job_ids: Sequence[Any]) -> set[Any]:
+        """The probe runs in a savepoint rolled back at once, which releases its row locks
+        and leaves the caller's transaction as it was (on an autocommit connection, outside
+        a transaction, its locks end with the statement). Where the probe is refused (a
+        read-only transaction, a standby), the lock-free answer of `held_rows` stands."""
+        if not job_ids:
+            return set()
+        sql = f"SELECT job_id FROM {self.job_table} WHERE job_id = ANY(%s) FOR UPDATE SKIP LOCKED"
+        params = (list(job_ids),)
+        try:
+            if conn.autocommit and conn.info.transaction_status == _IDLE:
+                free = self.fetchall(conn, sql, params)
+            else:
+                conn.execute("SAVEPOINT proletarian_probe")
+                try:
+                    free = self.fetchall(conn, sql, params)
+                finally:
+                    conn.execute("ROLLBACK TO SAVEPOINT proletarian_probe")
+                    conn.execute("RELEASE SAVEPOINT proletarian_probe")
+        except Exception as exc:
+            state = getattr(exc, "sqlstate", None)
+            if not state or state.startswith("08"):
+                raise
+            return set(job_ids)
+        return set(job_ids) - {row[0] for row in free}
+
+    def cancel_waiting(
+        self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime
+    ) -> int:
+        job = self.job_table
+        sql = (
+            f"WITH gone AS (DELETE FROM {job} WHERE job_id IN (SELECT job_id FROM {job} "
+            f"WHERE {where} FOR UPDATE SKIP LOCKED) RETURNING *) "
+            + self.cancel_insert()
+            + "FROM gone"
+        )
+        return self.execute_count(conn, sql, [*params, finished_at])
+
 
 _NO_SUCH_STATEMENT = "26000"
 _IDLE, _IN_ERROR = 0, 3  # libpq's PQTRANS_IDLE and PQTRANS_INERROR
@@ -255,6 +298,9 @@ _SESSION_SETTINGS = (
     "UNION ALL SELECT 'role', current_setting('role')"
 )
 _RESET_SETTING = "SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name = %s"
+_HELD_BY_A_RUNNING_TRANSACTION = (
+    "xmax = ANY(ARRAY(SELECT transactionid FROM pg_locks WHERE locktype = 'transactionid'))"
+)
 
 
 class PostgresSession(Session):
