@@ -25,6 +25,7 @@ _LEVELS = {
     "failed_job_fn_error": logging.ERROR,
     "polling_error": logging.ERROR,
     "listener_error": logging.WARNING,
+    "tables_elsewhere": logging.INFO,
     "job_abandoned": logging.ERROR,
     "transaction_lost": logging.ERROR,
     "attempt_not_recorded": logging.ERROR,

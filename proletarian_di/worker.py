@@ -97,13 +97,22 @@ class QueueWorker:
         return self.stats.as_dict()
 
     def check(self) -> str:
-        """Check the server version and the tables; raise a clear error if unfit.
+        """Check the server version, the tables and their schema version; raise a clear
+        error if unfit. Returns the dialect name, 'postgresql' or 'mysql'."""
+        return self._check(note=False)
 
-        Returns the dialect name, 'postgresql' or 'mysql'.
-        """
+    def _check(self, note: bool) -> str:
+        """`check()`; with `note`, also say once when the tables sit outside the
+        connection's own database (MySQL's default tables are in `proletarian`)."""
         with self._connect() as conn:
             check_schema(conn, self.options.job_table, self.options.archived_job_table)
-            return self._runner.dialect(conn).name
+            dialect = self._runner.dialect(conn)
+            locate = getattr(dialect, "locate_tables", None)
+            if note and locate is not None:
+                database, tables = locate(conn)
+                if any(name.rpartition(".")[0] != database for name in tables.values()):
+                    self._emit("tables_elsewhere", **tables, database=database)
+            return dialect.name
 
     def start(self) -> QueueWorker:
         """Check the database, then start polling in background threads.
@@ -119,7 +128,7 @@ class QueueWorker:
         try:
             if self._hook is not None:
                 self._hook.install()
-            if self.check() == "postgresql" and self._direct_connect is not None:
+            if self._check(note=True) == "postgresql" and self._direct_connect is not None:
                 self._listener = Listener(
                     self._direct_connect,
                     self.options.queue,

@@ -3,22 +3,42 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
-from cli_fixtures.cli_db import ENV, TABLES, CliDB
+from cli_fixtures.cli_db import ARCHIVE, ENV, JOB, TABLES, CliDB
 from typer.testing import CliRunner
 
-from proletarian_di import process_next_job
+from proletarian_di import create_queue_worker, process_next_job
 from proletarian_di.cli import app
+from proletarian_di.contrib.cli._app import CLIError, parse_duration, parse_moment
+from proletarian_di.mysql import mask, parse_mysql_url
 
 runner = CliRunner()
+UNREACHABLE = "postgresql://u@127.0.0.1:1/nowhere"
+COMMANDS = ["demo", "worker", "schema", "enqueue", "stats", "retry-failed", "purge-archive"]
+WITH_BOTH_TABLES = [["stats"], ["retry-failed"], ["purge-archive", "--older-than", "1d"]]
 
 
-def run(*args: str, env: dict[str, str] | None = None):
-    """Invoke the CLI on the CLI tests' own tables (named by environment variables)."""
-    return runner.invoke(app, list(args), env={**ENV, **(env or {})})
+def run(*args: str, env: dict[str, str | None] | None = None):
+    """Invoke the CLI on the CLI tests' own tables (named by environment variables), with
+    DATABASE_URL unset unless `env` sets it (only for the invocation: None unsets)."""
+    return runner.invoke(app, list(args), env={"DATABASE_URL": None, **ENV, **(env or {})})
+
+
+def one_line(text: str) -> str:
+    """The only line of `text` (stderr), with no traceback."""
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def flat(text: str) -> str:
+    """`text` with rich's line wrapping undone."""
+    return " ".join(text.split())
 
 
 def fail(job_type, payload):
@@ -37,21 +57,33 @@ def db(backend):
 def test_help_lists_commands_and_env_vars():
     result = run("--help")
     assert result.exit_code == 0
-    for command in (
-        "demo",
-        "worker",
-        "schema",
-        "enqueue",
-        "stats",
-        "retry-failed",
-        "purge-archive",
-    ):
+    for command in COMMANDS:
         assert command in result.output
     wide = {"COLUMNS": "200"}
     stats_help = run("stats", "--help", env=wide).output
     assert "PROLETARIAN_DATABASE_URL" in stats_help
     assert "PROLETARIAN_JOB_TABLE" in stats_help
     assert "PROLETARIAN_PATH" in run("worker", "--help", env=wide).output
+    assert "DATABASE_URL; PROLETARIAN_DATABASE_URL wins" in flat(stats_help)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], *([c] for c in COMMANDS), *(["schema", c] for c in ("print", "install", "check"))],
+)
+def test_help_shows_no_bool_metavar(command):
+    result = run(*command, "--help", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    assert "--help" in result.output
+
+
+def test_usage_lines_name_arguments_as_usual():
+    wide = {"COLUMNS": "200"}
+    enqueue = run("enqueue", "--help", env=wide).output
+    assert "proletarian-di enqueue [OPTIONS] JOB_TYPE [PAYLOAD_JSON]" in enqueue
+    assert "proletarian-di worker [OPTIONS] TARGET" in run("worker", "--help", env=wide).output
+    assert "schema upgrade [OPTIONS]" in run("schema", "upgrade", "--help", env=wide).output
 
 
 @pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
@@ -276,3 +308,254 @@ def test_version():
     result = run("--version")
     assert result.exit_code == 0
     assert result.stdout.strip() == f"proletarian-di {__version__}"
+
+
+# DATABASE_URL -------------------------------------------------------------------------------
+
+
+def test_database_url_alone_is_read(db):
+    result = run("enqueue", "ping", env={"DATABASE_URL": db.url})
+    assert result.exit_code == 0, result.output
+    assert db.jobs() == [("ping", 0, "default")]
+    stats = run("stats", "--json", env={"DATABASE_URL": db.url})
+    assert stats.exit_code == 0, stats.output
+    assert json.loads(stats.stdout)[0]["due"] == 1
+
+
+def test_proletarian_database_url_wins_over_database_url(db):
+    wins = run(
+        "stats", "--json", env={"DATABASE_URL": UNREACHABLE, "PROLETARIAN_DATABASE_URL": db.url}
+    )
+    assert wins.exit_code == 0, wins.output
+    loses = run("stats", env={"DATABASE_URL": db.url, "PROLETARIAN_DATABASE_URL": UNREACHABLE})
+    assert loses.exit_code == 5
+    assert "127.0.0.1:1/nowhere" in one_line(loses.stderr)
+    given = run("stats", "--json", "-d", db.url, env={"PROLETARIAN_DATABASE_URL": UNREACHABLE})
+    assert given.exit_code == 0, given.output
+
+
+def test_an_empty_proletarian_database_url_falls_back_to_database_url(db):
+    result = run("stats", "--json", env={"PROLETARIAN_DATABASE_URL": "", "DATABASE_URL": db.url})
+    assert result.exit_code == 0, result.output
+
+
+def test_no_url_anywhere_names_both_variables():
+    result = run("stats", env={"PROLETARIAN_DATABASE_URL": None})
+    assert result.exit_code == 2
+    line = one_line(result.stderr)
+    assert "PROLETARIAN_DATABASE_URL" in line and "DATABASE_URL)" in line
+
+
+# Durations ----------------------------------------------------------------------------------
+
+FORMS = {
+    "90": timedelta(seconds=90),
+    "250ms": timedelta(milliseconds=250),
+    "90s": timedelta(seconds=90),
+    "15m": timedelta(minutes=15),
+    "2h": timedelta(hours=2),
+    "3d": timedelta(days=3),
+    "1w": timedelta(weeks=1),
+    "1.5h": timedelta(minutes=90),
+}
+
+
+@pytest.mark.parametrize(("text", "expected"), FORMS.items())
+def test_every_duration_form_parses(text, expected):
+    assert parse_duration(text, "--in") == expected
+    now = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
+    assert parse_moment(text, now, "--since") == now - expected
+
+
+def test_iso_times_are_points_in_time():
+    now = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
+    assert parse_moment("2024-05-01T10:00", now, "--since") == datetime(
+        2024, 5, 1, 10, tzinfo=timezone.utc
+    )
+    assert parse_moment("2024-05-01T12:00+02:00", now, "--until") == datetime(
+        2024, 5, 1, 10, tzinfo=timezone.utc
+    )
+
+
+@pytest.mark.parametrize(("text", "expected"), FORMS.items())
+def test_enqueue_in_takes_every_duration_form(db, text, expected):
+    result = run("enqueue", "later", "--in", text, "-d", db.url)
+    assert result.exit_code == 0, result.output
+    [(enqueued_at, process_at)] = db.backend.query(f"SELECT enqueued_at, process_at FROM {JOB}")
+    assert abs((process_at - enqueued_at) - expected) < timedelta(milliseconds=1)
+
+
+def test_the_other_duration_options_take_the_same_forms(db):
+    for text in FORMS:
+        purge = run("purge-archive", "--older-than", text, "--dry-run", "-d", db.url)
+        assert purge.exit_code == 0, purge.output
+        for option in ("--since", "--until"):
+            retry = run("retry-failed", option, text, "--dry-run", "-d", db.url)
+            assert retry.exit_code == 0, retry.output
+    iso = run("retry-failed", "--since", "2024-05-01T12:00:00Z", "--dry-run", "-d", db.url)
+    assert iso.exit_code == 0, iso.output
+    interval = run("stats", "--interval", "250ms", "--json", "-d", db.url)
+    assert interval.exit_code == 0, interval.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["enqueue", "x", "--in", "1e30"],
+        ["enqueue", "x", "--in", "-5"],
+        ["enqueue", "x", "--in", "1e999"],
+        ["enqueue", "x", "--in", "soon"],
+        ["purge-archive", "--older-than", "99999999d"],
+        ["purge-archive", "--older-than", "-1h"],
+        ["retry-failed", "--since", "99999999d"],
+        ["retry-failed", "--until", "9999999999w"],
+        ["retry-failed", "--since", "0001-01-01T00:00+01:00"],
+        ["stats", "--interval", "1e400"],
+        ["stats", "--interval", "10ms"],
+    ],
+)
+def test_bad_or_out_of_range_durations_are_one_line_usage_errors(args):
+    # The URL is unreachable: exit 2 (not 5) shows the value is refused before connecting.
+    result = run(*args, "-d", UNREACHABLE)
+    assert result.exit_code == 2, result.output
+    line = one_line(result.stderr)
+    assert args[-2] in line
+    assert "OverflowError" not in result.output
+
+
+def test_out_of_range_says_so():
+    with pytest.raises(CLIError, match=r"out of range: at most 36500d"):
+        parse_duration("99999999d", "--older-than")
+    with pytest.raises(CLIError, match="out of range: it is negative"):
+        parse_duration("-5", "--in")
+    assert parse_duration("-0", "--in") == timedelta(0)
+
+
+# The tables each command works on -------------------------------------------------------------
+
+
+def test_commands_print_the_qualified_tables_they_work_on(db, pool):
+    where = f"{JOB} / {ARCHIVE} on {mask(db.url)}"
+    enqueued = run("enqueue", "ping", "-d", db.url)
+    assert f"in {JOB} on {mask(db.url)}, due now" in flat(enqueued.stderr)
+    table = run("stats", "-d", db.url, env={"COLUMNS": "200"})
+    assert where in flat(table.stdout)
+    as_json = run("stats", "--json", "-d", db.url)
+    assert where in as_json.stderr
+    json.loads(as_json.stdout)
+    assert process(pool, fail) is False
+    retried = run("retry-failed", "--dry-run", "-d", db.url)
+    assert f"would move 1 failed job from {ARCHIVE} back into {JOB} on" in flat(retried.stdout)
+    purged = run("purge-archive", "--older-than", "0", "--dry-run", "-d", db.url)
+    assert f"would delete 1 archived job from {ARCHIVE} on" in flat(purged.stdout)
+    upgraded = run("schema", "upgrade", "--dry-run", "-d", db.url)
+    assert where in flat(upgraded.stdout)
+    installed = run("schema", "install", "-d", db.url)
+    assert f"installed {JOB} and {ARCHIVE}" in flat(installed.stdout)
+
+
+def _home(backend) -> str:
+    """The connection's schema (PostgreSQL) or database (MySQL): where unqualified names go."""
+    sql = "SELECT current_schema()" if backend.name == "postgresql" else "SELECT DATABASE()"
+    return backend.query(sql)[0][0]
+
+
+def test_unqualified_tables_are_printed_qualified(backend):
+    names = ["--job-table", "cli_plain_job", "--archived-job-table", "cli_plain_archived_job"]
+    installed = run("schema", "install", "-d", backend.url, *names)
+    assert installed.exit_code == 0, installed.output
+    home = _home(backend)
+    stats = run("stats", "--json", "-d", backend.url, *names)
+    assert stats.exit_code == 0, stats.output
+    assert f"{home}.cli_plain_job / {home}.cli_plain_archived_job on" in stats.stderr
+    checked = flat(run("schema", "check", "-d", backend.url, *names).stdout)
+    assert f"{home}.cli_plain_job and {home}.cli_plain_archived_job" in checked
+    if backend.name == "mysql":
+        assert f"in database {home} (the URL's) are ready" in checked
+
+
+def test_schema_check_on_mysql_says_which_database_holds_the_tables(mysql_backend):
+    default = ["--job-table", "proletarian.job", "--archived-job-table", "proletarian.archived_job"]
+    url_database = parse_mysql_url(mysql_backend.url)["database"]
+    ready = run("schema", "check", "-d", mysql_backend.url, *default)
+    assert ready.exit_code == 0, ready.output
+    assert (
+        "proletarian.job and proletarian.archived_job in database proletarian "
+        f"(the URL names {url_database}) are ready"
+    ) in flat(ready.stdout)
+    absent = ["--job-table", "cli_absent.job", "--archived-job-table", "cli_absent.archived_job"]
+    missing = run("schema", "check", "-d", mysql_backend.url, *absent)
+    assert missing.exit_code == 6
+    line = one_line(missing.stderr)
+    assert f"in database cli_absent (the URL names {url_database})" in line
+
+
+# One custom table with the other's default ----------------------------------------------------
+
+UNSET_TABLES = {"PROLETARIAN_JOB_TABLE": None, "PROLETARIAN_ARCHIVED_JOB_TABLE": None}
+
+
+@pytest.mark.parametrize("command", WITH_BOTH_TABLES)
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        (["--job-table", "app.job"], "--archived-job-table"),
+        (["--archived-job-table", "app.archived_job"], "--job-table"),
+    ],
+)
+def test_a_custom_table_without_its_pair_is_refused(command, given, missing):
+    result = run(*command, *given, "-d", UNREACHABLE, env=UNSET_TABLES)
+    assert result.exit_code == 2, result.output
+    line = one_line(result.stderr)
+    assert f"{' '.join(given)} needs {missing} too" in line
+
+
+def test_a_custom_table_from_the_environment_needs_its_pair_too():
+    result = run("stats", "-d", UNREACHABLE, env={"PROLETARIAN_ARCHIVED_JOB_TABLE": None})
+    assert result.exit_code == 2
+    assert f"--job-table {JOB} needs --archived-job-table too" in one_line(result.stderr)
+
+
+def test_tables_given_in_pairs_are_not_refused(db):
+    both = ["--job-table", JOB, "--archived-job-table", ARCHIVE]
+    assert run("stats", "--json", "-d", db.url, *both, env=UNSET_TABLES).exit_code == 0
+    defaults = run("stats", "--json", "-d", db.url, env=UNSET_TABLES)
+    assert defaults.exit_code == 0, defaults.output
+
+
+# A worker whose tables are outside its connection's database ----------------------------------
+
+
+def _start_and_stop(backend, caplog, **tables):
+    """Start and stop a worker on `backend`; the `tables_elsewhere` events it logged."""
+    source = backend.pool(2)
+    worker = create_queue_worker(source, lambda t, p: None, polling_interval_ms=10, **tables)
+    with caplog.at_level(logging.INFO, logger="proletarian_di"):
+        try:
+            worker.start()
+            worker.stop()
+        finally:
+            source.close()
+    return [
+        (r.levelno, r.proletarian_data)
+        for r in caplog.records
+        if getattr(r, "proletarian_event", None) == "tables_elsewhere"
+    ]
+
+
+def test_a_mysql_worker_says_its_tables_are_in_another_database(mysql_backend, caplog):
+    mysql_backend.reset()
+    url_database = parse_mysql_url(mysql_backend.url)["database"]  # "test" by default
+    [(level, data)] = _start_and_stop(mysql_backend, caplog)
+    assert level == logging.INFO
+    assert data["job_table"] == "proletarian.job"
+    assert data["archived_job_table"] == "proletarian.archived_job"
+    assert data["database"] == url_database
+
+
+def test_no_tables_elsewhere_event_when_they_are_at_home(backend, caplog):
+    names = {"job_table": "cli_plain_job", "archived_job_table": "cli_plain_archived_job"}
+    backend.install(*names.values())
+    assert _start_and_stop(backend, caplog, **names) == []
+    if backend.name == "postgresql":
+        assert _start_and_stop(backend, caplog) == []

@@ -96,6 +96,7 @@ def test_queue_worker_target_drains_on_sigterm_and_exits_0(db):
     db.enqueue(("noop", {"n": 1}), ("noop", {"n": 2}), ("sigterm_me", {"n": 3}))
     result = run_worker("workerapp:plain_worker", db)
     assert result.exit_code == 0, result.output
+    assert f"(queue 'default' of {JOB} / {ARCHIVE}, " in result.stderr
     assert "SIGTERM received" in result.stderr
     assert "3 succeeded" in result.stderr
     assert db.jobs() == []

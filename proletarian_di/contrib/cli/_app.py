@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
+import math
+import os
 import re
 import sys
 import traceback
@@ -16,9 +19,12 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ... import __version__, admin
+from ..._dialects import MySQLDialect, dialect_for
 from ..._logging import describe
+from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._secrets import mask, passwords, scrub
 from ..._urls import connect, is_unreachable, url_dialect
 from ...errors import (
@@ -62,8 +68,62 @@ EXIT_CODES_HELP = (
     "7 worker stopped but abandoned jobs (they run again)."
 )
 
-app = typer.Typer(
+
+def _bare_flags(params: list[Any]) -> list[Any]:
+    """The parameters, with no `<bool>` shown after a flag in the help: a flag takes no value."""
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+    return params
+
+
+def _usage_name(argument: TyperArgument) -> str:
+    """An argument as a usage line shows it: `JOB_TYPE`, or `[PAYLOAD_JSON]` when optional."""
+    name = argument.metavar or (argument.name or "").upper()
+    if not argument.required:
+        name = f"[{name}]"
+    return name + ("..." if argument.nargs != 1 else "")
+
+
+class Command(TyperCommand):
+    """A command whose help reads as usual: `enqueue [OPTIONS] JOB_TYPE [PAYLOAD_JSON]`,
+    and nothing after a flag."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The parameters, flags without a type shown."""
+        return _bare_flags(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """`[OPTIONS]`, then each argument in capitals, bracketed when optional."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                pieces.append(_usage_name(param))
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+class Group(TyperGroup):
+    """A command group whose flags (`--version`, `--help`) show nothing after them."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The parameters, flags without a type shown."""
+        return _bare_flags(super().get_params(ctx))
+
+
+class App(typer.Typer):
+    """A typer app whose commands are `Command`s, unless one asks for another class."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        """`typer.Typer.command`, with `Command` as the default class."""
+        kwargs.setdefault("cls", Command)
+        return super().command(*args, **kwargs)
+
+
+app = App(
     name="proletarian-di",
+    cls=Group,
     help=(
         "A durable job queue on the database you already run (PostgreSQL or MySQL/MariaDB).\n\n"
         "Run [bold]proletarian-di demo[/] to see it work in a few seconds, with no server to "
@@ -76,7 +136,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-schema_app = typer.Typer(
+schema_app = App(
+    cls=Group,
     help="Install, print or check the queue tables (job and archived_job).",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -85,13 +146,24 @@ app.add_typer(schema_app, name="schema", rich_help_panel="Run")
 
 # Options shared by several commands --------------------------------------------------------
 
+URL_FALLBACK_ENVVAR = "DATABASE_URL"
+
+
+def _url_or_fallback(value: str | None) -> str | None:
+    """The URL given (--database-url, else PROLETARIAN_DATABASE_URL), else DATABASE_URL: the
+    name the docs' samples and most platforms use."""
+    return value or os.environ.get(URL_FALLBACK_ENVVAR) or None
+
+
 DatabaseURL = Annotated[
     str | None,
     typer.Option(
         "--database-url",
         "-d",
         envvar="PROLETARIAN_DATABASE_URL",
-        help="postgresql://user:password@host:port/db or mysql://user:password@host:port/db",
+        callback=_url_or_fallback,
+        help="postgresql://user:password@host:port/db or mysql://user:password@host:port/db. "
+        f"Also read from {URL_FALLBACK_ENVVAR}; PROLETARIAN_DATABASE_URL wins when both are set.",
         show_default=False,
     ),
 ]
@@ -196,7 +268,8 @@ def _require_url(url: str | None) -> str:
     """The database URL, checked: missing, unsupported or malformed is a usage error (exit 2)."""
     if not url:
         raise CLIError(
-            "no database URL: pass --database-url or set PROLETARIAN_DATABASE_URL",
+            "no database URL: pass --database-url or set PROLETARIAN_DATABASE_URL "
+            f"(or {URL_FALLBACK_ENVVAR})",
             ExitCode.USAGE,
         )
     url_dialect(url)
@@ -225,13 +298,73 @@ def _connection(url: str | None) -> Iterator[Any]:
             conn.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """The tables a command works on, named with the schema or database they are in, the
+    connection's own schema or database (where an unqualified name goes), and the URL masked."""
+
+    job_table: str
+    archived_job_table: str
+    home: str | None
+    url: str
+    mysql: bool
+
+    def __str__(self) -> str:
+        """`proletarian.job / proletarian.archived_job on mysql://root@db/app`."""
+        return f"{self.job_table} / {self.archived_job_table} on {self.url}"
+
+    def databases(self) -> str:
+        """On MySQL, the database the tables are in and the one the URL names (the default
+        tables are in `proletarian` whatever the URL names); on PostgreSQL, nothing."""
+        if not self.mysql:
+            return ""
+        found = sorted({t.rpartition(".")[0] for t in (self.job_table, self.archived_job_table)})
+        label = f"database{'s' if len(found) > 1 else ''} {' and '.join(found)}"
+        if found == [self.home]:
+            return f"in {label} (the URL's)"
+        return f"in {label} (the URL names {self.home or 'no database'})"
+
+
+def locate(conn: Any, url: str, job_table: str, archived_job_table: str) -> Location:
+    """Name the tables with the schema (PostgreSQL: the current one) or the database (MySQL:
+    the connection's) that an unqualified name resolves to. Rolls back what it read."""
+    dialect = dialect_for(conn, job_table, archived_job_table)
+    if isinstance(dialect, MySQLDialect):
+        home, tables = dialect.locate_tables(conn)
+    else:
+        try:
+            home = dialect.fetchone(conn, "SELECT current_schema()")[0]
+        finally:
+            conn.rollback()
+        tables = {
+            option: name if "." in name or home is None else f"{home}.{name}"
+            for option, name in (
+                ("job_table", job_table),
+                ("archived_job_table", archived_job_table),
+            )
+        }
+    return Location(
+        tables["job_table"],
+        tables["archived_job_table"],
+        home,
+        mask(url),
+        isinstance(dialect, MySQLDialect),
+    )
+
+
 class Operator:
     """One CLI connection and the queue tables it works on: each call of an `admin` function
     is its own transaction, committed for writes and rolled back for reads."""
 
-    def __init__(self, conn: Any, job_table: str, archived_job_table: str) -> None:
+    def __init__(self, conn: Any, job_table: str, archived_job_table: str, url: str = "") -> None:
         self.conn = conn
+        self.url = url
         self.tables = admin.Tables(job_table, archived_job_table)
+
+    @functools.cached_property
+    def location(self) -> Location:
+        """The tables, qualified, and the URL masked, for the command to print."""
+        return locate(self.conn, self.url, self.tables.job_table, self.tables.archived_job_table)
 
     def read(self, query: Callable[..., T], *args: Any, **options: Any) -> T:
         try:
@@ -252,38 +385,90 @@ class Operator:
 def _admin(url: str | None, job_table: str, archived_job_table: str) -> Iterator[Operator]:
     """A checked connection to the queue tables (exit 5 or 6 when they are not usable)."""
     with _connection(url) as conn:
-        operator = Operator(conn, job_table, archived_job_table)
+        operator = Operator(conn, job_table, archived_job_table, url or "")
         operator.read(admin.check)
         yield operator
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter `name` was given, on the command line or in the environment."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+_DEFAULT_TABLES = {"job_table": DEFAULT_JOB_TABLE, "archived_job_table": DEFAULT_ARCHIVED_JOB_TABLE}
+
+
+def refuse_mixed_tables(ctx: typer.Context, job_table: str, archived_job_table: str) -> None:
+    """Refuse a custom table paired with the other's default (exit 2): that default belongs
+    to another queue's tables, whose figures would be mixed in."""
+    names = {"job_table": job_table, "archived_job_table": archived_job_table}
+    for given, other in (("job_table", "archived_job_table"), ("archived_job_table", "job_table")):
+        if _given(ctx, given) and not _given(ctx, other) and names[given] != _DEFAULT_TABLES[given]:
+            raise CLIError(
+                f"--{given.replace('_', '-')} {names[given]} needs --{other.replace('_', '-')} "
+                f"too (or PROLETARIAN_{other.upper()}): its default {_DEFAULT_TABLES[other]} "
+                "belongs to the default tables, another queue",
+                ExitCode.USAGE,
+            )
+
+
+# Durations and points in time: every option that takes one parses it here -----------------
+
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_DURATION = re.compile(
+    rf"^\s*(?P<sign>[-+]?)\s*(?P<number>{_NUMBER})\s*(?P<unit>ms|s|m|h|d|w)?\s*$"
+)
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION = timedelta(days=36_500)
+DURATION_FORMS = "90 (seconds), 250ms, 90s, 15m, 2h, 3d or 1w"
 
 
-def parse_duration(text: str, option: str = "--older-than") -> timedelta:
-    """'90', '90s', '15m', '2h', '7d', '1w', '250ms' as a timedelta."""
+def parse_duration(
+    text: str, option: str = "--older-than", minimum: timedelta = timedelta(0)
+) -> timedelta:
+    """`text` as a duration, seconds or with a unit (ms, s, m, h, d, w), from `minimum` to
+    100 years: anything else is one line and exit 2, never an OverflowError."""
     match = _DURATION.match(text)
     if not match:
         raise CLIError(
-            f"{option}: {text!r} is not a duration such as 30s, 15m, 2h, 7d", ExitCode.USAGE
+            f"{option}: {text!r} is not a duration such as {DURATION_FORMS}", ExitCode.USAGE
         )
-    value, unit = match.groups()
-    return timedelta(seconds=float(value) * _UNITS[unit or "s"])
+    seconds = float(match["number"]) * _UNITS[match["unit"] or "s"]
+    if match["sign"] == "-" and seconds:
+        raise CLIError(f"{option}: {text!r} is out of range: it is negative", ExitCode.USAGE)
+    if not math.isfinite(seconds) or seconds > MAX_DURATION.total_seconds():
+        raise CLIError(
+            f"{option}: {text!r} is out of range: at most {MAX_DURATION.days}d (100 years)",
+            ExitCode.USAGE,
+        )
+    duration = timedelta(seconds=seconds)
+    if duration < minimum:
+        raise CLIError(
+            f"{option}: {text!r} is out of range: at least {_ago(minimum)}", ExitCode.USAGE
+        )
+    return duration
 
 
 def parse_moment(text: str, now: datetime, option: str) -> datetime:
-    """A duration ago ('2h') or an ISO 8601 time (naive means UTC)."""
+    """A point in time: a duration ago (as `parse_duration` reads it) or an ISO 8601 time
+    (naive means UTC), in UTC."""
     if _DURATION.match(text):
         return now - parse_duration(text, option)
     try:
-        moment = datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(text.strip())
     except ValueError:
         raise CLIError(
-            f"{option}: {text!r} is neither a duration (2h, 7d) nor an ISO time (2024-05-01T12:00)",
+            f"{option}: {text!r} is neither a duration such as {DURATION_FORMS} nor an ISO "
+            "time such as 2024-05-01T12:00",
             ExitCode.USAGE,
         ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    try:
+        return moment.astimezone(timezone.utc)
+    except OverflowError:
+        raise CLIError(f"{option}: {text!r} is out of range", ExitCode.USAGE) from None
 
 
 def _ago(delta: timedelta | None) -> str:

@@ -20,8 +20,8 @@ from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._types import DialectName
 from ..._urls import url_dialect
 from ...admin import QueueStats
+from ...errors import SchemaError
 from ...jobs import DEFAULT_QUEUE
-from ...mysql import mask
 from ...schema import (
     LATEST,
     Migration,
@@ -32,6 +32,7 @@ from ...schema import (
     upgrade_schema,
 )
 from ._app import (
+    DURATION_FORMS,
     ArchivedJobTable,
     CLIError,
     DatabaseURL,
@@ -47,8 +48,10 @@ from ._app import (
     app,
     console,
     err,
+    locate,
     parse_duration,
     parse_moment,
+    refuse_mixed_tables,
     schema_app,
     unshown,
 )
@@ -82,15 +85,21 @@ def schema_print(
     typer.echo(schema_sql(name, job_table, archived_job_table), nl=False)
 
 
+def _also(text: str, note: str, separator: str = ", ") -> str:
+    """`text`, then `note` (on MySQL, the database the tables are in) if there is one."""
+    return f"{text}{separator}{note}" if note else text
+
+
 def _install(database_url: str | None, job_table: str, archived_job_table: str) -> None:
     """Create the schema, both tables and the index, or bring older tables up to date
     (safe to run twice)."""
     with _connection(database_url) as conn:
+        where = locate(conn, database_url or "", job_table, archived_job_table)
         install_schema(conn, job_table, archived_job_table)
         version = schema_version(conn, job_table, archived_job_table)
     console.print(
-        f"[green]✓[/] installed {job_table} and {archived_job_table} "
-        f"(schema version {version}) on {_escape(mask(database_url or ''))}"
+        f"[green]✓[/] installed {where.job_table} and {where.archived_job_table} "
+        f"(schema version {version}) on {_escape(_also(where.url, where.databases()))}"
     )
 
 
@@ -103,17 +112,23 @@ def _check(database_url: str | None, job_table: str, archived_job_table: str) ->
     against the one this proletarian-di needs (exit 6 if anything is missing)."""
     with _connection(database_url) as conn:
         dialect = dialect_for(conn, job_table, archived_job_table)
-        dialect.check_server(conn)
-        product, server = dialect.server_version(conn)
+        location = locate(conn, database_url or "", job_table, archived_job_table)
         try:
+            dialect.check_server(conn)
+            product, server = dialect.server_version(conn)
             version = schema_version(conn, job_table, archived_job_table)
             pending = pending_migrations(conn, job_table, archived_job_table)
             tables = admin.Tables(job_table, archived_job_table)
             missing = {} if pending else admin.missing_columns(conn, tables=tables)
+        except SchemaError as exc:
+            note = _also("", location.databases(), " ")
+            raise CLIError(f"schema missing{note}: {exc}", ExitCode.SCHEMA) from None
         finally:
             conn.rollback()
     needed = LATEST[dialect.name]
-    where = f"{product} {'.'.join(map(str, server))}: {job_table} and {archived_job_table}"
+    both = f"{location.job_table} and {location.archived_job_table}"
+    server_name = f"{product} {'.'.join(map(str, server))}"
+    where = f"{server_name} on {location.url}: {_also(both, location.databases(), ' ')}"
     if pending:
         raise CLIError(
             f"{where} are at schema version {version}; this proletarian-di needs {needed} "
@@ -123,7 +138,7 @@ def _check(database_url: str | None, job_table: str, archived_job_table: str) ->
     if missing:
         problems = "; ".join(f"{t} lacks {', '.join(cols)}" for t, cols in missing.items())
         raise CLIError(f"schema does not match: {problems}", ExitCode.SCHEMA)
-    console.print(f"[green]✓[/] {where} are ready (schema version {version} of {needed})")
+    console.print(f"[green]✓[/] {_escape(where)} are ready (schema version {version} of {needed})")
 
 
 @schema_app.command("upgrade")
@@ -143,18 +158,19 @@ def schema_upgrade(
         console.print(f"[green]✓[/] step {_steps([step])} applied")
 
     with _connection(database_url) as conn:
+        where = locate(conn, database_url or "", job_table, archived_job_table)
+        console.print(_escape(_also(str(where), where.databases())))
         before = schema_version(conn, job_table, archived_job_table)
         steps = upgrade_schema(
             conn, job_table, archived_job_table, dry_run=dry_run, report=None if dry_run else landed
         )
+    job = where.job_table
     if not steps:
-        console.print(f"{job_table} is at schema version {before}: nothing to do")
+        console.print(f"{job} is at schema version {before}: nothing to do")
     elif dry_run:
-        console.print(
-            f"{job_table} is at schema version {before}; would apply steps {_steps(steps)}"
-        )
+        console.print(f"{job} is at schema version {before}; would apply steps {_steps(steps)}")
     else:
-        console.print(f"{job_table} is at schema version {steps[-1].version} (was {before})")
+        console.print(f"{job} is at schema version {steps[-1].version} (was {before})")
 
 
 def _on_tables(name: str, run: Callable[[str | None, str, str], None]) -> None:
@@ -180,17 +196,19 @@ _on_tables("check", _check)
 @app.command(rich_help_panel="Operate")
 @_guarded
 def enqueue(
-    job_type: Annotated[str, typer.Argument(help="The job type.", show_default=False)],
+    job_type: Annotated[
+        str, typer.Argument(help="The job type.", metavar="JOB_TYPE", show_default=False)
+    ],
     payload: Annotated[
         str,
-        typer.Argument(help="The payload as JSON.", metavar="[PAYLOAD_JSON]"),
+        typer.Argument(help="The payload as JSON.", metavar="PAYLOAD_JSON"),
     ] = "null",
     queue: Annotated[
         str, typer.Option("--queue", "-q", envvar="PROLETARIAN_QUEUE", help="The queue.")
     ] = DEFAULT_QUEUE,
     delay: Annotated[
-        float | None,
-        unshown("--in", help="Run it this many seconds from now.", min=0),
+        str | None,
+        unshown("--in", help=f"Run it this long from now: {DURATION_FORMS}."),
     ] = None,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
@@ -200,14 +218,20 @@ def enqueue(
         data = json.loads(payload)
     except ValueError as exc:
         raise CLIError(f"PAYLOAD_JSON is not valid JSON: {exc}", ExitCode.USAGE) from None
-    process_in = timedelta(seconds=delay) if delay is not None else None
+    process_in = parse_duration(delay, "--in") if delay is not None else None
     with _connection(database_url) as conn:
         job_id = enqueue_job(
             conn, job_type, data, queue=queue, process_in=process_in, job_table=job_table
         )
         conn.commit()
-    when = f"in {delay:g}s" if delay else "now"
-    err.print(f"enqueued {job_type} on queue {queue!r}, due {when}")
+        where = locate(conn, database_url or "", job_table, DEFAULT_ARCHIVED_JOB_TABLE)
+    when = f"in {_ago(process_in)}" if process_in else "now"
+    err.print(
+        _escape(
+            f"enqueued {job_type} on queue {queue!r} in {where.job_table} on {where.url}, "
+            f"due {when}"
+        )
+    )
     typer.echo(str(job_id))
 
 
@@ -215,7 +239,7 @@ def enqueue(
 
 
 def _stats_table(rows: list[QueueStats], where: str) -> Table:
-    table = Table(title=f"proletarian-di queues on {_escape(where)}", title_justify="left")
+    table = Table(title=_escape(where), title_justify="left")
     table.add_column("Queue")
     table.add_column("Due now", justify="right")
     table.add_column("Scheduled", justify="right")
@@ -243,10 +267,15 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
 @app.command(rich_help_panel="Operate")
 @_guarded
 def stats(
+    ctx: typer.Context,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C.")] = False,
     interval: Annotated[
-        float, typer.Option("--interval", help="Seconds between refreshes with --watch.", min=0.1)
-    ] = 2.0,
+        str,
+        typer.Option(
+            "--interval",
+            help=f"How long between refreshes with --watch (at least 0.1s): {DURATION_FORMS}.",
+        ),
+    ] = "2s",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
@@ -256,9 +285,12 @@ def stats(
 
     Outcomes come from the archive: succeeded and failed in the last hour and in all.
     """
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    pause = parse_duration(interval, "--interval", minimum=timedelta(milliseconds=100))
     with _admin(database_url, job_table, archived_job_table) as operator:
-        where = mask(database_url or "")
+        where = str(operator.location)
         if as_json:
+            err.print(_escape(where))
             rows = operator.read(admin.queue_stats)
             typer.echo(json.dumps([row.as_dict() for row in rows], indent=2))
             return
@@ -268,7 +300,7 @@ def stats(
         first = _stats_table(operator.read(admin.queue_stats), where)
         with Live(first, console=console) as live, contextlib.suppress(KeyboardInterrupt):
             while True:
-                time.sleep(interval)
+                time.sleep(pause.total_seconds())
                 live.update(_stats_table(operator.read(admin.queue_stats), where))
 
 
@@ -278,6 +310,7 @@ def stats(
 @app.command("retry-failed", rich_help_panel="Operate")
 @_guarded
 def retry_failed(
+    ctx: typer.Context,
     queue: QueueFilter = None,
     job_type: Annotated[
         str | None,
@@ -287,13 +320,15 @@ def retry_failed(
         str | None,
         unshown(
             "--since",
-            help="Only jobs that failed since then: a duration ago (2h, 7d) or an ISO time.",
+            help="Only jobs that failed since then: a duration ago (2h, 7d) or an ISO 8601 "
+            "time (2024-05-01T12:00, naive means UTC).",
         ),
     ] = None,
     until: Annotated[
         str | None,
         unshown(
-            "--until", help="Only jobs that failed before then: a duration ago or an ISO time."
+            "--until",
+            help="Only jobs that failed before then: a duration ago or an ISO 8601 time.",
         ),
     ] = None,
     dry_run: DryRun = False,
@@ -302,6 +337,7 @@ def retry_failed(
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
     """Move failed archived jobs back into the queue, due now, with their attempts reset."""
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
     now = datetime.now(timezone.utc)
     start = parse_moment(since, now, "--since") if since else None
     end = parse_moment(until, now, "--until") if until else None
@@ -314,18 +350,25 @@ def retry_failed(
             until=end,
             dry_run=dry_run,
         )
+        where = operator.location
     verb = "would move" if dry_run else "moved"
-    console.print(f"{verb} {count} failed job{'s' if count != 1 else ''} back into the queue")
+    console.print(
+        _escape(
+            f"{verb} {count} failed job{'s' if count != 1 else ''} from "
+            f"{where.archived_job_table} back into {where.job_table} on {where.url}"
+        )
+    )
 
 
 @app.command("purge-archive", rich_help_panel="Operate")
 @_guarded
 def purge_archive(
+    ctx: typer.Context,
     older_than: Annotated[
         str,
         unshown(
             "--older-than",
-            help="Delete archived jobs that finished longer ago than this (30d, 12h, ...).",
+            help=f"Delete archived jobs that finished longer ago than this: {DURATION_FORMS}.",
         ),
     ],
     status: StatusFilter = None,
@@ -336,12 +379,19 @@ def purge_archive(
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
     """Delete old rows from the archive."""
-    age = parse_duration(older_than)
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    age = parse_duration(older_than, "--older-than")
     if status not in (None, "success", "failure"):
         raise CLIError(f"--status must be 'success' or 'failure', got {status!r}", ExitCode.USAGE)
     with _admin(database_url, job_table, archived_job_table) as operator:
         count = operator.write(
             admin.purge_archive, older_than=age, status=status, queue=queue, dry_run=dry_run
         )
+        where = operator.location
     verb = "would delete" if dry_run else "deleted"
-    console.print(f"{verb} {count} archived job{'s' if count != 1 else ''}")
+    console.print(
+        _escape(
+            f"{verb} {count} archived job{'s' if count != 1 else ''} from "
+            f"{where.archived_job_table} on {where.url}"
+        )
+    )

@@ -30,6 +30,7 @@ from ._app import (
     ExitCode,
     _classify,
     _error,
+    _escape,
     _guarded,
     _log_level,
     _one_line,
@@ -246,11 +247,12 @@ def worker(
                 raise
             raise error from None
         described = ", ".join(
-            f"{w.queue_worker_id} (queue {w.options.queue!r}, {w.options.worker_threads} "
+            f"{w.queue_worker_id} (queue {w.options.queue!r} of {w.options.job_table} / "
+            f"{w.options.archived_job_table}, {w.options.worker_threads} "
             f"thread{'s' if w.options.worker_threads != 1 else ''})"
             for w in workers
         )
-        err.print(f"proletarian-di worker {target}: running {described}")
+        err.print(_escape(f"proletarian-di worker {target}: running {described}"))
         err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
         stopped_alone: list[QueueWorker] = []
         try:
