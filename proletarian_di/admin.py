@@ -70,6 +70,7 @@ class QueueStats:
     queue: str
     due: int = 0
     scheduled: int = 0
+    running: int = 0
     oldest_due: timedelta | None = None
     succeeded_last_hour: int = 0
     failed_last_hour: int = 0
@@ -141,7 +142,8 @@ def queue_stats(
     now: datetime | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> list[QueueStats]:
-    """Per queue: due, scheduled, oldest due wait; succeeded/failed (last hour, and in all)."""
+    """Per queue: due (running ones included), scheduled, running now (held by a worker; at
+    most `MAX_LIMIT` counted), oldest due wait; succeeded/failed (last hour, and in all)."""
     dialect = tables.dialect(conn)
     now = now or datetime.now(timezone.utc)
     t_now, t_hour = dialect.encode_time(now), dialect.encode_time(now - timedelta(hours=1))
@@ -174,6 +176,8 @@ def queue_stats(
         entry = by_queue.setdefault(queue, QueueStats(queue))
         entry.succeeded_last_hour, entry.failed_last_hour = int(ok_hour or 0), int(failed_hour or 0)
         entry.succeeded, entry.failed = int(ok or 0), int(failed or 0)
+    for job in list_jobs(conn, state="running", limit=MAX_LIMIT, tables=tables):
+        by_queue.setdefault(job.queue, QueueStats(job.queue)).running += 1
     return [by_queue[name] for name in sorted(by_queue)]
 
 

@@ -93,7 +93,8 @@ def catalog(backend: Any, schema: str) -> list[tuple[Any, ...]]:
         indexes = backend.query(
             "SELECT table_name, index_name, column_name, sub_part FROM "
             "information_schema.statistics WHERE table_schema = %s "
-            "AND table_name IN ('job', 'archived_job') ORDER BY index_name, seq_in_index",
+            "AND table_name IN ('job', 'archived_job') "
+            "ORDER BY table_name, index_name, seq_in_index",
             (schema,),
         )
         return columns + indexes

@@ -26,12 +26,15 @@ class CliDB:
     def env(self) -> dict[str, str]:
         return {**self.backend.env(), **ENV}
 
-    def enqueue(self, *jobs: tuple[str, Any], **options: Any) -> None:
+    def enqueue(self, *jobs: tuple[str, Any], **options: Any) -> list[Any]:
+        """Enqueue and commit `jobs` as (job_type, payload); their ids, in order."""
         conn = self.backend.connect()
-        for job_type, payload in jobs:
-            enqueue(conn, job_type, payload, job_table=JOB, **options)
+        ids = [
+            enqueue(conn, job_type, payload, job_table=JOB, **options) for job_type, payload in jobs
+        ]
         conn.commit()
         conn.close()
+        return ids
 
     def jobs(self) -> list[tuple[Any, ...]]:
         """Waiting jobs as (job_type, attempts, queue), sorted."""

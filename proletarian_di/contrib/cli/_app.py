@@ -136,13 +136,18 @@ app = App(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-schema_app = App(
-    cls=Group,
-    help="Install, print or check the queue tables (job and archived_job).",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
+
+
+def command_group(name: str, help: str, panel: str) -> App:
+    """A group of subcommands, `proletarian-di NAME ...`, listed under `panel` in the help."""
+    group = App(cls=Group, help=help, no_args_is_help=True, rich_markup_mode="rich")
+    app.add_typer(group, name=name, rich_help_panel=panel)
+    return group
+
+
+schema_app = command_group(
+    "schema", "Install, print, check or upgrade the queue tables (job and archived_job).", "Run"
 )
-app.add_typer(schema_app, name="schema", rich_help_panel="Run")
 
 # Options shared by several commands --------------------------------------------------------
 
@@ -180,6 +185,21 @@ def unshown(*names: str, help: str, **options: Any) -> Any:
 
 DryRun = Annotated[
     bool, typer.Option("--dry-run", help="Count the jobs it would change, change nothing.")
+]
+JobTypeFilter = Annotated[str | None, unshown("--job-type", "-t", help="Only this job type.")]
+FailedSince = Annotated[
+    str | None,
+    unshown(
+        "--since",
+        help="Only jobs that failed since then: a duration ago (2h, 7d) or an ISO 8601 "
+        "time (2024-05-01T12:00, naive means UTC).",
+    ),
+]
+FailedUntil = Annotated[
+    str | None,
+    unshown(
+        "--until", help="Only jobs that failed before then: a duration ago or an ISO 8601 time."
+    ),
 ]
 QueueFilter = Annotated[
     str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.live import Live
 from rich.table import Table
 
@@ -38,7 +39,10 @@ from ._app import (
     DatabaseURL,
     DryRun,
     ExitCode,
+    FailedSince,
+    FailedUntil,
     JobTable,
+    JobTypeFilter,
     QueueFilter,
     _admin,
     _ago,
@@ -55,6 +59,7 @@ from ._app import (
     schema_app,
     unshown,
 )
+from .jobs import job_lines
 
 DialectOption = Annotated[
     DialectName | None,
@@ -239,19 +244,31 @@ def enqueue(
 
 
 def _stats_table(rows: list[QueueStats], where: str) -> Table:
-    table = Table(title=_escape(where), title_justify="left")
-    table.add_column("Queue")
-    table.add_column("Due now", justify="right")
-    table.add_column("Scheduled", justify="right")
-    table.add_column("Oldest due", justify="right")
-    table.add_column("Succeeded 1h", justify="right", style="green")
-    table.add_column("Failed 1h", justify="right", style="red")
-    table.add_column("Succeeded", justify="right", style="green")
-    table.add_column("Failed", justify="right", style="red")
+    """Per queue, in 80 columns: short headers, and queue names folded, never cut."""
+    table = Table(
+        title=_escape(where),
+        title_justify="left",
+        caption="Due counts the running jobs too; Oldest is the oldest due job's wait.",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("Queue", overflow="fold", min_width=8)
+    for name, style in (
+        ("Due", None),
+        ("Running", "cyan"),
+        ("Later", None),
+        ("Oldest", None),
+        ("OK 1h", "green"),
+        ("Failed 1h", "red"),
+        ("OK", "green"),
+        ("Failed", "red"),
+    ):
+        table.add_column(name, justify="right", style=style, no_wrap=True)
     for row in rows:
         table.add_row(
             _escape(row.queue),
             str(row.due),
+            str(row.running),
             str(row.scheduled),
             _ago(row.oldest_due),
             str(row.succeeded_last_hour),
@@ -281,7 +298,7 @@ def stats(
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
-    """Per queue: jobs due now, scheduled later, the oldest due job's wait, and outcomes.
+    """Per queue: jobs due, running and scheduled, the oldest due job's wait, and outcomes.
 
     Outcomes come from the archive: succeeded and failed in the last hour and in all.
     """
@@ -304,6 +321,10 @@ def stats(
                 live.update(_stats_table(operator.read(admin.queue_stats), where))
 
 
+_DRY_RUN_SHOWN = 50
+"""How many of the jobs `retry-failed --dry-run` would move it lists."""
+
+
 # retry-failed / purge-archive -----------------------------------------------------------------
 
 
@@ -312,25 +333,9 @@ def stats(
 def retry_failed(
     ctx: typer.Context,
     queue: QueueFilter = None,
-    job_type: Annotated[
-        str | None,
-        unshown("--job-type", "-t", help="Only this job type."),
-    ] = None,
-    since: Annotated[
-        str | None,
-        unshown(
-            "--since",
-            help="Only jobs that failed since then: a duration ago (2h, 7d) or an ISO 8601 "
-            "time (2024-05-01T12:00, naive means UTC).",
-        ),
-    ] = None,
-    until: Annotated[
-        str | None,
-        unshown(
-            "--until",
-            help="Only jobs that failed before then: a duration ago or an ISO 8601 time.",
-        ),
-    ] = None,
+    job_type: JobTypeFilter = None,
+    since: FailedSince = None,
+    until: FailedUntil = None,
     dry_run: DryRun = False,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
@@ -351,13 +356,31 @@ def retry_failed(
             dry_run=dry_run,
         )
         where = operator.location
+        shown = (
+            operator.read(
+                admin.list_jobs,
+                state="failed",
+                queue=queue,
+                job_type=job_type,
+                finished_since=start,
+                finished_until=end,
+                limit=_DRY_RUN_SHOWN,
+            )
+            if dry_run and count
+            else []
+        )
     verb = "would move" if dry_run else "moved"
     console.print(
         _escape(
             f"{verb} {count} failed job{'s' if count != 1 else ''} from "
             f"{where.archived_job_table} back into {where.job_table} on {where.url}"
+            + (":" if shown else "")
         )
     )
+    for line in job_lines(shown) if shown else ():
+        console.print(line)
+    if count > len(shown) > 0:
+        console.print(f"… and {count - len(shown)} more (proletarian-di jobs list --state failed)")
 
 
 @app.command("purge-archive", rich_help_panel="Operate")

@@ -1,0 +1,253 @@
+"""`proletarian-di jobs`: list, show, retry and cancel jobs, through `proletarian_di.admin`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import typer
+
+from ... import admin
+from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ...admin import JobInfo
+from ._app import (
+    ArchivedJobTable,
+    CLIError,
+    DatabaseURL,
+    ExitCode,
+    FailedSince,
+    FailedUntil,
+    JobTable,
+    JobTypeFilter,
+    QueueFilter,
+    _admin,
+    _ago,
+    _escape,
+    _guarded,
+    command_group,
+    console,
+    err,
+    parse_moment,
+    refuse_mixed_tables,
+    unshown,
+)
+
+jobs_app = command_group(
+    "jobs", "List, show, retry and cancel jobs, waiting or archived.", "Operate"
+)
+
+JobIds = Annotated[
+    list[str] | None,
+    typer.Argument(help="Job ids (UUIDs).", show_default=False, metavar="JOB_ID"),
+]
+AsJSON = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+_STATE_STYLES = {
+    "running": "bold cyan",
+    "retrying": "yellow",
+    "failed": "red",
+    "succeeded": "green",
+    "cancelled": "dim",
+}
+
+
+def _when(moment: datetime | None) -> str:
+    """How long ago (or, for a future time, 'in …')."""
+    if moment is None:
+        return "-"
+    delta = datetime.now(timezone.utc) - moment
+    return f"in {_ago(-delta)}" if delta.total_seconds() < 0 else f"{_ago(delta)} ago"
+
+
+def job_lines(jobs: list[JobInfo]) -> list[str]:
+    """Jobs two lines each, to fit 80 columns: id, state, attempt and age, then queue and
+    job type below, whole (a long one wraps, never cut)."""
+    lines = [f"[bold]{'Job id':<36}  {'State':<9}  Try  Enqueued[/]"]
+    for job in jobs:
+        style = _STATE_STYLES.get(job.state)
+        state = f"[{style}]{job.state:<9}[/]" if style else f"{job.state:<9}"
+        lines.append(f"{job.job_id}  {state}  {job.attempts:>3}  {_when(job.enqueued_at)}")
+        lines.append(f"  [dim]{_escape(job.queue)} · {_escape(job.job_type)}[/]")
+    if not jobs:
+        lines.append("no jobs")
+    return lines
+
+
+def _job_ids(values: list[str] | None) -> list[uuid.UUID]:
+    """The ids given, as UUIDs; a usage error names one that is not."""
+    ids = []
+    for value in values or []:
+        try:
+            ids.append(uuid.UUID(value))
+        except ValueError:
+            raise CLIError(f"not a job id (a UUID): {value!r}", ExitCode.USAGE) from None
+    return ids
+
+
+@jobs_app.command("list")
+@_guarded
+def list_jobs(
+    ctx: typer.Context,
+    queue: QueueFilter = None,
+    job_type: JobTypeFilter = None,
+    state: Annotated[
+        str | None,
+        unshown("--state", "-s", help=f"Only jobs in this state: {', '.join(admin.STATES)}."),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", help="At most this many jobs.", min=1, max=1000)
+    ] = 20,
+    before: Annotated[
+        str | None,
+        unshown("--before", help="The next page: the cursor the previous page printed."),
+    ] = None,
+    as_json: AsJSON = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Jobs, waiting and archived, newest first.
+
+    'running' jobs are the ones a worker holds now.
+    """
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        jobs = operator.read(
+            admin.list_jobs,
+            queue=queue,
+            job_type=job_type,
+            state=state,
+            limit=limit,
+            before=before,
+        )
+        where = str(operator.location)
+    if as_json:
+        err.print(_escape(where))
+        typer.echo(json.dumps([job.as_dict() for job in jobs], indent=2, default=str))
+        return
+    console.print(_escape(where))
+    for line in job_lines(jobs):
+        console.print(line)
+    if len(jobs) == limit:
+        console.print(f"next page: --before {jobs[-1].cursor}")
+
+
+@jobs_app.command("show")
+@_guarded
+def show_job(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="The job's id (a UUID).", show_default=False)],
+    as_json: AsJSON = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """One job: its payload, attempts, times, state, and its last error in full."""
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    (wanted,) = _job_ids([job_id])
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        job = operator.read(admin.get_job, wanted)
+        where = str(operator.location)
+    if job is None:
+        raise CLIError(f"no job {wanted} in {where}", ExitCode.ERROR)
+    if as_json:
+        typer.echo(json.dumps(job.as_dict(), indent=2, default=str))
+        return
+    lines = [
+        ("job id", str(job.job_id)),
+        ("queue", job.queue),
+        ("job type", job.job_type),
+        ("state", job.state),
+        ("attempts", str(job.attempts)),
+        ("enqueued", f"{job.enqueued_at.isoformat()} ({_when(job.enqueued_at)})"),
+        ("due", f"{job.process_at.isoformat()} ({_when(job.process_at)})"),
+    ]
+    if job.finished_at is not None:
+        lines.append(("finished", f"{job.finished_at.isoformat()} ({_when(job.finished_at)})"))
+    console.print(_escape(where))
+    for label, value in lines:
+        console.print(f"[bold]{label:>9}[/] {_escape(value)}")
+    payload = json.dumps(job.payload, indent=2, default=str, ensure_ascii=False)
+    console.print(f"[bold]{'payload':>9}[/] {_escape(payload)}")
+    if job.error:
+        console.print("[bold]    error[/]")
+        console.print(_escape(job.error), soft_wrap=True, highlight=False)
+
+
+def _filters_or_ids(ids: list[uuid.UUID], **filters: Any) -> None:
+    if not ids and not any(value is not None for value in filters.values()):
+        raise CLIError(
+            "give job ids, or a filter ("
+            + ", ".join(f"--{n.replace('_', '-')}" for n in filters)
+            + ")",
+            ExitCode.USAGE,
+        )
+
+
+@jobs_app.command("retry")
+@_guarded
+def retry_jobs(
+    ctx: typer.Context,
+    job_ids: JobIds = None,
+    queue: QueueFilter = None,
+    job_type: JobTypeFilter = None,
+    since: FailedSince = None,
+    until: FailedUntil = None,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Move failed jobs, by id or by filter, back into the queue.
+
+    They are due now, with the same id and payload and their attempts reset. Only
+    failed jobs move; the others are left as they are.
+    """
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    ids = _job_ids(job_ids)
+    _filters_or_ids(ids, queue=queue, job_type=job_type, since=since, until=until)
+    now = datetime.now(timezone.utc)
+    start = parse_moment(since, now, "--since") if since else None
+    end = parse_moment(until, now, "--until") if until else None
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        count = operator.write(
+            admin.retry_jobs, ids or None, queue=queue, job_type=job_type, since=start, until=end
+        )
+        where = operator.location
+    console.print(
+        _escape(
+            f"moved {count} failed job{'s' if count != 1 else ''} from {where.archived_job_table} "
+            f"back into {where.job_table} on {where.url}"
+        )
+    )
+
+
+@jobs_app.command("cancel")
+@_guarded
+def cancel_jobs(
+    ctx: typer.Context,
+    job_ids: JobIds = None,
+    queue: QueueFilter = None,
+    job_type: JobTypeFilter = None,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Cancel waiting jobs, by id or by filter.
+
+    Queued, scheduled and retrying jobs move to the archive as 'cancelled'. A job a
+    worker is running now is never cancelled.
+    """
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    ids = _job_ids(job_ids)
+    _filters_or_ids(ids, queue=queue, job_type=job_type)
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        count = operator.write(admin.cancel_jobs, ids or None, queue=queue, job_type=job_type)
+        where = operator.location
+    console.print(
+        _escape(
+            f"cancelled {count} waiting job{'s' if count != 1 else ''} in {where.job_table} on "
+            f"{where.url} (jobs running now are never cancelled)"
+        )
+    )

@@ -1,0 +1,199 @@
+"""`proletarian-di jobs` (list, show, retry, cancel), the stats Running column and
+`retry-failed --dry-run`'s listing, against the real databases."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from cli_fixtures.cli_db import JOB, TABLES, CliDB
+from test_cli import one_line, run
+
+from proletarian_di import process_next_job
+
+MISSING = "00000000-0000-7000-8000-000000000000"
+
+
+@pytest.fixture
+def db(backend):
+    return CliDB(backend)
+
+
+def fail(job_type: str, payload: Any) -> None:
+    raise RuntimeError(f"boom on {payload}")
+
+
+def process(pool: Any, handler: Any, **options: Any) -> bool:
+    return process_next_job(pool, handler, **TABLES, **options)
+
+
+@contextlib.contextmanager
+def held(db: CliDB, job_id: uuid.UUID) -> Iterator[None]:
+    """Hold a job's row lock, as a worker running it does, until the block ends."""
+    conn = db.backend.connect()
+    try:
+        key = job_id.bytes if db.name == "mysql" else job_id
+        cursor = conn.cursor()
+        cursor.execute(f"SELECT job_id FROM {JOB} WHERE job_id = %s FOR UPDATE", (key,))
+        assert cursor.fetchall()
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def listed(*args: str, url: str) -> list[dict[str, Any]]:
+    result = run("jobs", "list", "--json", *args, "-d", url)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_list_shows_every_state_newest_first(db, pool):
+    [done, failed] = db.enqueue(("ok", 1), ("bad", 2), queue="a")
+    assert process(pool, lambda t, p: None, queue="a") is True
+    assert process(pool, fail, queue="a") is False
+    [later] = db.enqueue(("later", 3), queue="b", process_in=timedelta(hours=1))
+    [running, waiting] = db.enqueue(("slow", 4), ("ok", 5), queue="b")
+    with held(db, running):
+        states = {row["job_id"]: row["state"] for row in listed(url=db.url)}
+        assert listed("--state", "running", url=db.url)[0]["job_id"] == str(running)
+        text = run("jobs", "list", "-d", db.url, env={"COLUMNS": "80"})
+    assert states == {
+        str(done): "succeeded",
+        str(failed): "failed",
+        str(later): "scheduled",
+        str(running): "running",
+        str(waiting): "queued",
+    }
+    assert text.exit_code == 0, text.output
+    assert str(running) in text.stdout and "running" in text.stdout
+    assert "b · slow" in text.stdout
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80
+
+
+def test_list_filters_and_pages(db):
+    ids = db.enqueue(*(("mail", n) for n in range(5)), queue="a")
+    db.enqueue(("report", 9), queue="a")
+    db.enqueue(("mail", 10), queue="b")
+    assert [row["job_type"] for row in listed("--queue", "a", "-n", "10", url=db.url)].count(
+        "mail"
+    ) == 5
+    first = run("jobs", "list", "--queue", "a", "--job-type", "mail", "-n", "3", "-d", db.url)
+    assert first.exit_code == 0, first.output
+    cursor = first.stdout.split("next page: --before ")[1].split()[0]
+    second = listed("--queue", "a", "--job-type", "mail", "--before", cursor, url=db.url)
+    wanted = set(map(str, ids))
+    page_one = [line.split()[0] for line in first.stdout.splitlines() if line[:36] in wanted]
+    page_two = [row["job_id"] for row in second]
+    assert (len(page_one), len(page_two)) == (3, 2)
+    assert set(page_one + page_two) == wanted
+    assert "next page" not in run("jobs", "list", "--queue", "b", "-d", db.url).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--state", "lost"], "state"),
+        (["--limit", "0"], "--limit"),
+        (["--before", "not-a-cursor"], "cursor"),
+    ],
+)
+def test_list_bad_options_are_usage_errors(db, args, problem):
+    result = run("jobs", "list", *args, "-d", db.url)
+    assert result.exit_code == 2, result.output
+    assert problem in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_show_prints_payload_and_the_whole_error(db, pool):
+    [job_id] = db.enqueue(("bad", {"order": "A-17", "note": "ü" * 3}))
+    assert process(pool, fail) is False
+    text = run("jobs", "show", str(job_id), "-d", db.url)
+    assert text.exit_code == 0, text.output
+    for expected in (str(job_id), "failed", '"order": "A-17"', "üüü", "RuntimeError: boom on"):
+        assert expected in text.stdout
+    shown = run("jobs", "show", str(job_id), "--json", "-d", db.url)
+    record = json.loads(shown.stdout)
+    assert record["state"] == "failed" and record["attempts"] == 1
+    assert record["payload"] == {"order": "A-17", "note": "üüü"}
+    assert "Traceback" in record["error"] and "boom on" in record["error"]
+
+
+def test_show_missing_or_malformed_id(db):
+    missing = run("jobs", "show", MISSING, "-d", db.url)
+    assert missing.exit_code == 1
+    assert f"no job {MISSING}" in one_line(missing.stderr)
+    malformed = run("jobs", "show", "42", "-d", db.url)
+    assert malformed.exit_code == 2
+    assert "not a job id" in one_line(malformed.stderr)
+
+
+def test_retry_by_id_moves_only_failed_jobs(db, pool):
+    [first, second, kept] = db.enqueue(("bad", 1), ("bad", 2), ("waiting", 3), queue="a")
+    assert process(pool, fail, queue="a") is False
+    assert process(pool, fail, queue="a") is False
+    moved = run("jobs", "retry", str(first), str(kept), "-d", db.url)
+    assert moved.exit_code == 0, moved.output
+    assert "moved 1 failed job " in moved.stdout
+    assert db.jobs() == [("bad", 0, "a"), ("waiting", 0, "a")]
+    assert db.archived() == [("bad", "failure", 1)]
+    by_filter = run("jobs", "retry", "--job-type", "bad", "--since", "1h", "-d", db.url)
+    assert "moved 1 failed job " in by_filter.stdout
+    assert db.archived() == []
+    assert str(second) in {row["job_id"] for row in listed("--state", "queued", url=db.url)}
+
+
+def test_cancel_skips_the_running_job(db):
+    [running, waiting, other] = db.enqueue(("slow", 1), ("slow", 2), ("mail", 3), queue="a")
+    with held(db, running):
+        result = run("jobs", "cancel", "--job-type", "slow", "-d", db.url)
+    assert result.exit_code == 0, result.output
+    assert "cancelled 1 waiting job " in result.stdout
+    assert db.jobs() == [("mail", 0, "a"), ("slow", 0, "a")]
+    assert db.archived() == [("slow", "cancelled", 0)]
+    assert listed("--state", "cancelled", url=db.url)[0]["job_id"] == str(waiting)
+    by_id = run("jobs", "cancel", str(other), "-d", db.url)
+    assert "cancelled 1 waiting job " in by_id.stdout
+    assert db.jobs() == [("slow", 0, "a")]
+
+
+@pytest.mark.parametrize("command", ["retry", "cancel"])
+def test_retry_or_cancel_without_ids_or_filter_is_refused(db, command):
+    db.enqueue(("mail", 1))
+    result = run("jobs", command, "-d", db.url)
+    assert result.exit_code == 2
+    assert "give job ids, or a filter (--queue, --job-type" in one_line(result.stderr)
+    assert db.jobs() == [("mail", 0, "default")]
+
+
+def test_stats_counts_the_running_job(db):
+    [running, _] = db.enqueue(("slow", 1), ("slow", 2), queue="a")
+    with held(db, running):
+        result = run("stats", "--json", "-d", db.url)
+        table = run("stats", "-d", db.url, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)
+    assert (row["queue"], row["due"], row["running"]) == ("a", 2, 1)
+    assert table.exit_code == 0, table.output
+    assert "Running" in table.stdout
+    assert max(len(line.rstrip()) for line in table.stdout.splitlines()) <= 80
+    [after] = json.loads(run("stats", "--json", "-d", db.url).stdout)
+    assert after["running"] == 0
+
+
+def test_retry_failed_dry_run_lists_what_it_would_move(db, pool, monkeypatch):
+    monkeypatch.setattr("proletarian_di.contrib.cli.admin._DRY_RUN_SHOWN", 2)
+    ids = db.enqueue(("bad", 1), ("bad", 2), ("bad", 3), queue="a")
+    for _ in ids:
+        assert process(pool, fail, queue="a") is False
+    dry = run("retry-failed", "--dry-run", "-d", db.url)
+    assert dry.exit_code == 0, dry.output
+    assert "would move 3 failed jobs" in dry.stdout
+    assert sum(str(job_id) in dry.stdout for job_id in ids) == 2
+    assert "… and 1 more" in dry.stdout
+    assert len(db.archived()) == 3 and db.jobs() == []
