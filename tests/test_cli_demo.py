@@ -34,6 +34,7 @@ def test_demo_runs_to_the_end_and_exits_0(pg, monkeypatch, tmp_path):
     assert "Summary" in result.stdout and "Failure archive" in result.stdout
     total_row = next(line for line in result.stdout.splitlines() if "│ all" in line)
     assert [cell.strip() for cell in total_row.split("│")[2:5]] == ["119", "1", "5"]
+    assert "MailboxDoesNotExist: 550 no such" in result.stdout
 
 
 def test_demo_refuses_a_mysql_url():

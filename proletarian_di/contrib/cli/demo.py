@@ -183,13 +183,16 @@ def _demo_summary(workers: dict[str, QueueWorker], elapsed: float, conn: Any) ->
         f"[bold yellow]{totals['retried']}",
         f"[bold]{finished / elapsed:,.0f}",
     )
-    failures = Table(title="Failure archive (latest)", title_justify="left")
-    for name in ("Job id", "Queue", "Job type", "Attempts"):
-        failures.add_column(name)
-    latest = admin.recent_failures(conn, 5)
+    failures = Table(
+        title="Failure archive (latest), with each job's stored error", title_justify="left"
+    )
+    for name in ("Queue", "Job type", "Tries", "Last error"):
+        failures.add_column(name, justify="right" if name == "Tries" else "left")
+    latest = [admin.get_job(conn, row[0]) for row in admin.recent_failures(conn, 5)]
     conn.rollback()
-    for job_id, queue, job_type, attempts, _finished in latest:
-        failures.add_row(str(job_id), queue, job_type, str(attempts))
+    for job in filter(None, latest):
+        why = (job.error or "").partition("\n")[0]
+        failures.add_row(job.queue, job.job_type, str(job.attempts), f"[red]{_escape(why)}")
     console.print(Group(table, failures))
     console.print(
         f"{finished} jobs in {elapsed:.2f}s. Every job ran in its own transaction: claimed with "
