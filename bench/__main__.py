@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import contextlib
 import os
 import platform
 import statistics
@@ -23,7 +24,7 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import measure, peers, pgbench
+from . import horizon, measure, peers, pgbench
 from .db import Database, MySQL, Postgres
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
@@ -297,6 +298,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="runs per throughput figure (default 3, quick 1)")
     parser.add_argument("--jobs", type=int, help="jobs per drain (default 20,000, quick 1,000)")
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
+    parser.add_argument(
+        "--scenario",
+        choices=("throughput", "pinned-horizon"),
+        default="throughput",
+        help="throughput (the table of drains and enqueues) or pinned-horizon (bench/horizon.py)",
+    )
+    horizon.add_arguments(parser)
     args = parser.parse_args(argv)
     args.runs = max(1, args.runs or (1 if args.quick else 3))
     args.jobs = max(8, args.jobs or (1_000 if args.quick else 20_000))
@@ -328,6 +336,8 @@ def watchdog(seconds: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.scenario == "pinned-horizon":
+        return pinned_horizon(args)
     per_run = 8 * measure.deadline_for(args.jobs)
     watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
     results = Results()
@@ -368,6 +378,25 @@ def main(argv: list[str] | None = None) -> int:
     for error in results.errors:
         out.print(f"[red]error:[/] {error}")
     return 1 if results.errors else 0
+
+
+def pinned_horizon(args: argparse.Namespace) -> int:
+    """The pinned-horizon scenario on PostgreSQL and, if reachable, MySQL/MariaDB."""
+    phases = args.clean + args.hold + args.recover
+    variants = len(args.variants.split(","))
+    watchdog(120 + 2 * variants * (phases + 60))
+    with contextlib.ExitStack() as stack:
+        dbs: list[Database] = []
+        if "postgresql" in args.on:
+            dbs.append(Postgres(stack.enter_context(postgres_url(args.database_url))))
+        if "mysql" in args.on and args.mysql_url:
+            reason = mysql_unreachable_reason(args.mysql_url)
+            if reason:
+                console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
+            else:
+                dbs.append(MySQL(args.mysql_url))
+        console.print(f"machine: {machine(dbs)}")
+        return horizon.main(dbs, args)
 
 
 if __name__ == "__main__":
