@@ -19,6 +19,7 @@ from typing import Any
 
 from ._async import EventLoops, is_awaitable
 from ._dialects import Dialect, JobRow, Session, TransactionLost, dialect_for
+from ._frontier import Frontier
 from ._logging import describe, error_text, safe_log, wanted
 from ._options import WorkerSettings
 from ._types import Handler
@@ -51,7 +52,8 @@ class Stats:
 
 
 class Slot:
-    """What a worker thread holds right now, so `stop()` can abandon it."""
+    """What a worker thread holds right now, so `stop()` can abandon it, and where it walks
+    jobs found behind the frontier (`behind`)."""
 
     def __init__(self) -> None:
         self.conn: Any = None
@@ -60,6 +62,7 @@ class Slot:
         self.raw_id: Any = None
         self.started = 0.0
         self.abandoned = False
+        self.behind: Any = None
 
 
 def _interrupts(exc: BaseException) -> bool:
@@ -74,7 +77,13 @@ def _interrupts(exc: BaseException) -> bool:
 class JobRunner:
     """Runs the next due jobs of one queue on a given connection."""
 
-    def __init__(self, handler: Handler, options: WorkerSettings, stats: Stats | None = None):
+    def __init__(
+        self,
+        handler: Handler,
+        options: WorkerSettings,
+        stats: Stats | None = None,
+        frontier: Frontier | None = None,
+    ):
         if not callable(handler):
             raise ArgumentTypeError(f"handler must be callable, got {handler!r}")
         self.handler = handler
@@ -86,6 +95,7 @@ class JobRunner:
         self.serializer = options.serializer
         self.base = {"queue_worker_id": options.queue_worker_id}
         self.loops = EventLoops()
+        self.frontier = frontier
 
     def dialect(self, conn: Any) -> Dialect:
         return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
@@ -119,11 +129,16 @@ class JobRunner:
         Each job is settled on its own (retry or failure as it comes); successes
         are archived together at the end, in the commit's round trip.
         """
-        dialect, conn = session.dialect, session.conn
-        rows = session.claim(self.options.queue, self.clock(), limit)
+        dialect, conn, frontier = session.dialect, session.conn, self.frontier
+        start = None if frontier is None else frontier.start(slot)
+        rows = session.claim(self.options.queue, self.clock(), limit, start)
         if not rows:
+            if frontier is not None:
+                frontier.missed(slot)
             dialect.rollback(conn)
             return []
+        if frontier is not None:
+            frontier.claimed(slot, rows[-1][6])
         outcomes: list[bool] = []
         succeeded: list[Any] = []
         finished: list[Job] = []

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._datasource import connection_factory, direct_connect
 from ._dialects import Dialect, is_transient
+from ._frontier import Frontier
 from ._logging import describe, safe_log, wanted
 from ._options import WorkerSettings, worker_settings
 from ._runner import JobRunner, Slot, Stats
@@ -58,7 +59,8 @@ class QueueWorker:
         self._connect = connection_factory(data_source)
         self._direct_connect = direct_connect(data_source)
         self._listener: Listener | None = None
-        self._runner = JobRunner(handler, options, self.stats)
+        frontier = Frontier(options.polling_interval_ms / 1000)
+        self._runner = JobRunner(handler, options, self.stats, frontier)
         self._cond = threading.Condition(threading.RLock())
         self._wakeup = Wakeup(options.worker_threads)
         self._stopping = threading.Event()

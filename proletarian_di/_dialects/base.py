@@ -8,7 +8,7 @@ import os
 import re
 import socket
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from ..errors import (
@@ -23,6 +23,8 @@ from ..job_ids import JobIdStrategy
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None"]
+EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
+"""Where a claim from the beginning of the queue starts (both databases store year 1)."""
 
 
 def check_table_name(name: Any, option: str = "job_table") -> str:
@@ -144,9 +146,10 @@ class Session:
     def __init__(self, dialect: Dialect, conn: Any) -> None:
         self.dialect, self.conn = dialect, conn
 
-    def claim(self, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
-        """Lock the oldest due jobs of `queue` (up to `limit`), skipping rows others hold."""
-        return self.dialect.claim(self.conn, queue, now, limit)
+    def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
+        """Lock the oldest due jobs of `queue` (up to `limit`) from `start` on (a raw
+        `process_at`; None: from the beginning), skipping rows others hold."""
+        return self.dialect.claim(self.conn, queue, now, limit, start)
 
     def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
         """Archive successful jobs and commit."""
@@ -168,7 +171,7 @@ class Dialect:
         self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
         self.claim_sql = (
             f"SELECT {self.columns}, last_error FROM {job} "
-            "WHERE queue = %s AND process_at <= %s "
+            "WHERE queue = %s AND process_at >= %s AND process_at <= %s "
             "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
         )
         self.reschedule_sql = (
@@ -234,8 +237,11 @@ class Dialect:
         """`conn` as the runner uses it, with nothing set up on it (see `attached`)."""
         return Session(self, conn)
 
-    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
-        """Lock the oldest due jobs of `queue` (up to `limit`), skipping rows others hold."""
+    def claim(
+        self, conn: Any, queue: str, now: datetime, limit: int = 1, start: Any = None
+    ) -> list[JobRow]:
+        """Lock the oldest due jobs of `queue` (up to `limit`) from `start` on (a raw
+        `process_at`; None: from the beginning), skipping rows others hold."""
         raise NotImplementedError
 
     def archive(

@@ -12,6 +12,7 @@ from typing import Any
 from ..errors import UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
+    EARLIEST,
     Dialect,
     HeldRows,
     JobRow,
@@ -42,6 +43,7 @@ class MySQLDialect(Dialect):
             self.archive_select + f"FROM {job} FORCE INDEX (PRIMARY) WHERE job_id IN %s"
         )
         self._delete_many: dict[int, str] = {}
+        self._earliest = self.encode_time(EARLIEST)
 
     def encode_time(self, value: datetime) -> Any:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -87,11 +89,18 @@ class MySQLDialect(Dialect):
         return MySQLSession(self, conn)
 
     def claim(
-        self, conn: Any, queue: str, now: datetime, limit: int = 1, read_committed: bool = False
+        self,
+        conn: Any,
+        queue: str,
+        now: datetime,
+        limit: int = 1,
+        start: Any = None,
+        read_committed: bool = False,
     ) -> list[JobRow]:
         self.begin(conn, read_committed)
+        start = self._earliest if start is None else start
         with self.cursor(conn) as cursor:
-            cursor.execute(self.claim_sql, (queue, self.encode_time(now), limit))
+            cursor.execute(self.claim_sql, (queue, start, self.encode_time(now), limit))
             return list(cursor.fetchall())
 
     def archive(
@@ -334,8 +343,8 @@ class MySQLSession(Session):
         super().__init__(dialect, conn)
         self.read_committed = read_committed
 
-    def claim(self, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
-        return self.dialect.claim(self.conn, queue, now, limit, self.read_committed)
+    def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
+        return self.dialect.claim(self.conn, queue, now, limit, start, self.read_committed)
 
 
 @functools.cache

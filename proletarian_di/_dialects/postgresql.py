@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -12,7 +13,15 @@ from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError
 from ..job_ids import UUIDStrategy
-from .base import Dialect, HeldRows, JobRow, Session, TransactionLost, shutdown_socket
+from .base import (
+    EARLIEST,
+    Dialect,
+    HeldRows,
+    JobRow,
+    Session,
+    TransactionLost,
+    shutdown_socket,
+)
 
 NOTIFY_CHANNEL = "proletarian_di"
 
@@ -33,7 +42,7 @@ class PostgresDialect(Dialect):
         )
         self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
         self._quoted: dict[str, str] = {}
-        claim = "BEGIN; " + _fill(self.claim_sql, "{queue}", "{now}", "{limit}")
+        claim = "BEGIN; " + _fill(self.claim_sql, "{queue}", "{start}", "{now}", "{limit}")
         self._inline = _HotPath(
             claim,
             claim,
@@ -44,8 +53,8 @@ class PostgresDialect(Dialect):
         self._statements = {
             # LIMIT 1 is written out: with `LIMIT $3` the server plans every execution anew.
             f"proletarian_claim_{tag.hexdigest()}": (
-                "text, timestamptz",
-                _fill(self.claim_sql, "$1", "$2", "1"),
+                "text, timestamptz, timestamptz",
+                _fill(self.claim_sql, "$1", "$3", "$2", "1"),
             ),
             f"proletarian_archive_{tag.hexdigest()}": (
                 "uuid, timestamptz",
@@ -57,8 +66,13 @@ class PostgresDialect(Dialect):
             ),
         }
         claim_one, archive_one, archive_many = self._statements
+        self._prepare_sql = "; ".join(
+            f"PREPARE {name}({types}) AS {sql}" for name, (types, sql) in self._statements.items()
+        )
+        self._deallocate_sql = "; ".join(f"DEALLOCATE {name}" for name in self._statements)
+        self.replan = f"{self._deallocate_sql}; {self._prepare_sql}; "
         self._prepared = _HotPath(
-            f"BEGIN; EXECUTE {claim_one}({{queue}}, {{now}})",
+            f"BEGIN; EXECUTE {claim_one}({{queue}}, {{now}}, {{start}})",
             claim,
             f"EXECUTE {archive_one}({{ids}}, {{finished}}); COMMIT",
             f"EXECUTE {archive_many}({{ids}}, {{finished}}); COMMIT",
@@ -134,7 +148,7 @@ class PostgresDialect(Dialect):
             return
         try:
             conn.rollback()
-            conn.execute("; ".join(f"DEALLOCATE {name}" for name in self._statements))
+            conn.execute(self._deallocate_sql)
             if settings is not None:
                 self._restore(conn, settings)
         except Exception:
@@ -158,20 +172,18 @@ class PostgresDialect(Dialect):
                 conn.execute("SELECT set_config(%s, %s, false)", (name, saved[name]))
 
     def _prepare(self, conn: Any) -> _HotPath:
-        conn.execute(
-            "; ".join(
-                f"PREPARE {name}({types}) AS {sql}"
-                for name, (types, sql) in self._statements.items()
-            )
-        )
+        conn.execute(self._prepare_sql)
         return self._prepared
 
     def session(self, conn: Any) -> PostgresSession:
         return PostgresSession(self, conn)
 
-    def claim(self, conn: Any, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+    def claim(
+        self, conn: Any, queue: str, now: datetime, limit: int = 1, start: Any = None
+    ) -> list[JobRow]:
         """The claim with parameters, in the connection's own transaction (no hot path)."""
-        with self.executed(conn, self.claim_sql, (queue, now, limit)) as cursor:
+        params = (queue, EARLIEST if start is None else start, now, limit)
+        with self.executed(conn, self.claim_sql, params) as cursor:
             rows: list[JobRow] = cursor.fetchall()
             return rows
 
@@ -291,6 +303,7 @@ class PostgresDialect(Dialect):
 
 
 _NO_SUCH_STATEMENT = "26000"
+_REPLAN_EVERY_S = 10.0
 _IDLE, _IN_ERROR = 0, 3  # libpq's PQTRANS_IDLE and PQTRANS_INERROR
 _SESSION_SETTINGS = (
     "SELECT name, setting FROM pg_settings "
@@ -318,19 +331,27 @@ class PostgresSession(Session):
     ) -> None:
         super().__init__(dialect, conn)
         self.prepared = prepared
+        self.planned_at = time.monotonic()
 
     def _templates(self) -> _HotPath | None:
         if self.prepared is None and self.conn.autocommit:
             return self.dialect._inline
         return self.prepared
 
-    def claim(self, queue: str, now: datetime, limit: int = 1) -> list[JobRow]:
+    def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         hot, conn = self._templates(), self.conn
         if hot is None:
-            return self.dialect.claim(conn, queue, now, limit)
+            return self.dialect.claim(conn, queue, now, limit, start)
         template = hot.claim_one if limit == 1 else hot.claim_many
         quoted = self.dialect.quoted(conn, queue)
-        text = template.format(queue=quoted, now=_timestamp(now), limit=int(limit))
+        text = template.format(
+            queue=quoted,
+            start=_timestamp(EARLIEST if start is None else start),
+            now=_timestamp(now),
+            limit=int(limit),
+        )
+        if start is None and template is self.dialect._prepared.claim_one:
+            text = self._replanned(text)
         try:
             return _run(conn, text)
         except Exception as exc:
@@ -347,7 +368,19 @@ class PostgresSession(Session):
                 raise
         conn.rollback()
         self.prepared = self.dialect._inline
-        return self.claim(queue, now, limit)
+        return self.claim(queue, now, limit, start)
+
+    def _replanned(self, text: str) -> str:
+        """`text`, preceded every `_REPLAN_EVERY_S` by preparing the statements anew, in the
+        same round trip. The server keeps a prepared statement's plan until autovacuum or
+        ANALYZE invalidates it, and plans made while the table was nearly empty (a sequential
+        scan, a sort) would scan every row, dead ones too, on every claim and archive where
+        autovacuum is off or lags."""
+        now = time.monotonic()
+        if now - self.planned_at < _REPLAN_EVERY_S:
+            return text
+        self.planned_at = now
+        return self.dialect.replan + text
 
     def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
         """Archive and COMMIT in one simple query, one round trip, where templates apply."""
@@ -365,7 +398,7 @@ class PostgresSession(Session):
 class _HotPath(NamedTuple):
     """The worker's per-job statements as simple-query templates, values inlined.
 
-    Fields: {queue}, {now} and {limit} for the claims; {ids} and {finished} for
+    Fields: {queue}, {start}, {now} and {limit} for the claims; {ids} and {finished} for
     the archives (which COMMIT too).
     """
 

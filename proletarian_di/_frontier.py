@@ -1,0 +1,65 @@
+"""Where a worker's claims begin in the `(queue, process_at)` index.
+
+Archived jobs leave dead index entries behind them, at the head of the index, until the
+database cleans them up; while any transaction pins the horizon (a report, a backup, a
+long job) it cannot, and a claim that starts at the beginning walks over all of them.
+So a worker's claims start at its frontier, the `process_at` of the newest job it
+claimed, and skip the dead. Jobs can still fall due behind it (enqueued by a host whose
+clock is behind, committed late, released by a crashed worker): once per polling interval
+one claim of the worker sweeps from the beginning, and a thread that finds a job there
+walks on from it until it is back at the frontier.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+
+class Walker(Protocol):
+    """A worker thread's own place, while it walks jobs found behind the frontier."""
+
+    behind: Any
+
+
+class Frontier:
+    """The shared frontier of one worker's threads, and when the next sweep is due."""
+
+    def __init__(self, sweep_every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.sweep_every_s = sweep_every_s
+        self.clock = clock
+        self.head: Any = None
+        self._next_sweep = 0.0
+        self._lock = threading.Lock()
+
+    def start(self, walker: Walker | None) -> Any:
+        """Where the next claim begins: the walker's place, else the frontier; None (from
+        the beginning) when a sweep is due or nothing was claimed yet."""
+        now = self.clock()
+        if self.head is None or now >= self._next_sweep:
+            with self._lock:
+                if self.head is None or now >= self._next_sweep:
+                    self._next_sweep = now + self.sweep_every_s
+                    return None
+        if walker is not None and walker.behind is not None:
+            return walker.behind
+        return self.head
+
+    def claimed(self, walker: Walker | None, process_at: Any) -> None:
+        """A claim took jobs up to `process_at` (the raw column value): the frontier moves
+        up to it, or the walker stays there, behind the frontier, to claim what follows."""
+        with self._lock:
+            behind = None
+            if self.head is None or process_at > self.head:
+                self.head = process_at
+            elif process_at < self.head:
+                behind = process_at
+        if walker is not None:
+            walker.behind = behind
+
+    def missed(self, walker: Walker | None) -> None:
+        """A claim found nothing: a walker is back at the frontier."""
+        if walker is not None:
+            walker.behind = None

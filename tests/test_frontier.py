@@ -1,0 +1,200 @@
+"""Claims start at the worker's frontier (so they do not walk over archived jobs' dead index
+entries) and still find every due job: a sweep from the beginning once per polling interval
+catches jobs behind the frontier, and the thread that finds one walks on from there."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from proletarian_di import create_queue_worker
+from proletarian_di._dialects import dialect_for
+from proletarian_di._frontier import Frontier
+from proletarian_di._options import worker_settings
+from proletarian_di._runner import JobRunner, Slot
+
+from backends import Backend, archive_by_id, enqueue_committed, wait_until
+
+NOW = datetime.now(timezone.utc)
+
+
+def enqueue_at(backend: Backend, job_type: str, process_at: datetime) -> Any:
+    """Enqueue a job due at `process_at`, in the past too: `enqueue` makes a past time now,
+    so the row is written as another host with a slow clock, or a late commit, leaves it."""
+    [job_id] = enqueue_committed(backend, (job_type, None))
+    key = job_id.bytes if backend.name == "mysql" else job_id
+    when = process_at.replace(tzinfo=None) if backend.name == "mysql" else process_at
+    backend.execute(
+        f"UPDATE {backend.job_table} SET process_at = %s WHERE job_id = %s", (when, key)
+    )
+    return job_id
+
+
+class FakeTime:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# The rule, without a database -------------------------------------------------------------
+
+
+def test_claims_sweep_first_then_start_at_the_frontier_until_the_next_sweep() -> None:
+    time = FakeTime()
+    frontier = Frontier(0.1, clock=time)
+    assert frontier.start(None) is None
+    frontier.claimed(None, 5)
+    assert [frontier.start(None) for _ in range(3)] == [5, 5, 5]
+    time.now = 0.1
+    assert frontier.start(None) is None
+    assert frontier.start(None) == 5
+
+
+def test_the_frontier_only_moves_forward_and_a_walker_stays_behind_it() -> None:
+    time = FakeTime()
+    frontier, walker = Frontier(1.0, clock=time), Slot()
+    frontier.start(walker)
+    frontier.claimed(walker, 10)
+    frontier.claimed(walker, 3)
+    assert frontier.head == 10 and walker.behind == 3
+    assert frontier.start(walker) == 3
+    assert frontier.start(None) == 10
+    frontier.claimed(walker, 7)
+    assert walker.behind == 7
+    frontier.claimed(walker, 12)
+    assert (frontier.head, walker.behind) == (12, None)
+    frontier.claimed(walker, 4)
+    frontier.missed(walker)
+    assert walker.behind is None and frontier.start(walker) == 12
+
+
+def test_no_sweep_interval_means_every_claim_starts_from_the_beginning() -> None:
+    frontier = Frontier(0.0, clock=FakeTime())
+    frontier.claimed(None, 5)
+    assert [frontier.start(None) for _ in range(3)] == [None, None, None]
+
+
+# On both databases ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def runner_session(backend: Backend, frontier: Frontier, ran: list[str]) -> Iterator[Any]:
+    """A runner with `frontier` on an attached worker connection, recording job types."""
+    runner = JobRunner(
+        lambda job_type, payload: ran.append(job_type), worker_settings(), None, frontier
+    )
+    with contextlib.closing(backend.connect()) as conn:
+        dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+        with dialect.attached(conn) as session:
+            yield lambda slot: runner.run_batch(session, slot)
+
+
+def test_a_job_behind_the_frontier_waits_for_the_sweep_then_its_thread_walks_on(
+    backend: Backend,
+) -> None:
+    """A job due behind the frontier is passed over until the next sweep claims it, then
+    the thread goes on from it, in process_at order."""
+    for name, seconds in (("a", 50), ("b", 40), ("c", 30)):
+        enqueue_at(backend, name, NOW - timedelta(seconds=seconds))
+    time, ran, slot = FakeTime(), [], Slot()
+    frontier = Frontier(1.0, clock=time)
+    with runner_session(backend, frontier, ran) as run:
+        assert run(slot) == [True] and run(slot) == [True]
+        assert ran == ["a", "b"]
+        enqueue_at(backend, "behind", NOW - timedelta(seconds=45))
+        enqueue_at(backend, "old", NOW - timedelta(seconds=60))
+        assert run(slot) == [True]
+        assert ran[-1] == "c"
+        assert run(slot) == []
+        time.now = 1.0
+        assert run(slot) == [True]
+        assert ran[-1] == "old" and slot.behind is not None
+        assert run(slot) == [True]
+        assert ran[-1] == "behind"
+        assert run(slot) == [] and slot.behind is None
+    assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}") == [(0,)]
+
+
+def test_a_worker_runs_jobs_released_or_enqueued_behind_its_frontier(backend: Backend) -> None:
+    """A job another transaction held while the frontier moved past it, and a job written
+    with a past process_at, both run: the sweep finds them."""
+    held = enqueue_at(backend, "held", NOW - timedelta(minutes=5))
+    later = enqueue_committed(backend, *(("later", n) for n in range(20)))
+    done = threading.Event()
+    source = backend.pool(3)
+    worker = create_queue_worker(
+        source, lambda job_type, payload: None, worker_threads=2, polling_interval_ms=50
+    )
+    with contextlib.closing(backend.connect()) as holder:
+        key = held.bytes if backend.name == "mysql" else held
+        with holder.cursor() as cursor:
+            cursor.execute(
+                f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE", (key,)
+            )
+            cursor.fetchall()
+        try:
+            worker.start()
+            wait_until(lambda: set(later) <= set(archive_by_id(backend)), description="later")
+            assert held not in archive_by_id(backend)
+        finally:
+            holder.rollback()
+        past = enqueue_at(backend, "past", NOW - timedelta(hours=1))
+        try:
+            wait_until(
+                lambda: {held, past} <= set(archive_by_id(backend)),
+                description="the jobs behind the frontier",
+            )
+            done.set()
+        finally:
+            worker.stop()
+            source.close()
+    assert done.is_set()
+    assert {archive_by_id(backend)[job][0] for job in (held, past, *later)} == {"success"}
+
+
+def test_postgres_prepares_its_statements_anew_on_a_sweep(pg: Backend, monkeypatch) -> None:
+    """On a sweep, at most every _REPLAN_EVERY_S, the worker's statements are prepared
+    again, so a plan made on a nearly empty table does not outlive it."""
+    monkeypatch.setattr("proletarian_di._dialects.postgresql._REPLAN_EVERY_S", 0.0)
+    enqueue_committed(pg, ("first", None), ("second", None))
+    prepared: list[datetime] = []
+
+    def handler(job: Any) -> None:
+        cursor = job.connection.execute(
+            "SELECT prepare_time FROM pg_prepared_statements WHERE name LIKE 'proletarian_claim%'"
+        )
+        prepared.extend(row[0] for row in cursor.fetchall())
+
+    runner = JobRunner(handler, worker_settings(handler_fn_mode="advanced"), None, Frontier(0.0))
+    with contextlib.closing(pg.connect()) as conn:
+        dialect = dialect_for(conn, pg.job_table, pg.archived_job_table)
+        with dialect.attached(conn) as session:
+            assert runner.run_batch(session, Slot()) == [True]
+            assert runner.run_batch(session, Slot()) == [True]
+    assert len(prepared) == 2 and prepared[0] < prepared[1]
+
+
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_batches_move_the_frontier_to_their_last_job(backend: Backend, batch_size: int) -> None:
+    ids = [enqueue_at(backend, f"j{n}", NOW - timedelta(seconds=60 - n)) for n in range(10)]
+    ran: list[str] = []
+    frontier = Frontier(60.0, clock=FakeTime())
+    runner = JobRunner(lambda t, p: ran.append(t), worker_settings(), None, frontier)
+    with contextlib.closing(backend.connect()) as conn:
+        dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+        with dialect.attached(conn) as session:
+            while runner.run_batch(session, Slot(), batch_size):
+                pass
+            decoded = dialect.decode_time(frontier.head)
+    assert ran == [f"j{n}" for n in range(10)]
+    assert decoded == NOW - timedelta(seconds=51)
+    assert set(ids) <= set(archive_by_id(backend))
