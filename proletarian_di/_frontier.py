@@ -8,6 +8,11 @@ claimed, and skip the dead. Jobs can still fall due behind it (enqueued by a hos
 clock is behind, committed late, released by a crashed worker): once per polling interval
 one claim of the worker sweeps from the beginning, and a thread that finds a job there
 walks on from it until it is back at the frontier.
+
+A sweep walks over the dead too, so its cost grows while the horizon is held; sweeps are
+kept to a tenth of the worker's time (a sweep that took 40 ms puts the next one 400 ms
+later, where the polling interval is shorter). On a table that vacuum keeps clean a sweep
+takes well under a millisecond, and the polling interval rules.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ class Walker(Protocol):
     behind: Any
 
 
+SWEEP_SHARE = 0.1
+"""The most of its time a worker spends sweeping: the next sweep waits 1 / SWEEP_SHARE times
+as long as the last one took, if that is longer than the polling interval."""
+
+
 class Frontier:
     """The shared frontier of one worker's threads, and when the next sweep is due."""
 
@@ -32,6 +42,7 @@ class Frontier:
         self.clock = clock
         self.head: Any = None
         self._next_sweep = 0.0
+        self._sweep: tuple[Walker | None, float] | None = None
         self._lock = threading.Lock()
 
     def start(self, walker: Walker | None) -> Any:
@@ -42,7 +53,11 @@ class Frontier:
             with self._lock:
                 if self.head is None or now >= self._next_sweep:
                     self._next_sweep = now + self.sweep_every_s
+                    self._sweep = (walker, now)
                     return None
+        if self._sweep is not None and self._sweep[0] is walker:
+            with self._lock:
+                self._sweep = None  # that sweep failed; its cost is unknown
         if walker is not None and walker.behind is not None:
             return walker.behind
         return self.head
@@ -51,6 +66,7 @@ class Frontier:
         """A claim took jobs up to `process_at` (the raw column value): the frontier moves
         up to it, or the walker stays there, behind the frontier, to claim what follows."""
         with self._lock:
+            self._swept(walker)
             behind = None
             if self.head is None or process_at > self.head:
                 self.head = process_at
@@ -61,5 +77,16 @@ class Frontier:
 
     def missed(self, walker: Walker | None) -> None:
         """A claim found nothing: a walker is back at the frontier."""
+        with self._lock:
+            self._swept(walker)
         if walker is not None:
             walker.behind = None
+
+    def _swept(self, walker: Walker | None) -> None:
+        """If `walker` was sweeping, hold the next sweep back by what this one cost."""
+        if self._sweep is None or self._sweep[0] is not walker or not self.sweep_every_s:
+            return
+        started = self._sweep[1]
+        self._sweep = None
+        cost = self.clock() - started
+        self._next_sweep = max(self._next_sweep, started + cost / SWEEP_SHARE)

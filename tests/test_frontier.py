@@ -77,6 +77,38 @@ def test_the_frontier_only_moves_forward_and_a_walker_stays_behind_it() -> None:
     assert walker.behind is None and frontier.start(walker) == 12
 
 
+def test_an_expensive_sweep_holds_the_next_one_back_to_a_tenth_of_the_time() -> None:
+    time = FakeTime()
+    frontier, walker, other = Frontier(1.0, clock=time), Slot(), Slot()
+    frontier.claimed(walker, 5)
+    time.now = 10.0
+    assert frontier.start(walker) is None
+    assert frontier.start(other) == 5
+    time.now = 12.0
+    frontier.missed(walker)
+    time.now = 25.0
+    assert frontier.start(other) == 5, "a 2 s sweep puts the next one 20 s after it began"
+    time.now = 30.0
+    assert frontier.start(other) is None
+    frontier.claimed(other, 6)
+    time.now = 31.0
+    assert frontier.start(walker) is None, "a cheap sweep: the polling interval rules again"
+
+
+def test_a_failed_sweep_does_not_count_as_an_expensive_one() -> None:
+    time = FakeTime()
+    frontier, walker = Frontier(1.0, clock=time), Slot()
+    frontier.claimed(walker, 5)
+    time.now = 10.0
+    assert frontier.start(walker) is None  # and the claim raises: no claimed() nor missed()
+    time.now = 10.5
+    assert frontier.start(walker) == 5
+    time.now = 15.0
+    frontier.missed(walker)
+    time.now = 16.0
+    assert frontier.start(walker) is None
+
+
 def test_no_sweep_interval_means_every_claim_starts_from_the_beginning() -> None:
     frontier = Frontier(0.0, clock=FakeTime())
     frontier.claimed(None, 5)
