@@ -230,3 +230,21 @@ def test_batches_move_the_frontier_to_their_last_job(backend: Backend, batch_siz
     assert ran == [f"j{n}" for n in range(10)]
     assert decoded == NOW - timedelta(seconds=51)
     assert set(ids) <= set(archive_by_id(backend))
+
+
+def test_mysql_claims_range_over_both_index_columns_without_a_sort(mysql_backend) -> None:
+    """`queue = %s` would let the optimizer read the queue's entries from the first (the
+    dead ones too, while a read view is held); the claim is a range on (queue, process_at)."""
+    backend = mysql_backend
+    backend.reset()
+    enqueue_committed(backend, *[("t", n) for n in range(50)])
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    with contextlib.closing(backend.connect()) as conn:
+        dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+        for start in (now - timedelta(seconds=1), dialect._earliest):
+            cursor = conn.cursor()
+            cursor.execute("EXPLAIN " + dialect.claim_sql, ("default", "default", start, now, 1))
+            names = [column[0].lower() for column in cursor.description]
+            plan = dict(zip(names, cursor.fetchone(), strict=True))
+            assert plan["type"] == "range", plan
+            assert "filesort" not in str(plan["extra"]).lower(), plan
