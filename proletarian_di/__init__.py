@@ -26,6 +26,7 @@ from .job_ids import BinaryUUIDStrategy, JobIdStrategy, UUIDStrategy
 from .jobs import DEFAULT_QUEUE, Job
 from .lifecycle import worker_running
 from .mysql import MySQLDataSource
+from .periodic import PeriodicJob, Scheduler, create_scheduler
 from .retry import RetrySpec
 from .router import JobRouter
 from .schema import install_schema
@@ -52,9 +53,11 @@ __all__ = [
     "JobRouter",
     "MySQLDataSource",
     "PayloadError",
+    "PeriodicJob",
     "ProletarianError",
     "QueueWorker",
     "RetrySpec",
+    "Scheduler",
     "SchemaError",
     "Serializer",
     "TransactionAborted",
@@ -64,6 +67,7 @@ __all__ = [
     "WorkerOptions",
     "WorkerStateError",
     "create_queue_worker",
+    "create_scheduler",
     "enqueue",
     "enqueue_async",
     "enqueue_many",

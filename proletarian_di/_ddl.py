@@ -1,6 +1,7 @@
 """The schema's SQL, per database: the full current schema and the numbered steps to it.
 
-Templates take {schema}, {job_table}, {archived_job_table}, {index}, {version_table} and,
+Templates take {schema}, {job_table}, {archived_job_table}, {index}, {version_table},
+{periodic_table} and,
 on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
 (Clojure) is at version 1.
@@ -36,6 +37,16 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
 );
 
 CREATE INDEX IF NOT EXISTS {index} ON {job_table} (queue, process_at);
+
+CREATE TABLE IF NOT EXISTS {periodic_table} (
+    name        TEXT PRIMARY KEY,     -- the schedule's name (PeriodicJob.name)
+    cron        TEXT NOT NULL,        -- its cron expression, as declared
+    timezone    TEXT NOT NULL,        -- the IANA time zone the expression is read in
+    job_type    TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    last_tick   TIMESTAMPTZ NOT NULL, -- the newest tick enqueued or passed over; later ones are due
+    updated_at  TIMESTAMPTZ NOT NULL
+);
 """
 
 MYSQL = """\
@@ -64,6 +75,16 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
     last_error  TEXT NULL               -- a failure's error; the last failed attempt's otherwise
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {periodic_table} (
+    name        VARCHAR(255) PRIMARY KEY, -- the schedule's name (PeriodicJob.name)
+    cron        VARCHAR(255) NOT NULL,    -- its cron expression, as declared
+    timezone    VARCHAR(64) NOT NULL,     -- the IANA time zone the expression is read in
+    job_type    VARCHAR(255) NOT NULL,
+    queue       VARCHAR(255) NOT NULL,
+    last_tick   DATETIME(6) NOT NULL,     -- UTC; the newest tick enqueued or passed over
+    updated_at  DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -162,12 +183,21 @@ ALTER TABLE {job_table} ADD COLUMN last_error TEXT NULL;
 ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT NULL;
 """
 
+# The periodic table: the step is the full schema's own statement.
+POSTGRESQL_3 = POSTGRESQL[POSTGRESQL.index("CREATE TABLE IF NOT EXISTS {periodic_table}") :]
+MYSQL_4 = MYSQL[MYSQL.index("CREATE TABLE IF NOT EXISTS {periodic_table}") :]
+
 STEPS: dict[str, tuple[tuple[str, str], ...]] = {
-    "postgresql": (("proletarian", POSTGRESQL_1), ("stored_errors", POSTGRESQL_2)),
+    "postgresql": (
+        ("proletarian", POSTGRESQL_1),
+        ("stored_errors", POSTGRESQL_2),
+        ("periodic_jobs", POSTGRESQL_3),
+    ),
     "mysql": (
         ("proletarian", MYSQL_1),
         ("proletarian_di_types", MYSQL_2),
         ("stored_errors", MYSQL_3),
+        ("periodic_jobs", MYSQL_4),
     ),
 }
 """Each database's migrations in order: (name, template); the version is the position + 1."""

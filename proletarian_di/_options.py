@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from ._dialects import check_table_name
 from ._logging import default_log
@@ -21,6 +22,8 @@ from .errors import ConfigurationError
 from .job_ids import JobIdStrategy
 from .jobs import DEFAULT_QUEUE
 from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
+
+T = TypeVar("T")
 
 DEFAULT_JOB_TABLE = "proletarian.job"
 DEFAULT_ARCHIVED_JOB_TABLE = "proletarian.archived_job"
@@ -132,17 +135,28 @@ class WorkerSettings:
         check_serializer(self.serializer)
         check_id_strategy(self.job_id_strategy)
         check_clock(self.clock)
-        if not callable(self.log):
-            raise ConfigurationError(f"log must be a callable (event, data), got {self.log!r}")
+        check_log(self.log)
+
+
+def check_log(log: Any) -> LogFn:
+    if not callable(log):
+        raise ConfigurationError(f"log must be a callable (event, data), got {log!r}")
+    return log
+
+
+def validated(settings: type[T], kind: str, options: Mapping[str, Any]) -> T:
+    """`settings(**options)`, None meaning the default, naming any option that does not exist
+    (`kind`: "worker", "scheduler")."""
+    fields = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown {kind} option(s) {', '.join(unknown)}; "
+            f"valid options: {', '.join(sorted(fields))}"
+        )
+    return settings(**{name: value for name, value in options.items() if value is not None})
 
 
 def worker_settings(**options: Any) -> WorkerSettings:
     """Validate keyword options into `WorkerSettings`, naming any option that does not exist."""
-    fields = {f.name for f in dataclasses.fields(WorkerSettings)}
-    unknown = sorted(set(options) - fields)
-    if unknown:
-        raise ConfigurationError(
-            f"unknown worker option(s) {', '.join(unknown)}; "
-            f"valid options: {', '.join(sorted(fields))}"
-        )
-    return WorkerSettings(**{name: value for name, value in options.items() if value is not None})
+    return validated(WorkerSettings, "worker", options)

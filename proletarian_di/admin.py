@@ -1,6 +1,6 @@
 """Operator queries on any connection of either database: queue statistics, listing and
-inspecting jobs, retrying failed jobs, cancelling waiting ones, pruning the archive, schema
-checks.
+inspecting jobs, retrying failed jobs, cancelling waiting ones, pruning the archive, listing
+periodic schedules, schema checks.
 
 The CLI uses them, and so can your own tools. Like `enqueue`, none of them commits:
 they run in the caller's transaction, and the caller commits (or rolls back a read).
@@ -19,8 +19,9 @@ from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._types import Connection
-from .errors import ConfigurationError
-from .schema import check_schema
+from .errors import ConfigurationError, SchemaError
+from .periodic import Schedule, next_tick
+from .schema import UPGRADE_HINT, check_schema, periodic_table
 from .serializers import Serializer, check_serializer
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "delete_archived",
     "get_job",
     "list_jobs",
+    "list_schedules",
     "missing_columns",
     "purge_archive",
     "queue_stats",
@@ -752,3 +754,28 @@ def waiting(
     marks = ", ".join(["%s"] * len(queues))
     sql = f"SELECT COUNT(*) FROM {tables.job_table} WHERE queue IN ({marks})"
     return int(dialect.fetchall(conn, sql, list(queues))[0][0])
+
+
+def list_schedules(
+    conn: Connection, *, tables: Tables = DEFAULT_TABLES, now: datetime | None = None
+) -> list[Schedule]:
+    """The periodic schedules recorded beside these tables, by name, each with its next run
+    after the later of its last tick and `now`."""
+    dialect = tables.dialect(conn)
+    now = now or datetime.now(timezone.utc)
+    if not dialect.table_columns(conn, periodic_table(tables.job_table)):
+        raise SchemaError(
+            f"there is no {periodic_table(tables.job_table)} table for the schedules: "
+            + UPGRADE_HINT
+        )
+    rows = dialect.fetchall(
+        conn,
+        "SELECT name, cron, timezone, job_type, queue, last_tick, updated_at "
+        f"FROM {periodic_table(tables.job_table)} ORDER BY name",
+    )
+    schedules = []
+    for name, cron, zone, job_type, queue, last, updated in rows:
+        last, updated = dialect.decode_time(last), dialect.decode_time(updated)
+        upcoming = next_tick(cron, zone, max(last, now))
+        schedules.append(Schedule(name, cron, zone, job_type, queue, last, upcoming, updated))
+    return schedules

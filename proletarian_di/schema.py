@@ -26,7 +26,11 @@ NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
 OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
 
+WORKERS_NEED = "stored_errors"
+"""The schema step workers, `process_next_job` and the admin queries need: a newer step that
+they do not use (the periodic table) does not stop them."""
 VERSION_TABLE_SUFFIX = "_schema_version"
+PERIODIC_TABLE_SUFFIX = "_periodic"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
@@ -95,6 +99,7 @@ def _render(
         index=f"{name}_queue_process_at",
         collation=collation,
         version_table=_version_table(job_table),
+        periodic_table=periodic_table(job_table),
     )
     if not schema:
         lines = sql.splitlines(keepends=True)
@@ -102,6 +107,11 @@ def _render(
         sql = "".join(kept)
         sql = sql.replace("DROP INDEX IF EXISTS public.", "DROP INDEX IF EXISTS ").lstrip("\n")
     return sql
+
+
+def periodic_table(job_table: str) -> str:
+    """Where the periodic schedules of these tables live: `<job table>_periodic`."""
+    return f"{job_table}{PERIODIC_TABLE_SUFFIX}"
 
 
 def _version_table(job_table: str) -> str:
@@ -151,7 +161,15 @@ def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
         )
         if row and str(row[0]).lower() == "timestamp":
             return 1
-    return LATEST[dialect.name] if "last_error" in columns else LATEST[dialect.name] - 1
+    if "last_error" not in columns:
+        return _step(dialect.name, "stored_errors") - 1
+    if not dialect.table_columns(conn, periodic_table(job_table)):
+        return _step(dialect.name, "stored_errors")
+    return _step(dialect.name, "periodic_jobs")
+
+
+def _step(dialect: str, name: str) -> int:
+    return next(m.version for m in MIGRATIONS[dialect] if m.name == name)
 
 
 def schema_version(
@@ -185,22 +203,27 @@ def check_schema(
     conn: Any,
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+    *,
+    archive: bool = True,
+    needs: str = WORKERS_NEED,
 ) -> None:
     """Raise a clear error if workers cannot run here: the server is too old, a table is
-    missing, or the schema is older than this proletarian-di (naming the upgrade command).
-    Rolls back what it read."""
+    missing, or the schema is older than step `needs` (naming the upgrade command).
+
+    Workers need the stored errors; a scheduler needs the periodic table and, as it only
+    enqueues, not the archive (`archive=False`). Rolls back what it read."""
     dialect = dialect_for(conn, job_table, archived_job_table)
-    dialect.check_server(conn)
+    dialect.check_server(conn, archive)
     try:
         version = schema_version(conn, job_table, archived_job_table)
     finally:
         dialect.rollback(conn)
-    needed = LATEST[dialect.name]
+    needed = _step(dialect.name, needs)
     if version < needed:
         missing = ", ".join(
             f"{m.version} ({m.name.replace('_', ' ')})"
             for m in MIGRATIONS[dialect.name]
-            if m.version > version
+            if version < m.version <= needed
         )
         raise SchemaError(
             f"the schema of {job_table} is at version {version}; this proletarian-di needs "

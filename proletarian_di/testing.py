@@ -17,7 +17,7 @@ from ._types import DataSource, Handler, WorkerOptions
 from ._urls import url_dialect
 from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
-from .schema import check_schema, install_schema
+from .schema import check_schema, install_schema, periodic_table
 from .serializers import Serializer
 
 if TYPE_CHECKING:
@@ -187,6 +187,7 @@ class QueueDatabase:
         hold the tables of an older schema."""
         self.execute(f"DROP TABLE IF EXISTS {self.job_table}")
         self.execute(f"DROP TABLE IF EXISTS {self.archived_job_table}")
+        self.execute(f"DROP TABLE IF EXISTS {periodic_table(self.job_table)}")
         self.install()
 
     def clear(self, *, truncate: bool = False) -> None:

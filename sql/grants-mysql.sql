@@ -6,6 +6,8 @@
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
 --                         INSERT into the archive (INSERT ... SELECT reads the job row).
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
+--   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
+--                         schedules' table, enqueues their jobs.
 --
 -- Grant a role to a login user and make it the user's default role:
 --   CREATE USER 'app_worker'@'%' IDENTIFIED BY '...';
@@ -19,8 +21,12 @@
 
 CREATE ROLE IF NOT EXISTS proletarian_worker;
 CREATE ROLE IF NOT EXISTS proletarian_enqueuer;
+CREATE ROLE IF NOT EXISTS proletarian_scheduler;
 
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
+GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
+GRANT INSERT ON proletarian.job TO proletarian_scheduler;
+GRANT SELECT ON proletarian.job_schema_version TO proletarian_scheduler;

@@ -7,13 +7,17 @@
 --                         at start. Nothing else: it cannot read the
 --                         archive, create or drop tables, or enqueue.
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
+--   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
+--                         schedules' table, enqueues their jobs, reads the
+--                         schema's version.
 --
--- Both are group roles without LOGIN; grant them to the login roles your
+-- All three are group roles without LOGIN; grant them to the login roles your
 -- processes use, for example:
 --   CREATE ROLE app_worker LOGIN PASSWORD '...' IN ROLE proletarian_worker;
 --   CREATE ROLE app_web LOGIN PASSWORD '...' IN ROLE proletarian_enqueuer;
 -- A worker whose handlers enqueue follow-up jobs needs both roles.
--- For other table names, replace proletarian.job / proletarian.archived_job.
+-- For other table names, replace proletarian.job / proletarian.archived_job
+-- (and proletarian.job_periodic, proletarian.job_schema_version).
 
 DO $$
 BEGIN
@@ -23,11 +27,18 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'proletarian_enqueuer') THEN
         CREATE ROLE proletarian_enqueuer NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'proletarian_scheduler') THEN
+        CREATE ROLE proletarian_scheduler NOLOGIN;
+    END IF;
 END
 $$;
 
-GRANT USAGE ON SCHEMA proletarian TO proletarian_worker, proletarian_enqueuer;
+GRANT USAGE ON SCHEMA proletarian
+    TO proletarian_worker, proletarian_enqueuer, proletarian_scheduler;
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
+GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
+GRANT INSERT ON proletarian.job TO proletarian_scheduler;
+GRANT SELECT ON proletarian.job_schema_version TO proletarian_scheduler;

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 3) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 4) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -30,6 +30,16 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
     last_error  TEXT NULL               -- a failure's error; the last failed attempt's otherwise
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
+    name        VARCHAR(255) PRIMARY KEY, -- the schedule's name (PeriodicJob.name)
+    cron        VARCHAR(255) NOT NULL,    -- its cron expression, as declared
+    timezone    VARCHAR(64) NOT NULL,     -- the IANA time zone the expression is read in
+    job_type    VARCHAR(255) NOT NULL,
+    queue       VARCHAR(255) NOT NULL,
+    last_tick   DATETIME(6) NOT NULL,     -- UTC; the newest tick enqueued or passed over
+    updated_at  DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

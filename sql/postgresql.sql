@@ -1,4 +1,4 @@
--- proletarian-di schema (version 2) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 3) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -29,6 +29,16 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
 );
 
 CREATE INDEX IF NOT EXISTS job_queue_process_at ON proletarian.job (queue, process_at);
+
+CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
+    name        TEXT PRIMARY KEY,     -- the schedule's name (PeriodicJob.name)
+    cron        TEXT NOT NULL,        -- its cron expression, as declared
+    timezone    TEXT NOT NULL,        -- the IANA time zone the expression is read in
+    job_type    TEXT NOT NULL,
+    queue       TEXT NOT NULL,
+    last_tick   TIMESTAMPTZ NOT NULL, -- the newest tick enqueued or passed over; later ones are due
+    updated_at  TIMESTAMPTZ NOT NULL
+);
 
 -- the schema's version, recorded on upgrade
 CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table TEXT PRIMARY KEY, version INTEGER NOT NULL, upgraded_at TIMESTAMPTZ NOT NULL DEFAULT now());

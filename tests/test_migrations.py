@@ -14,11 +14,14 @@ from proletarian_di import SchemaError, create_queue_worker, process_next_job
 from proletarian_di.schema import (
     LATEST,
     MIGRATIONS,
+    WORKERS_NEED,
     migration_file,
     schema_version,
     statements,
     upgrade_schema,
 )
+
+from backends import enqueue_committed
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD, FRESH = "proletarian_old", "proletarian_fresh"
@@ -191,9 +194,14 @@ def test_upgrade_dry_run_changes_nothing_and_a_second_upgrade_is_a_no_op(scratch
     assert version_of(backend, OLD) == LATEST[backend.name]
 
 
+def workers_need(dialect: str) -> int:
+    return next(m.version for m in MIGRATIONS[dialect] if m.name == WORKERS_NEED)
+
+
 def test_a_worker_on_an_older_schema_names_the_command_that_upgrades_it(scratch):
     backend = scratch
-    create_at(backend, LATEST[backend.name] - 1)
+    old = workers_need(backend.name) - 1
+    create_at(backend, old)
     source = backend.pool(2)
     try:
         worker = create_queue_worker(source, lambda t, p: None, **tables(OLD))
@@ -205,9 +213,22 @@ def test_a_worker_on_an_older_schema_names_the_command_that_upgrades_it(scratch)
         source.close()
     message = str(error.value)
     assert "\n" not in message
-    assert f"{OLD}.job is at version {LATEST[backend.name] - 1}" in message
+    assert f"{OLD}.job is at version {old}" in message
     assert "proletarian-di schema upgrade" in message
     assert worker.state == "new"
+
+
+def test_a_worker_runs_on_a_schema_without_the_steps_it_does_not_use(scratch):
+    backend = scratch
+    create_at(backend, LATEST[backend.name] - 1)
+    source = backend.pool(2)
+    try:
+        enqueue_committed(backend, ("t", 1), job_table=f"{OLD}.job")
+        ran = []
+        assert process_next_job(source, lambda t, p: ran.append(p), **tables(OLD)) is True
+    finally:
+        source.close()
+    assert ran == [1]
 
 
 def cli(*args: str) -> Any:

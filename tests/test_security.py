@@ -285,6 +285,10 @@ def test_grants_are_enough_for_a_worker_and_no_more_on_postgres(postgresql_backe
         "DROP TABLE proletarian.job",
         "CREATE TABLE proletarian.sneaky (id int)",
     ]
+    assert_denied_on_postgres(url, forbidden)
+
+
+def assert_denied_on_postgres(url: str, forbidden: list[str]) -> None:
     for statement in forbidden:
         with (
             contextlib.closing(psycopg.connect(url)) as conn,
@@ -381,3 +385,67 @@ def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
     assert (
         backend.query("SELECT COUNT(*) FROM proletarian.job WHERE queue = %s", (queue,))[0][0] == 0
     )
+
+
+SCHEDULER_USER = "proletarian_test_scheduler"
+
+
+def run_as_scheduler(backend: Any, source: Any) -> None:
+    """A scheduler with the scheduler role alone records its schedule and enqueues a tick."""
+    from datetime import datetime, timedelta, timezone
+
+    from proletarian_di import PeriodicJob, create_scheduler
+    from proletarian_di.testing import FakeClock
+
+    name = f"grants-{uuid.uuid4().hex[:8]}"
+    clock = FakeClock(datetime(2026, 5, 1, 10, 0, 30, tzinfo=timezone.utc))
+    scheduler = create_scheduler(source, [PeriodicJob(name, "* * * * *", name)], clock=clock)
+    scheduler.register()
+    clock.advance(timedelta(minutes=1))
+    [tick] = scheduler.run_pending()
+    assert tick.job_id is not None
+    assert backend.query("SELECT job_type FROM proletarian.job WHERE job_type = %s", (name,)) == [
+        (name,)
+    ]
+
+
+def test_the_scheduler_role_is_enough_for_a_scheduler_and_no_more_on_postgres(
+    postgresql_backend,
+):
+    backend = postgresql_backend
+    backend.reset()
+    with contextlib.closing(psycopg.connect(backend.url, autocommit=True)) as admin:
+        admin.execute((ROOT / "sql" / "grants-postgresql.sql").read_text())
+        admin.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SCHEDULER_USER}')"
+            f" THEN CREATE ROLE {SCHEDULER_USER} LOGIN IN ROLE proletarian_scheduler; END IF;"
+            " END $$"
+        )
+    url = psycopg.conninfo.make_conninfo(backend.url, user=SCHEDULER_USER)
+    run_as_scheduler(backend, lambda: psycopg.connect(url))
+    assert_denied_on_postgres(
+        url, ["SELECT * FROM proletarian.job", "DELETE FROM proletarian.job_periodic"]
+    )
+
+
+def test_the_scheduler_role_is_enough_for_a_scheduler_and_no_more_on_mysql(mysql_backend):
+    backend = mysql_backend
+    backend.reset()
+    with contextlib.closing(backend.connect()) as admin:
+        cursor = admin.cursor()
+        for statement in statements((ROOT / "sql" / "grants-mysql.sql").read_text()):
+            cursor.execute(statement)
+        cursor.execute(
+            f"CREATE USER IF NOT EXISTS '{SCHEDULER_USER}'@'%%' IDENTIFIED BY %s", (SECRET,)
+        )
+        cursor.execute(f"GRANT proletarian_scheduler TO '{SCHEDULER_USER}'@'%'")
+        cursor.execute(f"SET DEFAULT ROLE proletarian_scheduler FOR '{SCHEDULER_USER}'@'%'")
+        admin.commit()
+    options = {**backend.options, "user": SCHEDULER_USER, "password": SECRET}  # type: ignore[attr-defined]
+    options.pop("database", None)
+    run_as_scheduler(backend, lambda: pymysql.connect(**options))
+    with contextlib.closing(pymysql.connect(**options)) as conn:
+        for statement in ("SELECT * FROM proletarian.job", "DELETE FROM proletarian.job_periodic"):
+            with pytest.raises(pymysql.err.MySQLError) as denied:
+                conn.cursor().execute(statement)
+            assert denied.value.args[0] in (1142, 1044), denied.value

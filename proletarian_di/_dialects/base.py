@@ -342,8 +342,9 @@ class Dialect:
         """The server's product name and version."""
         raise NotImplementedError
 
-    def check_server(self, conn: Any) -> None:
-        """Raise a clear error for a server without SKIP LOCKED or without the tables."""
+    def check_server(self, conn: Any, archive: bool = True) -> None:
+        """Raise a clear error for a server without SKIP LOCKED or without the tables (the
+        archive too unless `archive` is False: a scheduler only enqueues)."""
         try:
             product, version = self.server_version(conn)
             required = self.required_version(product)
@@ -352,10 +353,10 @@ class Dialect:
                     f"{product} {'.'.join(map(str, version))} found; proletarian-di needs "
                     f"{product} {'.'.join(map(str, required))} or newer (SELECT … SKIP LOCKED)"
                 )
-            for table, option in (
-                (self.job_table, "job_table"),
-                (self.archived_job_table, "archived_job_table"),
-            ):
+            tables = [(self.job_table, "job_table")]
+            if archive:
+                tables.append((self.archived_job_table, "archived_job_table"))
+            for table, option in tables:
                 if not self.table_columns(conn, table):
                     raise SchemaError(
                         f"table {table} ({option}) does not exist; install the schema with "
@@ -414,6 +415,11 @@ class Dialect:
     ) -> int:
         """Archive the waiting jobs matching `where` as cancelled, passing over the rows
         others hold (running jobs); how many were cancelled."""
+        raise NotImplementedError
+
+    def unless_exists(self, key: str) -> str:
+        """The clause that makes an INSERT write nothing when a row with its `key` exists,
+        without hiding any other error."""
         raise NotImplementedError
 
     def purge_archived(self, conn: Any, where: str, params: Sequence[Any]) -> int:

@@ -289,6 +289,9 @@ class PostgresDialect(Dialect):
             return set(job_ids)
         return set(job_ids) - {row[0] for row in free}
 
+    def unless_exists(self, key: str) -> str:
+        return f"ON CONFLICT ({key}) DO NOTHING"
+
     def cancel_waiting(
         self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime
     ) -> int:

@@ -20,12 +20,14 @@ Teardown never raises: a failing step is logged (logger `proletarian_di`) and
 the container goes on shutting the others down, because dependency-injector
 stops its shutdown loop at the first exception.
 
-Sync and async: `postgres_pool`, `mysql_data_source` and `queue_worker` are
+`scheduler` starts a `Scheduler` of periodic jobs the same way.
+
+Sync and async: `postgres_pool`, `mysql_data_source`, `queue_worker` and `scheduler` are
 generator resources for `container.init_resources()` in ordinary code (a
 script, the CLI, `worker_running`, or `proletarian_di.fastapi.worker_lifespan`,
 which runs them in a thread). For `await container.init_resources()` use the
-async generator variants `async_postgres_pool`, `async_mysql_data_source` and
-`async_queue_worker`: same arguments, same objects, but their blocking work
+async generator variants `async_postgres_pool`, `async_mysql_data_source`,
+`async_queue_worker` and `async_scheduler`: same arguments, same objects, but their blocking work
 (connecting, starting, draining, closing) runs in a thread via
 `asyncio.to_thread`, so the event loop never blocks. dependency-injector
 supports both kinds of generator resource natively.
@@ -34,7 +36,7 @@ supports both kinds of generator resource natively.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._containers import container_workers, init_resources, shutdown_resources, teardown
@@ -42,6 +44,7 @@ from .._secrets import malformed, mask, parse_mysql_url, passwords, postgres_pro
 from .._types import DataSource, Handler, WorkerOptions
 from ..errors import ConfigurationError
 from ..mysql import MySQLDataSource
+from ..periodic import PeriodicJob, Scheduler, create_scheduler
 from ..worker import QueueWorker, create_queue_worker
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ __all__ = [
     "async_mysql_data_source",
     "async_postgres_pool",
     "async_queue_worker",
+    "async_scheduler",
     "container_workers",
     "init_resources",
     "mask_conninfo",
@@ -59,6 +63,7 @@ __all__ = [
     "open_postgres_pool",
     "postgres_pool",
     "queue_worker",
+    "scheduler",
     "shutdown_resources",
     "start_queue_worker",
 ]
@@ -225,6 +230,26 @@ def queue_worker(
         _stop_worker(worker)
 
 
+def scheduler(
+    data_source: DataSource, periodic_jobs: Iterable[PeriodicJob], **options: Any
+) -> Iterator[Scheduler]:
+    """Resource: a started `Scheduler` of `periodic_jobs` (see `create_scheduler`); stopped
+    on shutdown. Declare it beside the workers; every process may run one."""
+    started = _start_scheduler(data_source, periodic_jobs, **options)
+    try:
+        yield started
+    finally:
+        teardown("scheduler", started.stop)
+
+
+def _start_scheduler(
+    data_source: DataSource, periodic_jobs: Iterable[PeriodicJob], **options: Any
+) -> Scheduler:
+    created = create_scheduler(data_source, periodic_jobs, **options)
+    created.start()
+    return created
+
+
 # Async generator resources: the blocking steps run in a thread ---------------
 
 
@@ -261,3 +286,14 @@ async def async_queue_worker(
         yield worker
     finally:
         await asyncio.to_thread(_stop_worker, worker)
+
+
+async def async_scheduler(
+    data_source: DataSource, periodic_jobs: Iterable[PeriodicJob], **options: Any
+) -> AsyncIterator[Scheduler]:
+    """`scheduler` for `await container.init_resources()`: starts and stops in a thread."""
+    started = await asyncio.to_thread(_start_scheduler, data_source, periodic_jobs, **options)
+    try:
+        yield started
+    finally:
+        await asyncio.to_thread(teardown, "scheduler", started.stop)

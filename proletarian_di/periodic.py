@@ -1,0 +1,486 @@
+"""Periodic jobs: cron schedules whose ticks are enqueued exactly once over every process.
+
+Each process that runs a `Scheduler` for a schedule computes its ticks from the cron
+expression (parsed and evaluated by `cronsim`, which follows Debian cron, DST included);
+a tick is enqueued by the process whose `UPDATE … SET last_tick = <tick> WHERE last_tick <
+<tick>` changes the schedule's row, in the same transaction as the job's INSERT. The row
+lock and the comparison make the database the judge: however many processes declare the
+schedule, one of them enqueues each tick, and a crash between the two statements loses
+neither (they commit together).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from ._datasource import connection_factory
+from ._dialects import Dialect, dialect_for
+from ._enqueue import enqueue
+from ._logging import default_log, describe, safe_log
+from ._options import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    _int_at_least,
+    check_clock,
+    check_id_strategy,
+    check_log,
+    check_name,
+    check_queue,
+    utc_now,
+    validated,
+)
+from ._types import Clock, Connection, DataSource, LogFn
+from .errors import ConfigurationError, PayloadError, WorkerStateError
+from .jobs import DEFAULT_QUEUE
+from .schema import check_schema, periodic_table
+from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
+
+if TYPE_CHECKING:
+    from .job_ids import JobIdStrategy
+
+__all__ = ["PeriodicJob", "Schedule", "Scheduler", "Tick", "create_scheduler", "next_tick"]
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""The `@` names cron accepts for common schedules, and what they stand for."""
+
+_MISSING_CRONSIM = (
+    "periodic jobs need the cronsim package (Python 3.11+): pip install 'proletarian-di[periodic]'"
+)
+
+
+def _cronsim() -> Any:
+    try:
+        import cronsim
+    except ImportError:  # pragma: no cover - the extra is installed wherever tests run
+        raise ConfigurationError(_MISSING_CRONSIM) from None
+    return cronsim
+
+
+def _zone(name: Any, where: str) -> Any:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"{where}: timezone must be an IANA name such as 'UTC'")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(
+            f"{where}: unknown timezone {name!r} (an IANA name such as 'Europe/Berlin')"
+        ) from None
+
+
+def _expression(cron: Any, where: str) -> str:
+    """The five-field expression `cron` stands for, checked by cronsim."""
+    if not isinstance(cron, str) or not cron.strip():
+        raise ConfigurationError(f"{where}: cron must be a cron expression such as '0 * * * *'")
+    text = " ".join(cron.split())
+    expr = ALIASES.get(text.lower(), text)
+    if expr.startswith("@"):
+        raise ConfigurationError(
+            f"{where}: unknown cron alias {text!r}; use one of {', '.join(ALIASES)}"
+        )
+    fields = len(expr.split())
+    if fields != 5:
+        raise ConfigurationError(
+            f"{where}: cron {text!r} has {fields} field(s); it needs 5 "
+            "(minute hour day-of-month month day-of-week) or an alias such as @hourly"
+        )
+    cronsim = _cronsim()
+    try:
+        cronsim.CronSim(expr, datetime(2000, 1, 1))
+    except cronsim.CronSimError as exc:
+        raise ConfigurationError(f"{where}: invalid cron {text!r}: {exc}") from None
+    return expr
+
+
+@dataclasses.dataclass(frozen=True)
+class PeriodicJob:
+    """A job enqueued on a cron schedule: `name` identifies it across processes and restarts.
+
+    `cron` has five fields (minute hour day-of-month month day-of-week) or is an alias
+    such as `@hourly`; it is read in `timezone` (an IANA name), with Debian cron's rules
+    for daylight saving time: a time skipped by the change runs at the change, a
+    repeated one runs once.
+    """
+
+    name: str
+    cron: str
+    job_type: str
+    payload: Any = None
+    _: dataclasses.KW_ONLY
+    queue: str = DEFAULT_QUEUE
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "PeriodicJob name")
+        where = f"periodic job {self.name!r}"
+        check_name(self.job_type, f"{where}: job_type")
+        check_queue(self.queue)
+        _expression(self.cron, where)
+        _zone(self.timezone, where)
+
+    @functools.cached_property
+    def expression(self) -> str:
+        """The five-field expression (an alias spelled out)."""
+        return _expression(self.cron, self.name)
+
+    def ticks(self, after: datetime) -> Iterator[datetime]:
+        """The schedule's ticks after `after` (aware), in order, as UTC datetimes."""
+        return _ticks(self.expression, self.timezone, after)
+
+    def next_run(self, after: datetime) -> datetime | None:
+        """The first tick after `after`; None if the expression never matches again."""
+        return next(self.ticks(after), None)
+
+
+def _ticks(expression: str, zone_name: str, after: datetime) -> Iterator[datetime]:
+    if after.tzinfo is None:
+        raise ConfigurationError(f"a schedule's time must be timezone-aware, got {after!r}")
+    zone = _zone(zone_name, "schedule")
+    for tick in _cronsim().CronSim(expression, after.astimezone(zone)):
+        yield tick.astimezone(timezone.utc)
+
+
+def _latest_tick(job: PeriodicJob, after: datetime, now: datetime) -> datetime | None:
+    """The newest tick in (after, now], or None: the one a late scheduler enqueues."""
+    ticks = job.ticks(after)
+    first = next(ticks, None)
+    if first is None or first > now:
+        return None
+    # Jump close to now (cronsim goes back as well as forward), then step on to it.
+    zone = _zone(job.timezone, job.name)
+    start = (now.replace(microsecond=0) + timedelta(seconds=1)).astimezone(zone)
+    back = next(_cronsim().CronSim(job.expression, start, reverse=True), None)
+    latest = first
+    if back is not None and back - timedelta(seconds=1) > first:
+        ticks = job.ticks(back - timedelta(seconds=1))
+    for tick in ticks:
+        if tick > now:
+            break
+        latest = max(latest, tick)
+    return latest
+
+
+@dataclasses.dataclass(frozen=True)
+class Tick:
+    """A tick a scheduler handled: `job_id` is the job it enqueued, None if another
+    process (or a catch-up that skips missed ticks) had it first."""
+
+    name: str
+    tick: datetime
+    job_id: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SchedulerSettings:
+    """`create_scheduler`'s options, validated."""
+
+    catch_up: bool = True
+    polling_interval_ms: int = 1_000
+    job_table: str = DEFAULT_JOB_TABLE
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE
+    serializer: Serializer = DEFAULT_SERIALIZER
+    job_id_strategy: JobIdStrategy | None = None
+    log: LogFn = default_log
+    clock: Clock = utc_now
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.catch_up, bool):
+            raise ConfigurationError(f"catch_up must be a bool, got {self.catch_up!r}")
+        _int_at_least(self.polling_interval_ms, "polling_interval_ms", 1)
+        check_serializer(self.serializer)
+        check_id_strategy(self.job_id_strategy)
+        check_clock(self.clock)
+        check_log(self.log)
+
+
+class Scheduler:
+    """Enqueues the ticks of its periodic jobs; `start()` then `stop()`, like `QueueWorker`.
+
+    Build it with `create_scheduler`. On start it records each schedule in the database
+    and, with `catch_up` (the default), enqueues the newest tick missed while no process
+    ran the schedule (one job, not one per missed tick). Then a thread wakes every
+    `polling_interval_ms` and enqueues the ticks that have come; it touches the database
+    only when one is due.
+    """
+
+    def __init__(
+        self, data_source: DataSource, jobs: Sequence[PeriodicJob], settings: SchedulerSettings
+    ) -> None:
+        self.jobs = tuple(jobs)
+        self.settings = settings
+        self._connect = connection_factory(data_source)
+        self._table = periodic_table(settings.job_table)
+        self._last: dict[str, datetime] = {}
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state = "new"
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Scheduler {len(self.jobs)} periodic job(s) {self._state}>"
+
+    @property
+    def state(self) -> str:
+        """ "new", "running" or "stopped"."""
+        return self._state
+
+    def __enter__(self) -> Scheduler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # Lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check the schema, record the schedules (catching up), and start the thread."""
+        with self._lock:
+            if self._state != "new":
+                raise WorkerStateError(f"a scheduler starts once; this one is {self._state}")
+            self.register()
+            self._thread = threading.Thread(
+                target=self._loop, name="proletarian-scheduler", daemon=True
+            )
+            self._state = "running"
+            self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        """Stop the thread after the pass in hand; True when it ended within `timeout`."""
+        with self._lock:
+            if self._state == "new":
+                self._state = "stopped"
+            self._stopping.set()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+        self._state = "stopped"
+        return True
+
+    def _loop(self) -> None:
+        interval = self.settings.polling_interval_ms / 1000
+        while not self._stopping.wait(interval):
+            try:
+                self.run_pending()
+            except Exception as exc:
+                safe_log(self.settings.log, "scheduler_error", {"exception": exc})
+
+    # The work ----------------------------------------------------------------------
+
+    def register(self) -> list[Tick]:
+        """Record every schedule in the database; with `catch_up`, enqueue the newest tick
+        each missed while no process ran it. A schedule whose expression or time zone
+        changed starts afresh: its first tick is the next one after now."""
+        now = self.settings.clock()
+        handled: list[Tick] = []
+        with self._connect() as conn:
+            dialect = dialect_for(conn, self.settings.job_table, self.settings.archived_job_table)
+            check_schema(
+                conn,
+                self.settings.job_table,
+                self.settings.archived_job_table,
+                archive=False,
+                needs="periodic_jobs",
+            )
+            try:
+                for job in self.jobs:
+                    tick = self._register(dialect, conn, job, now)
+                    if tick is not None:
+                        handled.append(tick)
+                    dialect.commit(conn)
+            except BaseException:
+                dialect.rollback(conn)
+                raise
+        return handled
+
+    def _register(
+        self, dialect: Dialect, conn: Connection, job: PeriodicJob, now: datetime
+    ) -> Tick | None:
+        encoded_now = dialect.encode_time(now)
+        dialect.execute(
+            conn,
+            f"INSERT INTO {self._table} (name, cron, timezone, job_type, queue, last_tick, "
+            f"updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) {dialect.unless_exists('name')}",
+            (job.name, job.cron, job.timezone, job.job_type, job.queue, encoded_now, encoded_now),
+        )
+        cron, zone, last = dialect.fetchone(
+            conn,
+            f"SELECT cron, timezone, last_tick FROM {self._table} WHERE name = %s FOR UPDATE",
+            (job.name,),
+        )
+        last = dialect.decode_time(last)
+        changed = (cron, zone) != (job.cron, job.timezone)
+        missed = None if changed else _latest_tick(job, last, now)
+        if changed:
+            last = now
+        elif missed is not None:
+            last = missed
+        dialect.execute(
+            conn,
+            f"UPDATE {self._table} SET cron = %s, timezone = %s, job_type = %s, queue = %s, "
+            "last_tick = %s, updated_at = %s WHERE name = %s",
+            (
+                job.cron,
+                job.timezone,
+                job.job_type,
+                job.queue,
+                dialect.encode_time(last),
+                encoded_now,
+                job.name,
+            ),
+        )
+        self._last[job.name] = last
+        if changed:
+            safe_log(self.settings.log, "periodic_changed", {"name": job.name, "cron": job.cron})
+        if missed is None:
+            return None
+        job_id = self._enqueue(conn, job) if self.settings.catch_up else None
+        event = "periodic_caught_up" if self.settings.catch_up else "periodic_missed"
+        safe_log(self.settings.log, event, {"name": job.name, "tick": missed, "job_id": job_id})
+        return Tick(job.name, missed, job_id)
+
+    def run_pending(self) -> list[Tick]:
+        """Enqueue every tick that has come since the last one seen, at most one per
+        schedule (the newest); the ticks handled. The thread calls it; tests may too."""
+        now = self.settings.clock()
+        due = [
+            (job, tick)
+            for job in self.jobs
+            if job.name in self._last
+            and (tick := _latest_tick(job, self._last[job.name], now)) is not None
+        ]
+        if not due:
+            return []
+        handled = []
+        with self._connect() as conn:
+            dialect = dialect_for(conn, self.settings.job_table, self.settings.archived_job_table)
+            for job, tick in due:
+                handled.append(self._enqueue_tick(dialect, conn, job, tick, now))
+        return handled
+
+    def _enqueue_tick(
+        self, dialect: Dialect, conn: Connection, job: PeriodicJob, tick: datetime, now: datetime
+    ) -> Tick:
+        try:
+            won = dialect.execute_count(
+                conn,
+                f"UPDATE {self._table} SET last_tick = %s, updated_at = %s "
+                "WHERE name = %s AND last_tick < %s",
+                (
+                    dialect.encode_time(tick),
+                    dialect.encode_time(now),
+                    job.name,
+                    dialect.encode_time(tick),
+                ),
+            )
+            job_id = self._enqueue(conn, job) if won else None
+            dialect.commit(conn)
+        except BaseException:
+            dialect.rollback(conn)
+            raise
+        self._last[job.name] = tick
+        if job_id is not None:
+            safe_log(
+                self.settings.log,
+                "periodic_enqueued",
+                {"name": job.name, "tick": tick, "job_id": job_id},
+            )
+        return Tick(job.name, tick, job_id)
+
+    def _enqueue(self, conn: Connection, job: PeriodicJob) -> Any:
+        s = self.settings
+        return enqueue(
+            conn,
+            job.job_type,
+            job.payload,
+            queue=job.queue,
+            job_table=s.job_table,
+            serializer=s.serializer,
+            job_id_strategy=s.job_id_strategy,
+            clock=s.clock,
+        )
+
+    def next_runs(self) -> dict[str, datetime | None]:
+        """Each schedule's next tick after the newest one this process has seen (or now)."""
+        now = self.settings.clock()
+        return {
+            job.name: job.next_run(max(self._last.get(job.name, now), now)) for job in self.jobs
+        }
+
+
+def create_scheduler(
+    data_source: DataSource, periodic_jobs: Iterable[PeriodicJob], **options: Any
+) -> Scheduler:
+    """A `Scheduler` for `periodic_jobs` on `data_source` (a pool or a connection factory).
+
+    Options: `catch_up` (True: on start, enqueue the newest tick missed while no process
+    ran a schedule; False: pass over them), `polling_interval_ms` (1,000: how often the
+    thread looks for due ticks), `job_table`, `archived_job_table`, `serializer`,
+    `job_id_strategy`, `log`, `clock`. Names must be unique, and every payload must
+    serialize: both are checked here.
+    """
+    settings = validated(SchedulerSettings, "scheduler", options)
+    jobs = list(periodic_jobs) if not isinstance(periodic_jobs, PeriodicJob) else [periodic_jobs]
+    names: set[str] = set()
+    for job in jobs:
+        if not isinstance(job, PeriodicJob):
+            raise ConfigurationError(f"periodic_jobs must hold PeriodicJob objects, got {job!r}")
+        if job.name in names:
+            raise ConfigurationError(f"two periodic jobs are named {job.name!r}; names are unique")
+        names.add(job.name)
+        try:
+            settings.serializer.encode(job.payload)
+        except Exception as exc:
+            raise PayloadError(
+                f"periodic job {job.name!r}: its payload cannot be serialized: {describe(exc)}"
+            ) from exc
+    return Scheduler(data_source, jobs, settings)
+
+
+# Listing -----------------------------------------------------------------------------------
+
+
+def next_tick(cron: str, zone: str, after: datetime) -> datetime | None:
+    """The first tick of a recorded expression after `after`; None if it has no more, or
+    is not one this version reads."""
+    try:
+        return next(_ticks(_expression(cron, "schedule"), zone, after), None)
+    except ConfigurationError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """A schedule as the database records it, with its next run."""
+
+    name: str
+    cron: str
+    timezone: str
+    job_type: str
+    queue: str
+    last_tick: datetime
+    next_run: datetime | None
+    updated_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields for JSON, times as ISO 8601 strings."""
+        data = dataclasses.asdict(self)
+        for name in ("last_tick", "next_run", "updated_at"):
+            data[name] = data[name] and data[name].isoformat()
+        return data
