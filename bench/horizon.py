@@ -266,11 +266,12 @@ def summary(run: Run) -> str:
     held = run.held()
     if not held:
         return f"{run.db.label} {run.variant}: no held window"
-    worst = min(w.done for w in held)
+    worst = min(held, key=lambda w: w.done / max(w.offered, 1))
     backlog = max(w.backlog for w in held)
     return (
-        f"{run.db.label} {run.variant}: while held, the slowest window ran {worst:,.0f}/s "
-        f"({worst / run.rate:.0%} of {run.rate:,}/s offered); largest backlog {backlog:,} jobs"
+        f"{run.db.label} {run.variant}: while held, the slowest window ran {worst.done:,.0f}/s "
+        f"({worst.done / max(worst.offered, 1):.0%} of the {worst.offered:,.0f}/s offered in "
+        f"it); largest backlog {backlog:,} jobs"
     )
 
 
