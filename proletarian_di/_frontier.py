@@ -9,10 +9,11 @@ clock is behind, committed late, released by a crashed worker): once per polling
 one claim of the worker sweeps from the beginning, and a thread that finds a job there
 walks on from it until it is back at the frontier.
 
-A sweep walks over the dead too, so its cost grows while the horizon is held; sweeps are
-kept to a tenth of the worker's time (a sweep that took 40 ms puts the next one 400 ms
-later, where the polling interval is shorter). On a table that vacuum keeps clean a sweep
-takes well under a millisecond, and the polling interval rules.
+A sweep walks over the dead too, so its cost grows while the horizon is held: one sweep
+runs at a time, and sweeps are kept to a tenth of the worker's time (a sweep that took
+40 ms puts the next one 400 ms later, where the polling interval is shorter). On a table
+that vacuum keeps clean a sweep takes well under a millisecond, and the polling interval
+rules.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ class Frontier:
         """Where the next claim begins: the walker's place, else the frontier; None (from
         the beginning) when a sweep is due or nothing was claimed yet."""
         now = self.clock()
-        if self.head is None or now >= self._next_sweep:
+        if self._sweep_due(now):
             with self._lock:
-                if self.head is None or now >= self._next_sweep:
+                if self._sweep_due(now):
                     self._next_sweep = now + self.sweep_every_s
                     self._sweep = (walker, now)
                     return None
@@ -61,6 +62,14 @@ class Frontier:
         if walker is not None and walker.behind is not None:
             return walker.behind
         return self.head
+
+    def _sweep_due(self, now: float) -> bool:
+        """Nothing claimed yet, no sweep interval, or its time has come and none runs."""
+        return (
+            self.head is None
+            or not self.sweep_every_s
+            or (now >= self._next_sweep and self._sweep is None)
+        )
 
     def claimed(self, walker: Walker | None, process_at: Any) -> None:
         """A claim took jobs up to `process_at` (the raw column value): the frontier moves

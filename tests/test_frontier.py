@@ -95,6 +95,20 @@ def test_an_expensive_sweep_holds_the_next_one_back_to_a_tenth_of_the_time() -> 
     assert frontier.start(walker) is None, "a cheap sweep: the polling interval rules again"
 
 
+def test_one_sweep_runs_at_a_time() -> None:
+    time = FakeTime()
+    frontier, walker, other = Frontier(1.0, clock=time), Slot(), Slot()
+    frontier.claimed(walker, 5)
+    time.now = 10.0
+    assert frontier.start(walker) is None
+    time.now = 11.5
+    assert frontier.start(other) == 5, "the first sweep is still running"
+    frontier.missed(walker)
+    assert frontier.start(other) == 5, "it took 1.5 s: the next waits 15 s from its start"
+    time.now = 25.0
+    assert frontier.start(other) is None
+
+
 def test_a_failed_sweep_does_not_count_as_an_expensive_one() -> None:
     time = FakeTime()
     frontier, walker = Frontier(1.0, clock=time), Slot()
