@@ -1,7 +1,7 @@
 """The schema's SQL, per database: the full current schema and the numbered steps to it.
 
-Templates take {schema}, {job_table}, {archived_job_table}, {index}, {version_table},
-{periodic_table} and,
+Templates take {schema}, {job_table}, {archived_job_table}, {index}, {unique_index},
+{version_table}, {periodic_table} and,
 on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
 (Clojure) is at version 1.
@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     attempts    INTEGER NOT NULL,     -- finished attempts: 0 at enqueue, +1 per retry
     enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
     process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
-    last_error  TEXT                  -- the last failed attempt's error (type, message, trace)
+    last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
+    unique_key  TEXT                  -- at most one job per queue and key (NULL: no key)
 );
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -37,6 +38,9 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
 );
 
 CREATE INDEX IF NOT EXISTS {index} ON {job_table} (queue, process_at);
+
+CREATE UNIQUE INDEX IF NOT EXISTS {unique_index} ON {job_table} (queue, unique_key)
+    WHERE unique_key IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS {periodic_table} (
     name        TEXT PRIMARY KEY,     -- the schedule's name (PeriodicJob.name)
@@ -61,7 +65,9 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
     process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
     last_error  TEXT NULL,              -- the last failed attempt's error (type, message, trace)
-    INDEX {index} (queue, process_at)
+    unique_key  VARCHAR(255) NULL,      -- at most one job per queue and key (NULL: no key)
+    INDEX {index} (queue, process_at),
+    UNIQUE INDEX {unique_index} (queue, unique_key)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -187,17 +193,31 @@ ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT NULL;
 POSTGRESQL_3 = POSTGRESQL[POSTGRESQL.index("CREATE TABLE IF NOT EXISTS {periodic_table}") :]
 MYSQL_4 = MYSQL[MYSQL.index("CREATE TABLE IF NOT EXISTS {periodic_table}") :]
 
+POSTGRESQL_4 = """\
+ALTER TABLE {job_table} ADD COLUMN unique_key TEXT;
+CREATE UNIQUE INDEX {unique_index} ON {job_table} (queue, unique_key)
+    WHERE unique_key IS NOT NULL;
+"""
+
+MYSQL_5 = """\
+ALTER TABLE {job_table}
+    ADD COLUMN unique_key VARCHAR(255) NULL,
+    ADD UNIQUE INDEX {unique_index} (queue, unique_key);
+"""
+
 STEPS: dict[str, tuple[tuple[str, str], ...]] = {
     "postgresql": (
         ("proletarian", POSTGRESQL_1),
         ("stored_errors", POSTGRESQL_2),
         ("periodic_jobs", POSTGRESQL_3),
+        ("unique_jobs", POSTGRESQL_4),
     ),
     "mysql": (
         ("proletarian", MYSQL_1),
         ("proletarian_di_types", MYSQL_2),
         ("stored_errors", MYSQL_3),
         ("periodic_jobs", MYSQL_4),
+        ("unique_jobs", MYSQL_5),
     ),
 }
 """Each database's migrations in order: (name, template); the version is the position + 1."""

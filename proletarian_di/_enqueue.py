@@ -7,11 +7,12 @@ commits (the outbox pattern).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._dialects import Dialect, check_table_name, connection_kind, dialect_named
+from ._dialects.base import UNIQUE_TRIES
 from ._options import (
     DEFAULT_ARCHIVED_JOB_TABLE,
     DEFAULT_JOB_TABLE,
@@ -107,7 +108,9 @@ class _Prepared:
         queue = check_queue(options.get("queue", DEFAULT_QUEUE))
         codec = check_serializer(options.get("serializer"))
         strategy = check_id_strategy(options.get("job_id_strategy"))
-        strategy = strategy or self.dialect.default_id_strategy
+        self.strategy = strategy = strategy or self.dialect.default_id_strategy
+        key = options.get("unique_key")
+        self.unique_key = None if key is None else check_name(key, "unique_key")
         now = check_clock(options.get("clock"))()
         due = _due(now, options.get("process_at"), options.get("process_in"))
         self.ids: list[uuid.UUID] = []
@@ -128,13 +131,20 @@ def enqueue(
 
     Options (`EnqueueOptions`): `queue` (default "default"), `process_at` (aware
     datetime) which wins over `process_in` (timedelta) (a time in the past or a
-    negative duration means now), `job_table`, `serializer`, `job_id_strategy`,
-    `clock`. The payload is encoded first, so a payload that cannot be serialized
-    writes nothing.
+    negative duration means now), `unique_key`, `job_table`, `serializer`,
+    `job_id_strategy`, `clock`. The payload is encoded first, so a payload that
+    cannot be serialized writes nothing.
+
+    With `unique_key`, at most one job of the queue holds the key while it waits, is
+    retried or runs: if one does, nothing is written and its id is returned, and the
+    caller's transaction stays usable (no error is raised and caught).
     """
     prepared = _Prepared(conn, [(job_type, payload)], options)
-    prepared.dialect.insert_one(conn, prepared.rows[0])
-    return prepared.ids[0]
+    if prepared.unique_key is None:
+        prepared.dialect.insert_one(conn, prepared.rows[0])
+        return prepared.ids[0]
+    holder = prepared.dialect.insert_unique(conn, prepared.rows[0], prepared.unique_key)
+    return prepared.ids[0] if holder is None else prepared.strategy.decode(holder)
 
 
 def enqueue_many(
@@ -145,6 +155,11 @@ def enqueue_many(
     Same options and the same outbox semantics as `enqueue`: every payload is
     encoded before anything is written, and nothing is committed.
     """
+    if options.get("unique_key") is not None:
+        raise ConfigurationError(
+            "enqueue_many takes no unique_key (one key is for one job): enqueue each job "
+            "with its own key"
+        )
     prepared = _Prepared(conn, jobs, options)
     for start in range(0, len(prepared.rows), BATCH_SIZE):
         prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
@@ -156,5 +171,24 @@ async def enqueue_async(
 ) -> uuid.UUID:
     """`enqueue` for a psycopg `AsyncConnection`, in the caller's transaction."""
     prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
-    await aconn.execute(*prepared.dialect.insert_statement(prepared.rows[0]))
-    return prepared.ids[0]
+    row, key, dialect = prepared.rows[0], prepared.unique_key, prepared.dialect
+    if key is None:
+        await aconn.execute(*dialect.insert_statement(row))
+        return prepared.ids[0]
+    for _ in range(UNIQUE_TRIES):
+        if await _fetchone(aconn, *dialect.unique_insert_statement(row, key)) is not None:
+            return prepared.ids[0]
+        holder = await _fetchone(aconn, dialect.holder_sql, (row[1], key))
+        if holder is not None:
+            return prepared.strategy.decode(holder[0])
+    raise ConfigurationError(  # pragma: no cover - as in Dialect.insert_unique
+        f"enqueue: the job holding unique key {key!r} kept leaving the queue; enqueue it again"
+    )
+
+
+async def _fetchone(aconn: Any, sql: str, params: Sequence[Any]) -> Any:
+    from psycopg.rows import tuple_row
+
+    async with aconn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(sql, params)
+        return await cursor.fetchone()

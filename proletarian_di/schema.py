@@ -97,6 +97,7 @@ def _render(
         job_table=job_table,
         archived_job_table=archived_job_table,
         index=f"{name}_queue_process_at",
+        unique_index=unique_index(job_table),
         collation=collation,
         version_table=_version_table(job_table),
         periodic_table=periodic_table(job_table),
@@ -107,6 +108,11 @@ def _render(
         sql = "".join(kept)
         sql = sql.replace("DROP INDEX IF EXISTS public.", "DROP INDEX IF EXISTS ").lstrip("\n")
     return sql
+
+
+def unique_index(job_table: str) -> str:
+    """The index that keeps one job per queue and key: `<job table name>_queue_unique_key`."""
+    return f"{job_table.rpartition('.')[2]}_queue_unique_key"
 
 
 def periodic_table(job_table: str) -> str:
@@ -165,7 +171,9 @@ def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
         return _step(dialect.name, "stored_errors") - 1
     if not dialect.table_columns(conn, periodic_table(job_table)):
         return _step(dialect.name, "stored_errors")
-    return _step(dialect.name, "periodic_jobs")
+    if "unique_key" not in columns:
+        return _step(dialect.name, "periodic_jobs")
+    return _step(dialect.name, "unique_jobs")
 
 
 def _step(dialect: str, name: str) -> int:

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 4) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 5) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -16,7 +16,9 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     enqueued_at DATETIME(6) NOT NULL,   -- UTC; when the job was enqueued (never changes)
     process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
     last_error  TEXT NULL,              -- the last failed attempt's error (type, message, trace)
-    INDEX job_queue_process_at (queue, process_at)
+    unique_key  VARCHAR(255) NULL,      -- at most one job per queue and key (NULL: no key)
+    INDEX job_queue_process_at (queue, process_at),
+    UNIQUE INDEX job_queue_unique_key (queue, unique_key)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 3) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 4) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     attempts    INTEGER NOT NULL,     -- finished attempts: 0 at enqueue, +1 per retry
     enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
     process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
-    last_error  TEXT                  -- the last failed attempt's error (type, message, trace)
+    last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
+    unique_key  TEXT                  -- at most one job per queue and key (NULL: no key)
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -29,6 +30,9 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
 );
 
 CREATE INDEX IF NOT EXISTS job_queue_process_at ON proletarian.job (queue, process_at);
+
+CREATE UNIQUE INDEX IF NOT EXISTS job_queue_unique_key ON proletarian.job (queue, unique_key)
+    WHERE unique_key IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
     name        TEXT PRIMARY KEY,     -- the schedule's name (PeriodicJob.name)

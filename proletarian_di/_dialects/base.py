@@ -23,6 +23,9 @@ from ..job_ids import JobIdStrategy
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None"]
+UNIQUE_TRIES = 3
+"""How often `insert_unique` tries again when the job holding the key left in between."""
+
 EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
 """Where a claim from the beginning of the queue starts (both databases store year 1)."""
 
@@ -177,6 +180,11 @@ class Dialect:
         self.reschedule_sql = (
             f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s WHERE job_id = %s"
         )
+        self.unique_insert_sql = (
+            f"INSERT INTO {job} ({self.columns}, unique_key) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        )
+        self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
         # status, finished_at, then the error: a failure's own, else the job's last one
@@ -279,6 +287,34 @@ class Dialect:
             self.encode_time(enqueued_at),
             self.encode_time(process_at),
         )
+
+    def unique_insert_statement(self, row: Sequence[Any], key: str) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT of one enqueued row with its unique key."""
+        _, params = Dialect.insert_statement(self, row)
+        return self.unique_insert_sql, (*params, key)
+
+    def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
+        """Insert the row unless a job of its queue holds `key`, leaving the transaction
+        usable either way; None when it was inserted, else the stored id of the holder."""
+        for _ in range(UNIQUE_TRIES):
+            if self.try_insert_unique(conn, row, key):
+                return None
+            holder = self.holder(conn, row[1], key)
+            if holder is not None:
+                return holder
+        raise ConfigurationError(  # pragma: no cover - the holder ran and left, three times
+            f"enqueue: the job holding unique key {key!r} kept leaving the queue while "
+            "this one was enqueued; enqueue it again"
+        )
+
+    def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
+        """Insert the row with `key`; False, writing nothing, when another job holds it."""
+        raise NotImplementedError
+
+    def holder(self, conn: Any, queue: str, key: str) -> Any:
+        """The stored id of the job of `queue` holding `key`, or None."""
+        row = self.fetchone(conn, self.holder_sql, (queue, key))
+        return None if row is None else row[0]
 
     @contextlib.contextmanager
     def attached(self, conn: Any) -> Iterator[Session]:

@@ -22,6 +22,8 @@ from .base import (
     unwrap_connection,
 )
 
+_DUPLICATE_KEY = 1062
+
 
 class MySQLDialect(Dialect):
     """MySQL 8.0.1+ and MariaDB 10.6+ through PyMySQL.
@@ -44,6 +46,7 @@ class MySQLDialect(Dialect):
         )
         self._delete_many: dict[int, str] = {}
         self._earliest = self.encode_time(EARLIEST)
+        self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
         # `queue = %s` lets the optimizer pick `ref` access on the queue alone, which reads
         # the queue's index entries from the first, dead ones included, however narrow the
         # process_at range; a range on both columns, in the index's order, starts at the
@@ -155,6 +158,27 @@ class MySQLDialect(Dialect):
         params = [(row[0], row[1], row[2], row[3], 0, enqueued_at, process_at) for row in rows]
         with self.cursor(conn) as cursor:
             cursor.executemany(self.insert_sql, params)
+
+    def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
+        """A duplicate key fails the INSERT alone (MySQL keeps the transaction): only that
+        error, on this index, is taken for "held"; anything else is raised."""
+        try:
+            self.execute(conn, *self.unique_insert_statement(row, key))
+        except Exception as exc:
+            code, message = (*exc.args, None, None)[:2]
+            if code != _DUPLICATE_KEY or self.unique_index not in str(message):
+                raise
+            return False
+        return True
+
+    def holder(self, conn: Any, queue: str, key: str) -> Any:
+        """At REPEATABLE READ an older snapshot may not show the job that took the key: a
+        locking read sees it (waiting for its worker if one is running it)."""
+        found = super().holder(conn, queue, key)
+        if found is None:
+            row = self.fetchone(conn, self.holder_sql + " LOCK IN SHARE MODE", (queue, key))
+            found = None if row is None else row[0]
+        return found
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
         text = str(self.fetchone(conn, "SELECT VERSION()")[0])

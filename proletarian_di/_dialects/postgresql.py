@@ -79,6 +79,11 @@ class PostgresDialect(Dialect):
         )
         notify = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
         self.insert_sql = f"WITH job AS ({self.insert_sql})" + notify
+        # A duplicate key writes nothing and raises nothing: the caller's transaction goes on.
+        self.unique_insert_sql = (
+            f"WITH job AS ({self.unique_insert_sql} ON CONFLICT (queue, unique_key) "
+            f"WHERE unique_key IS NOT NULL DO NOTHING RETURNING job_id){notify} FROM job"
+        )
         self.insert_many_sql = (
             f"WITH job AS (INSERT INTO {job} ({self.columns}) "
             "SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s "
@@ -224,6 +229,15 @@ class PostgresDialect(Dialect):
         """The INSERT, and a NOTIFY that wakes idle workers once the caller commits."""
         sql, params = super().insert_statement(row)
         return sql, (*params, row[1])
+
+    def unique_insert_statement(self, row: Sequence[Any], key: str) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT … ON CONFLICT DO NOTHING of a job with a unique key: it returns a row
+        (and wakes the workers) only when it inserted one."""
+        sql, params = super().unique_insert_statement(row, key)
+        return sql, (*params, row[1])
+
+    def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
+        return self.fetchone(conn, *self.unique_insert_statement(row, key)) is not None
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
         num = int(conn.info.server_version)

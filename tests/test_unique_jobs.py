@@ -1,0 +1,225 @@
+"""Unique jobs: at most one job per queue and `unique_key` in the job table (waiting,
+scheduled, retrying or running); a duplicate returns the holder's id, writes nothing and
+leaves the caller's transaction usable; concurrent enqueuers make exactly one row."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from proletarian_di import (
+    ConfigurationError,
+    RetrySpec,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    process_next_job,
+)
+
+from backends import Backend, as_uuid
+
+
+def rows(backend: Backend, key: str = "invoice:42") -> list[tuple[Any, ...]]:
+    return backend.query(
+        f"SELECT job_id, queue, job_type FROM {backend.job_table} WHERE unique_key = %s "
+        "ORDER BY queue",
+        (key,),
+    )
+
+
+def in_transaction_usable(backend: Backend, conn: Any) -> None:
+    """A statement after the duplicate runs, so the transaction was not aborted."""
+    cursor = conn.cursor()
+    cursor.execute(f"SELECT COUNT(*) FROM {backend.job_table}")
+    assert cursor.fetchone()[0] >= 1
+
+
+def test_a_duplicate_returns_the_holders_id_and_writes_nothing(backend: Backend) -> None:
+    with contextlib.closing(backend.connect()) as conn:
+        first = enqueue(conn, "invoice", {"n": 1}, unique_key="invoice:42")
+        conn.commit()
+        again = enqueue(conn, "invoice", {"n": 2}, unique_key="invoice:42")
+        in_transaction_usable(backend, conn)
+        other = enqueue(conn, "other", None)
+        conn.commit()
+    assert again == first
+    assert [(as_uuid(r[0]), r[2]) for r in rows(backend)] == [(first, "invoice")]
+    [(payload,)] = backend.query(
+        f"SELECT payload FROM {backend.job_table} WHERE unique_key = %s", ("invoice:42",)
+    )
+    assert json.loads(payload) == {"n": 1}, "the duplicate wrote nothing"
+    assert other not in (first, again)
+
+
+def test_a_duplicate_in_the_same_transaction_is_the_same_job(backend: Backend) -> None:
+    with contextlib.closing(backend.connect()) as conn:
+        first = enqueue(conn, "invoice", 1, unique_key="invoice:42")
+        assert enqueue(conn, "invoice", 2, unique_key="invoice:42") == first
+        conn.rollback()
+    assert rows(backend) == [], "rolled back with the caller's transaction"
+
+
+def test_keys_are_per_queue_and_jobs_without_a_key_are_never_duplicates(backend: Backend) -> None:
+    with contextlib.closing(backend.connect()) as conn:
+        a = enqueue(conn, "invoice", 1, unique_key="invoice:42", queue="a")
+        b = enqueue(conn, "invoice", 1, unique_key="invoice:42", queue="b")
+        plain = {enqueue(conn, "invoice", 1) for _ in range(3)}
+        conn.commit()
+    assert a != b and len(plain) == 3
+    assert [r[1] for r in rows(backend)] == ["a", "b"]
+
+
+def test_the_key_is_held_while_the_job_waits_retries_or_runs_and_freed_when_archived(
+    backend: Backend, pool: Any
+) -> None:
+    with contextlib.closing(backend.connect()) as conn:
+        first = enqueue(conn, "invoice", 1, unique_key="invoice:42")
+        conn.commit()
+    running = threading.Event()
+    release = threading.Event()
+    attempts = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        attempts.append(payload)
+        if len(attempts) == 1:
+            raise RuntimeError("try again")
+        running.set()
+        assert release.wait(10)
+
+    def retry(job: Any, exc: BaseException) -> RetrySpec:
+        return RetrySpec(retries=1)
+
+    assert process_next_job(pool, handler, retry_strategy_fn=retry) is False
+    with contextlib.closing(backend.connect()) as conn:
+        assert enqueue(conn, "invoice", 2, unique_key="invoice:42") == first, "retrying"
+        conn.commit()
+    worker = threading.Thread(target=process_next_job, args=(pool, handler))
+    worker.start()
+    try:
+        assert running.wait(10)
+        with contextlib.closing(backend.connect()) as conn:
+            assert enqueue(conn, "invoice", 3, unique_key="invoice:42") == first, "running"
+            conn.commit()
+    finally:
+        release.set()
+        worker.join(10)
+    with contextlib.closing(backend.connect()) as conn:
+        fresh = enqueue(conn, "invoice", 4, unique_key="invoice:42")
+        conn.commit()
+    assert fresh != first
+    assert [as_uuid(r[0]) for r in rows(backend)] == [fresh]
+
+
+@pytest.mark.parametrize(("outcome", "racers"), [("commit", 8), ("rollback", 1)])
+def test_concurrent_enqueuers_make_exactly_one_row(
+    backend: Backend, outcome: str, racers: int
+) -> None:
+    """Transactions race for one key that a first one holds until it commits (the others
+    get its id) or rolls back (the waiting one takes the key)."""
+    first = backend.connect()
+    holder = enqueue(first, "invoice", 0, unique_key="invoice:42")
+    barrier = threading.Barrier(racers + 1)
+    results: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def racer(n: int) -> None:
+        with contextlib.closing(backend.connect()) as conn:
+            try:
+                barrier.wait(10)
+                results[n] = enqueue(conn, "invoice", n, unique_key="invoice:42")
+                conn.commit()
+            except BaseException as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=racer, args=(n,)) for n in range(1, racers + 1)]
+    for thread in threads:
+        thread.start()
+    barrier.wait(10)
+    threading.Event().wait(0.3)  # the racers reach the key and wait on the first
+    getattr(first, outcome)()
+    first.close()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and len(results) == racers
+    [(job_id, *_)] = rows(backend)
+    winner = as_uuid(job_id)
+    assert set(results.values()) == {winner}
+    assert (winner == holder) is (outcome == "commit")
+
+
+def test_a_bad_key_is_an_error_before_anything_is_written(backend: Backend) -> None:
+    with contextlib.closing(backend.connect()) as conn:
+        for key, message in (("", "non-empty"), ("k" * 256, "at most 255"), (42, "string")):
+            with pytest.raises(ConfigurationError, match=f"unique_key must .*{message}"):
+                enqueue(conn, "invoice", 1, unique_key=key)
+        with pytest.raises(ConfigurationError, match="enqueue_many takes no unique_key"):
+            enqueue_many(conn, [("a", 1), ("b", 2)], unique_key="k")
+        conn.commit()
+    assert backend.jobs() == []
+
+
+def test_other_integrity_errors_are_not_taken_for_a_duplicate(backend: Backend) -> None:
+    """Only the unique key's own conflict means "held": a clash on the job id raises."""
+
+    class SameId:
+        def __init__(self) -> None:
+            self.id = uuid.uuid4()
+            self.inner = backend_strategy(backend)
+
+        def generate(self) -> uuid.UUID:
+            return self.id
+
+        def encode(self, job_id: uuid.UUID) -> Any:
+            return self.inner.encode(job_id)
+
+        def decode(self, value: Any) -> uuid.UUID:
+            return self.inner.decode(value)
+
+    strategy = SameId()
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue(conn, "invoice", 1, unique_key="a", job_id_strategy=strategy)
+        conn.commit()
+        with pytest.raises(Exception) as raised:
+            enqueue(conn, "invoice", 1, unique_key="b", job_id_strategy=strategy)
+        assert "duplicate" in str(raised.value).lower()
+        conn.rollback()
+    assert [r[2] for r in rows(backend, "a")] == ["invoice"] and rows(backend, "b") == []
+
+
+def backend_strategy(backend: Backend) -> Any:
+    from proletarian_di import BinaryUUIDStrategy, UUIDStrategy
+
+    return BinaryUUIDStrategy() if backend.name == "mysql" else UUIDStrategy()
+
+
+def test_enqueue_async_honours_the_key(pg: Backend) -> None:
+    import psycopg
+
+    async def main() -> tuple[Any, Any, str]:
+        async with await psycopg.AsyncConnection.connect(pg.url) as aconn:
+            first = await enqueue_async(aconn, "invoice", 1, unique_key="invoice:42")
+            again = await enqueue_async(aconn, "invoice", 2, unique_key="invoice:42")
+            status = aconn.info.transaction_status.name
+            await aconn.commit()
+        return first, again, status
+
+    first, again, status = asyncio.run(main())
+    assert again == first and status == "INTRANS"
+    assert [as_uuid(r[0]) for r in rows(pg)] == [first]
+
+
+def test_postgres_never_aborts_the_transaction_on_a_duplicate(pg: Backend) -> None:
+    with contextlib.closing(pg.connect()) as conn:
+        enqueue(conn, "invoice", 1, unique_key="invoice:42")
+        conn.commit()
+        enqueue(conn, "invoice", 2, unique_key="invoice:42", process_in=timedelta(hours=1))
+        assert conn.info.transaction_status.name == "INTRANS"
+        conn.commit()
+    assert len(rows(pg)) == 1
