@@ -5,6 +5,7 @@ catches jobs behind the frontier, and the thread that finds one walks on from th
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import create_queue_worker
+from proletarian_di import create_queue_worker, enqueue_many
 from proletarian_di._dialects import dialect_for
 from proletarian_di._frontier import Frontier
 from proletarian_di._options import worker_settings
@@ -248,16 +249,24 @@ def test_batches_move_the_frontier_to_their_last_job(backend: Backend, batch_siz
 
 def test_mysql_claims_range_over_both_index_columns_without_a_sort(mysql_backend) -> None:
     """`queue = %s` would let the optimizer read the queue's entries from the first (the
-    dead ones too, while a read view is held); the claim is a range on (queue, process_at)."""
+    dead ones too, while a read view is held), and a table whose every row is due would be
+    scanned and sorted, locking every row: the claim is a range on (queue, process_at)."""
     backend = mysql_backend
     backend.reset()
-    enqueue_committed(backend, *[("t", n) for n in range(50)])
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue_many(conn, [("t", n) for n in range(1000)])
+        conn.commit()
+    backend.query(f"ANALYZE TABLE {backend.job_table}")
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     with contextlib.closing(backend.connect()) as conn:
         dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
-        for start in (now - timedelta(seconds=1), dialect._earliest):
+        for start, limit in itertools.product(
+            (now - timedelta(hours=1), dialect._earliest), (1, 10)
+        ):
             cursor = conn.cursor()
-            cursor.execute("EXPLAIN " + dialect.claim_sql, ("default", "default", start, now, 1))
+            cursor.execute(
+                "EXPLAIN " + dialect.claim_sql, ("default", "default", start, now, limit)
+            )
             names = [column[0].lower() for column in cursor.description]
             plan = dict(zip(names, cursor.fetchone(), strict=True))
             assert plan["type"] == "range", plan
