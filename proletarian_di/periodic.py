@@ -225,6 +225,7 @@ class Scheduler:
         self._connect = connection_factory(data_source)
         self._table = periodic_table(settings.job_table)
         self._last: dict[str, datetime] = {}
+        self._next: dict[str, datetime | None] = {}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._state = "new"
@@ -345,7 +346,7 @@ class Scheduler:
                 job.name,
             ),
         )
-        self._last[job.name] = last
+        self._seen(job, last)
         if changed:
             safe_log(self.settings.log, "periodic_changed", {"name": job.name, "cron": job.cron})
         if missed is None:
@@ -362,7 +363,8 @@ class Scheduler:
         due = [
             (job, tick)
             for job in self.jobs
-            if job.name in self._last
+            if (upcoming := self._next.get(job.name)) is not None
+            and upcoming <= now
             and (tick := _latest_tick(job, self._last[job.name], now)) is not None
         ]
         if not due:
@@ -373,6 +375,12 @@ class Scheduler:
             for job, tick in due:
                 handled.append(self._enqueue_tick(dialect, conn, job, tick, now))
         return handled
+
+    def _seen(self, job: PeriodicJob, tick: datetime) -> None:
+        """The newest tick of `job` handled (by any process), and so its next one: until that
+        comes, a pass compares two times and evaluates no cron expression."""
+        self._last[job.name] = tick
+        self._next[job.name] = job.next_run(tick)
 
     def _enqueue_tick(
         self, dialect: Dialect, conn: Connection, job: PeriodicJob, tick: datetime, now: datetime
@@ -394,7 +402,7 @@ class Scheduler:
         except BaseException:
             dialect.rollback(conn)
             raise
-        self._last[job.name] = tick
+        self._seen(job, tick)
         if job_id is not None:
             safe_log(
                 self.settings.log,

@@ -165,6 +165,9 @@ class Dialect:
 
     name = ""
     default_id_strategy: JobIdStrategy
+    claim_queue = "queue = %s"
+    """The claim's condition on the queue; with `claim_order`, the index's own order."""
+    claim_order = "process_at"
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
@@ -174,8 +177,8 @@ class Dialect:
         self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
         self.claim_sql = (
             f"SELECT {self.columns}, last_error FROM {job} "
-            "WHERE queue = %s AND process_at >= %s AND process_at <= %s "
-            "ORDER BY process_at LIMIT %s FOR UPDATE SKIP LOCKED"
+            f"WHERE {self.claim_queue} AND process_at >= %s AND process_at <= %s "
+            f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
         )
         self.reschedule_sql = (
             f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s WHERE job_id = %s"

@@ -35,6 +35,12 @@ class MySQLDialect(Dialect):
 
     name = "mysql"
     default_id_strategy = BinaryUUIDStrategy()
+    # `queue = %s` lets the optimizer pick `ref` access on the queue alone, which reads the
+    # queue's index entries from the first, dead ones included, however narrow the
+    # process_at range; a range on both columns, in the index's order, starts at the
+    # frontier and needs no filesort (which would lock every due row before LIMIT).
+    claim_queue = "queue >= %s AND queue <= %s"
+    claim_order = "queue, process_at"
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
@@ -47,13 +53,6 @@ class MySQLDialect(Dialect):
         self._delete_many: dict[int, str] = {}
         self._earliest = self.encode_time(EARLIEST)
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
-        # `queue = %s` lets the optimizer pick `ref` access on the queue alone, which reads
-        # the queue's index entries from the first, dead ones included, however narrow the
-        # process_at range; a range on both columns, in the index's order, starts at the
-        # frontier and needs no filesort (which would lock every due row before LIMIT).
-        self.claim_sql = self.claim_sql.replace(
-            "WHERE queue = %s AND", "WHERE queue >= %s AND queue <= %s AND"
-        ).replace("ORDER BY process_at", "ORDER BY queue, process_at")
 
     def encode_time(self, value: datetime) -> Any:
         return value.astimezone(timezone.utc).replace(tzinfo=None)

@@ -470,6 +470,14 @@ def parse_duration(
     return duration
 
 
+def failed_window(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
+    """The `--since`/`--until` options as UTC times (None where not given)."""
+    now = datetime.now(timezone.utc)
+    start = parse_moment(since, now, "--since") if since else None
+    end = parse_moment(until, now, "--until") if until else None
+    return start, end
+
+
 def parse_moment(text: str, now: datetime, option: str) -> datetime:
     """A point in time: a duration ago (as `parse_duration` reads it) or an ISO 8601 time
     (naive means UTC), in UTC."""

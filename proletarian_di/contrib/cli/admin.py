@@ -6,7 +6,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -52,9 +52,9 @@ from ._app import (
     app,
     console,
     err,
+    failed_window,
     locate,
     parse_duration,
-    parse_moment,
     refuse_mixed_tables,
     schema_app,
     unshown,
@@ -343,9 +343,7 @@ def retry_failed(
 ) -> None:
     """Move failed archived jobs back into the queue, due now, with their attempts reset."""
     refuse_mixed_tables(ctx, job_table, archived_job_table)
-    now = datetime.now(timezone.utc)
-    start = parse_moment(since, now, "--since") if since else None
-    end = parse_moment(until, now, "--until") if until else None
+    start, end = failed_window(since, until)
     with _admin(database_url, job_table, archived_job_table) as operator:
         count = operator.write(
             admin.retry_failed,

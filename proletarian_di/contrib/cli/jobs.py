@@ -29,7 +29,7 @@ from ._app import (
     command_group,
     console,
     err,
-    parse_moment,
+    failed_window,
     refuse_mixed_tables,
     unshown,
 )
@@ -207,9 +207,7 @@ def retry_jobs(
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     ids = _job_ids(job_ids)
     _filters_or_ids(ids, queue=queue, job_type=job_type, since=since, until=until)
-    now = datetime.now(timezone.utc)
-    start = parse_moment(since, now, "--since") if since else None
-    end = parse_moment(until, now, "--until") if until else None
+    start, end = failed_window(since, until)
     with _admin(database_url, job_table, archived_job_table) as operator:
         count = operator.write(
             admin.retry_jobs, ids or None, queue=queue, job_type=job_type, since=start, until=end
