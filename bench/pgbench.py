@@ -14,7 +14,7 @@ from .measure import BenchError, deadline_for, prefill
 DRAIN_SCRIPT = f"""\
 BEGIN;
 SELECT {COLUMNS} FROM {JOB_TABLE} WHERE queue = '{QUEUE}' AND process_at <= now() \
-ORDER BY process_at LIMIT 1 FOR UPDATE SKIP LOCKED \\gset
+ORDER BY -priority, process_at LIMIT 1 FOR UPDATE SKIP LOCKED \\gset
 WITH done AS (DELETE FROM {JOB_TABLE} WHERE job_id = :job_id RETURNING *) \
 INSERT INTO {ARCHIVED_JOB_TABLE} ({COLUMNS}, status, finished_at) \
 SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, 'success', now() \

@@ -18,10 +18,12 @@ from proletarian_di.job_ids import uuid7
 
 from .db import ARCHIVED_JOB_TABLE, COLUMNS, JOB_TABLE, QUEUE, Database
 
-CLAIM = (
+# The seeds' claim (no lower bound), in the claim index's order: priority, then process_at.
+PG_CLAIM = (
     f"SELECT {COLUMNS} FROM {JOB_TABLE} WHERE queue = %s AND process_at <= %s "
-    "ORDER BY process_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+    "ORDER BY -priority, process_at LIMIT 1 FOR UPDATE SKIP LOCKED"
 )
+MYSQL_CLAIM = PG_CLAIM.replace("-priority", "priority_rank")
 ARCHIVE_SELECT = (
     f"INSERT INTO {ARCHIVED_JOB_TABLE} ({COLUMNS}, status, finished_at) "
     "SELECT job_id, queue, job_type, payload, %s, enqueued_at, process_at, %s, %s "
@@ -63,7 +65,7 @@ def run_one(db: Database, conn: Any, handler: Callable[[str, Any], Any]) -> bool
     """Claim, run and archive one due job in one transaction; False when none is due."""
     if db.name == "mysql":
         with conn.cursor() as cur:
-            cur.execute(CLAIM, (QUEUE, naive_utc_now()))
+            cur.execute(MYSQL_CLAIM, (QUEUE, naive_utc_now()))
             row = cur.fetchone()
             if row is None:
                 conn.rollback()
@@ -73,7 +75,7 @@ def run_one(db: Database, conn: Any, handler: Callable[[str, Any], Any]) -> bool
             cur.execute(MYSQL_DELETE, (row[0],))
         conn.commit()
         return True
-    row = conn.execute(CLAIM, (QUEUE, utc_now())).fetchone()
+    row = conn.execute(PG_CLAIM, (QUEUE, utc_now())).fetchone()
     if row is None:
         conn.rollback()
         return False

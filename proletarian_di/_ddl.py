@@ -1,7 +1,7 @@
 """The schema's SQL, per database: the full current schema and the numbered steps to it.
 
-Templates take {schema}, {job_table}, {archived_job_table}, {index}, {unique_index},
-{version_table}, {periodic_table} and,
+Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
+{unique_index}, {version_table}, {periodic_table} and,
 on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
 (Clojure) is at version 1.
@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
     process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
     last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
-    unique_key  TEXT                  -- at most one job per queue and key (NULL: no key)
+    unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
+    priority    INTEGER NOT NULL DEFAULT 0 -- higher runs first among due jobs of its queue
 );
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -34,10 +35,12 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     process_at  TIMESTAMPTZ NOT NULL, -- data for the last run only
     status      TEXT NOT NULL,        -- success / failure / cancelled
     finished_at TIMESTAMPTZ NOT NULL, -- when the job finished (success or failure)
-    last_error  TEXT                  -- a failure's error; the last failed attempt's otherwise
+    last_error  TEXT,                 -- a failure's error; the last failed attempt's otherwise
+    priority    INTEGER NOT NULL DEFAULT 0
 );
 
-CREATE INDEX IF NOT EXISTS {index} ON {job_table} (queue, process_at);
+-- the claim's order: priority (higher first), then process_at
+CREATE INDEX IF NOT EXISTS {claim_index} ON {job_table} (queue, (-priority), process_at);
 
 CREATE UNIQUE INDEX IF NOT EXISTS {unique_index} ON {job_table} (queue, unique_key)
     WHERE unique_key IS NOT NULL;
@@ -66,8 +69,10 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
     last_error  TEXT NULL,              -- the last failed attempt's error (type, message, trace)
     unique_key  VARCHAR(255) NULL,      -- at most one job per queue and key (NULL: no key)
-    INDEX {index} (queue, process_at),
-    UNIQUE INDEX {unique_index} (queue, unique_key)
+    priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
+    priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
+    UNIQUE INDEX {unique_index} (queue, unique_key),
+    INDEX {claim_index} (queue, priority_rank, process_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -80,7 +85,8 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     process_at  DATETIME(6) NOT NULL,   -- data for the last run only
     status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
-    last_error  TEXT NULL               -- a failure's error; the last failed attempt's otherwise
+    last_error  TEXT NULL,              -- a failure's error; the last failed attempt's otherwise
+    priority    INTEGER NOT NULL DEFAULT 0
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {periodic_table} (
@@ -205,12 +211,31 @@ ALTER TABLE {job_table}
     ADD UNIQUE INDEX {unique_index} (queue, unique_key);
 """
 
+# Priorities: the claim's index orders a queue's jobs by priority, higher first, then by
+# process_at; it replaces the (queue, process_at) index.
+POSTGRESQL_5 = """\
+ALTER TABLE {job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE {archived_job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX {claim_index} ON {job_table} (queue, (-priority), process_at);
+DROP INDEX IF EXISTS {schema}.{index};
+"""
+
+MYSQL_6 = """\
+ALTER TABLE {job_table}
+    ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN priority_rank INTEGER AS (-priority) VIRTUAL,
+    ADD INDEX {claim_index} (queue, priority_rank, process_at),
+    DROP INDEX {index};
+ALTER TABLE {archived_job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+"""
+
 STEPS: dict[str, tuple[tuple[str, str], ...]] = {
     "postgresql": (
         ("proletarian", POSTGRESQL_1),
         ("stored_errors", POSTGRESQL_2),
         ("periodic_jobs", POSTGRESQL_3),
         ("unique_jobs", POSTGRESQL_4),
+        ("priorities", POSTGRESQL_5),
     ),
     "mysql": (
         ("proletarian", MYSQL_1),
@@ -218,6 +243,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("stored_errors", MYSQL_3),
         ("periodic_jobs", MYSQL_4),
         ("unique_jobs", MYSQL_5),
+        ("priorities", MYSQL_6),
     ),
 }
 """Each database's migrations in order: (name, template); the version is the position + 1."""

@@ -19,6 +19,7 @@ from ._options import (
     check_clock,
     check_id_strategy,
     check_name,
+    check_priority,
     check_queue,
 )
 from ._types import Connection, EnqueueOptions
@@ -111,6 +112,7 @@ class _Prepared:
         self.strategy = strategy = strategy or self.dialect.default_id_strategy
         key = options.get("unique_key")
         self.unique_key = None if key is None else check_name(key, "unique_key")
+        priority = check_priority(options.get("priority", 0))
         now = check_clock(options.get("clock"))()
         due = _due(now, options.get("process_at"), options.get("process_in"))
         self.ids: list[uuid.UUID] = []
@@ -119,9 +121,8 @@ class _Prepared:
             check_name(job_type, "job_type")
             job_id = strategy.generate()
             self.ids.append(job_id)
-            self.rows.append(
-                (strategy.encode(job_id), queue, job_type, codec.encode(payload), now, due)
-            )
+            raw_id, encoded = strategy.encode(job_id), codec.encode(payload)
+            self.rows.append((raw_id, queue, job_type, encoded, now, due, priority))
 
 
 def enqueue(
@@ -131,9 +132,10 @@ def enqueue(
 
     Options (`EnqueueOptions`): `queue` (default "default"), `process_at` (aware
     datetime) which wins over `process_in` (timedelta) (a time in the past or a
-    negative duration means now), `unique_key`, `job_table`, `serializer`,
-    `job_id_strategy`, `clock`. The payload is encoded first, so a payload that
-    cannot be serialized writes nothing.
+    negative duration means now), `priority` (default 0; among due jobs of a queue,
+    higher runs first), `unique_key`, `job_table`, `serializer`, `job_id_strategy`,
+    `clock`. The payload is encoded first, so a payload that cannot be serialized
+    writes nothing.
 
     With `unique_key`, at most one job of the queue holds the key while it waits, is
     retried or runs: if one does, nothing is written and its id is returned, and the
@@ -176,7 +178,7 @@ async def enqueue_async(
         await aconn.execute(*dialect.insert_statement(row))
         return prepared.ids[0]
     for _ in range(UNIQUE_TRIES):
-        if await _fetchone(aconn, *dialect.unique_insert_statement(row, key)) is not None:
+        if await _fetchone(aconn, *dialect.insert_statement(row, key)) is not None:
             return prepared.ids[0]
         holder = await _fetchone(aconn, dialect.holder_sql, (row[1], key))
         if holder is not None:

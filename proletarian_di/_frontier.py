@@ -1,13 +1,13 @@
-"""Where a worker's claims begin in the `(queue, process_at)` index.
+"""Where a worker's claims begin in the claim index, `(queue, -priority, process_at)`.
 
 Archived jobs leave dead index entries behind them, at the head of the index, until the
 database cleans them up; while any transaction pins the horizon (a report, a backup, a
 long job) it cannot, and a claim that starts at the beginning walks over all of them.
-So a worker's claims start at its frontier, the `process_at` of the newest job it
-claimed, and skip the dead. Jobs can still fall due behind it (enqueued by a host whose
-clock is behind, committed late, released by a crashed worker): once per polling interval
-one claim of the worker sweeps from the beginning, and a thread that finds a job there
-walks on from it until it is back at the frontier.
+So a worker's claims start at its frontier, the position `(-priority, process_at)` of the
+last job it claimed, and skip the dead. Jobs can still fall due behind it (enqueued with a
+higher priority, by a host whose clock is behind, committed late, released by a crashed
+worker): once per polling interval one claim of the worker sweeps from the beginning, and
+a thread that finds a job there walks on from it until it is back at the frontier.
 
 A sweep walks over the dead too, so its cost grows while the horizon is held: one sweep
 runs at a time, and sweeps are kept to a tenth of the worker's time (a sweep that took
@@ -71,16 +71,16 @@ class Frontier:
             or (now >= self._next_sweep and self._sweep is None)
         )
 
-    def claimed(self, walker: Walker | None, process_at: Any) -> None:
-        """A claim took jobs up to `process_at` (the raw column value): the frontier moves
-        up to it, or the walker stays there, behind the frontier, to claim what follows."""
+    def claimed(self, walker: Walker | None, position: Any) -> None:
+        """A claim took jobs up to `position` (raw column values): the frontier moves up to
+        it, or the walker stays there, behind the frontier, to claim what follows."""
         with self._lock:
             self._swept(walker)
             behind = None
-            if self.head is None or process_at > self.head:
-                self.head = process_at
-            elif process_at < self.head:
-                behind = process_at
+            if self.head is None or position > self.head:
+                self.head = position
+            elif position < self.head:
+                behind = position
         if walker is not None:
             walker.behind = behind
 

@@ -57,6 +57,21 @@ def check_queue(queue: Any) -> str:
     return check_name(queue, "queue")
 
 
+PRIORITY_LIMIT = 2**31 - 1
+"""The highest priority, and the negated lowest (the claim index stores -priority)."""
+
+
+def check_priority(priority: Any) -> int:
+    """A job's priority: an int from -PRIORITY_LIMIT to PRIORITY_LIMIT; higher runs first."""
+    if type(priority) is not int:
+        raise ConfigurationError(f"priority must be an int, got {priority!r}")
+    if not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
+        raise ConfigurationError(
+            f"priority must be between {-PRIORITY_LIMIT} and {PRIORITY_LIMIT}, got {priority}"
+        )
+    return priority
+
+
 def check_clock(clock: Any) -> Clock:
     if clock is None:
         return utc_now

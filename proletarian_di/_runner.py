@@ -138,7 +138,7 @@ class JobRunner:
             dialect.rollback(conn)
             return []
         if frontier is not None:
-            frontier.claimed(slot, rows[-1][6])
+            frontier.claimed(slot, dialect.position(rows[-1]))
         outcomes: list[bool] = []
         succeeded: list[Any] = []
         finished: list[Job] = []
@@ -184,7 +184,7 @@ class JobRunner:
         return outcomes
 
     def _job(self, row: JobRow, conn: Any, dialect: Dialect) -> tuple[Job, PayloadError | None]:
-        raw_id, queue, job_type, text, attempts, enqueued_at, process_at, last_error = row
+        raw_id, queue, job_type, text, attempts, enqueued_at, process_at, last_error, priority = row
         strategy = self.options.job_id_strategy or dialect.default_id_strategy
         error = None
         payload: Any = text
@@ -204,6 +204,7 @@ class JobRunner:
             enqueued_at=dialect.decode_time(enqueued_at),
             process_at=dialect.decode_time(process_at),
             last_error=last_error,
+            priority=priority,
             connection=conn,
         )
         return job, error

@@ -58,6 +58,7 @@ class EnqueueOptions(TypedDict, total=False):
     queue: str
     process_at: datetime | None
     process_in: timedelta | None
+    priority: int
     unique_key: str | None
     job_table: str
     serializer: Serializer | None

@@ -189,7 +189,8 @@ class JobInfo:
 
     `state` is one of `STATES`; `payload` is decoded (its raw text when it cannot be);
     `finished_at` is None while the job waits; `error` is the last failed attempt's error
-    (a failure's own once archived), None when no attempt failed.
+    (a failure's own once archived), None when no attempt failed; `priority` is the one
+    it was enqueued with.
     """
 
     job_id: uuid.UUID
@@ -202,6 +203,7 @@ class JobInfo:
     process_at: datetime
     finished_at: datetime | None
     error: str | None
+    priority: int = 0
 
     @property
     def cursor(self) -> str:
@@ -414,7 +416,7 @@ def _job_rows(
         where.add(condition, *[dialect.encode_time(now)] * condition.count("%s"))
     columns = (
         f"{dialect.columns}, NULL AS status, NULL AS finished_at, last_error, "
-        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held"
+        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held, priority"
     )
     return f"SELECT {columns} FROM {table} WHERE {where.sql}", [*held.params, *where.params]
 
@@ -430,7 +432,7 @@ def _archived_rows(
         .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
         .given("finished_at < %s", query.finished_until and encode(query.finished_until))
     )
-    columns = f"{dialect.columns}, status, finished_at, last_error, 0 AS held"
+    columns = f"{dialect.columns}, status, finished_at, last_error, 0 AS held, priority"
     return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
 
 
@@ -452,7 +454,8 @@ def _info(
     dialect: Dialect, row: tuple[Any, ...], running: bool, now: datetime, codec: Serializer
 ) -> JobInfo:
     """One row of `_select` as a job, its state told from its table, lock and times."""
-    raw_id, queue, job_type, text, attempts, enqueued, due, status, finished, error, _ = row
+    raw_id, queue, job_type, text, attempts, enqueued, due, status, finished, error = row[:10]
+    priority = row[11]
     process_at = _utc(dialect.decode_time(due))
     if status is not None:
         state = _STATE_OF_STATUS.get(status, status)
@@ -473,6 +476,7 @@ def _info(
         process_at=process_at,
         finished_at=None if finished is None else _utc(dialect.decode_time(finished)),
         error=error,
+        priority=int(priority),
     )
 
 

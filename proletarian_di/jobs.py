@@ -17,9 +17,9 @@ class Job:
 
     `attempts` is the number of the current attempt, starting at 1. `last_error`
     is the previous failed attempt's error (type, message and traceback), None on a
-    first attempt. `connection` is the connection of the job's own transaction
-    (advanced mode and callbacks): writes made through it commit or roll back
-    together with the job's archive.
+    first attempt. `priority` is the one it was enqueued with. `connection` is the
+    connection of the job's own transaction (advanced mode and callbacks): writes made
+    through it commit or roll back together with the job's archive.
     """
 
     job_id: uuid.UUID
@@ -30,4 +30,5 @@ class Job:
     enqueued_at: datetime
     process_at: datetime
     last_error: str | None = None
+    priority: int = 0
     connection: Any = dataclasses.field(default=None, repr=False, compare=False)

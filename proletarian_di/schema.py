@@ -26,9 +26,10 @@ NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
 OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
 
-WORKERS_NEED = "stored_errors"
-"""The schema step workers, `process_next_job` and the admin queries need: a newer step that
-they do not use (the periodic table) does not stop them."""
+WORKERS_NEED = "priorities"
+"""The schema step workers, `process_next_job` and the admin queries need: their claim runs in
+the order of the priorities step's index. `enqueue` needs only the seeds' tables, unless
+asked for a newer step's feature (a priority, a unique key)."""
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
@@ -97,6 +98,7 @@ def _render(
         job_table=job_table,
         archived_job_table=archived_job_table,
         index=f"{name}_queue_process_at",
+        claim_index=f"{name}_queue_priority_process_at",
         unique_index=unique_index(job_table),
         collation=collation,
         version_table=_version_table(job_table),
@@ -173,7 +175,9 @@ def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
         return _step(dialect.name, "stored_errors")
     if "unique_key" not in columns:
         return _step(dialect.name, "periodic_jobs")
-    return _step(dialect.name, "unique_jobs")
+    if "priority" not in columns:
+        return _step(dialect.name, "unique_jobs")
+    return _step(dialect.name, "priorities")
 
 
 def _step(dialect: str, name: str) -> int:
@@ -218,7 +222,7 @@ def check_schema(
     """Raise a clear error if workers cannot run here: the server is too old, a table is
     missing, or the schema is older than step `needs` (naming the upgrade command).
 
-    Workers need the stored errors; a scheduler needs the periodic table and, as it only
+    Workers need the priorities step; a scheduler needs the periodic table and, as it only
     enqueues, not the archive (`archive=False`). Rolls back what it read."""
     dialect = dialect_for(conn, job_table, archived_job_table)
     dialect.check_server(conn, archive)

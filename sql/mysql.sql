@@ -1,4 +1,4 @@
--- proletarian-di schema (version 5) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 6) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -17,8 +17,10 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     process_at  DATETIME(6) NOT NULL,   -- UTC; when the job should run (moves on every retry)
     last_error  TEXT NULL,              -- the last failed attempt's error (type, message, trace)
     unique_key  VARCHAR(255) NULL,      -- at most one job per queue and key (NULL: no key)
-    INDEX job_queue_process_at (queue, process_at),
-    UNIQUE INDEX job_queue_unique_key (queue, unique_key)
+    priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
+    priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
+    UNIQUE INDEX job_queue_unique_key (queue, unique_key),
+    INDEX job_queue_priority_process_at (queue, priority_rank, process_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -31,7 +33,8 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     process_at  DATETIME(6) NOT NULL,   -- data for the last run only
     status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
-    last_error  TEXT NULL               -- a failure's error; the last failed attempt's otherwise
+    last_error  TEXT NULL,              -- a failure's error; the last failed attempt's otherwise
+    priority    INTEGER NOT NULL DEFAULT 0
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.job_periodic (

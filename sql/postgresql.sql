@@ -1,4 +1,4 @@
--- proletarian-di schema (version 4) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 5) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -13,7 +13,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     enqueued_at TIMESTAMPTZ NOT NULL, -- when the job was enqueued (never changes)
     process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
     last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
-    unique_key  TEXT                  -- at most one job per queue and key (NULL: no key)
+    unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
+    priority    INTEGER NOT NULL DEFAULT 0 -- higher runs first among due jobs of its queue
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -26,10 +27,12 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     process_at  TIMESTAMPTZ NOT NULL, -- data for the last run only
     status      TEXT NOT NULL,        -- success / failure / cancelled
     finished_at TIMESTAMPTZ NOT NULL, -- when the job finished (success or failure)
-    last_error  TEXT                  -- a failure's error; the last failed attempt's otherwise
+    last_error  TEXT,                 -- a failure's error; the last failed attempt's otherwise
+    priority    INTEGER NOT NULL DEFAULT 0
 );
 
-CREATE INDEX IF NOT EXISTS job_queue_process_at ON proletarian.job (queue, process_at);
+-- the claim's order: priority (higher first), then process_at
+CREATE INDEX IF NOT EXISTS job_queue_priority_process_at ON proletarian.job (queue, (-priority), process_at);
 
 CREATE UNIQUE INDEX IF NOT EXISTS job_queue_unique_key ON proletarian.job (queue, unique_key)
     WHERE unique_key IS NOT NULL;

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from proletarian_di import QueueWorker, enqueue, process_next_job
+from proletarian_di.schema import LATEST, migration, statements
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -211,6 +212,9 @@ def test_alembic_migration_snippet(
             step: dict[str, Any] = {"__name__": "migration_0002"}
             exec((SNIPPETS / "alembic_step.py").read_text(encoding="utf-8"), step)
             step["upgrade"]()
+            for version in range(3, LATEST["postgresql"] + 1):  # a migration each, as step 2
+                for statement in statements(migration("postgresql", version).sql()):
+                    conn.execute(statement)
             conn.commit()
             enqueue(conn, "after_migration", {"ok": True})
         seen: list[Any] = []

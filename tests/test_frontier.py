@@ -241,33 +241,35 @@ def test_batches_move_the_frontier_to_their_last_job(backend: Backend, batch_siz
         with dialect.attached(conn) as session:
             while runner.run_batch(session, Slot(), batch_size):
                 pass
-            decoded = dialect.decode_time(frontier.head)
+            rank, head = frontier.head
     assert ran == [f"j{n}" for n in range(10)]
-    assert decoded == NOW - timedelta(seconds=51)
+    assert (rank, dialect.decode_time(head)) == (0, NOW - timedelta(seconds=51))
     assert set(ids) <= set(archive_by_id(backend))
 
 
-def test_mysql_claims_range_over_both_index_columns_without_a_sort(mysql_backend) -> None:
+def test_mysql_claims_range_over_every_index_column_without_a_sort(mysql_backend) -> None:
     """`queue = %s` would let the optimizer read the queue's entries from the first (the
     dead ones too, while a read view is held), and a table whose every row is due would be
-    scanned and sorted, locking every row: the claim is a range on (queue, process_at)."""
+    scanned and sorted, locking every row: the claim is a range on the whole claim index,
+    (queue, priority_rank, process_at), from the frontier's position."""
     backend = mysql_backend
     backend.reset()
     with contextlib.closing(backend.connect()) as conn:
         enqueue_many(conn, [("t", n) for n in range(1000)])
+        enqueue_many(conn, [("t", n) for n in range(100)], priority=5)
         conn.commit()
     backend.query(f"ANALYZE TABLE {backend.job_table}")
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(timezone.utc)
+    hour_ago = (now - timedelta(hours=1)).replace(tzinfo=None)
     with contextlib.closing(backend.connect()) as conn:
         dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
-        for start, limit in itertools.product(
-            (now - timedelta(hours=1), dialect._earliest), (1, 10)
-        ):
+        for start, limit in itertools.product(((0, hour_ago), (-5, hour_ago), None), (1, 10)):
             cursor = conn.cursor()
             cursor.execute(
-                "EXPLAIN " + dialect.claim_sql, ("default", "default", start, now, limit)
+                "EXPLAIN " + dialect.claim_sql, dialect.claim_params("default", start, now, limit)
             )
             names = [column[0].lower() for column in cursor.description]
             plan = dict(zip(names, cursor.fetchone(), strict=True))
             assert plan["type"] == "range", plan
+            assert plan["key"] == "job_queue_priority_process_at", plan
             assert "filesort" not in str(plan["extra"]).lower(), plan

@@ -10,6 +10,7 @@ import pytest
 
 from proletarian_di import create_queue_worker, enqueue, enqueue_many, process_next_job
 from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
+from proletarian_di.schema import LATEST
 
 from backends import enqueue_committed, wait_until
 
@@ -177,6 +178,14 @@ def test_an_sql_error_reaches_on_polling_error_as_on_postgresql(my):
         "job_type VARCHAR(255), payload LONGTEXT, enqueued_at DATETIME(6), "
         "process_at DATETIME(6), last_error TEXT)"
     )
+    my.execute(
+        "CREATE TABLE IF NOT EXISTS proletarian.bad_job_schema_version (job_table VARCHAR(255) "
+        "PRIMARY KEY, version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL)"
+    )
+    my.execute(  # a schema that says it is current, so the worker starts and then fails
+        "REPLACE INTO proletarian.bad_job_schema_version VALUES (%s, %s, UTC_TIMESTAMP(6))",
+        ("proletarian.bad_job", LATEST["mysql"]),
+    )
     seen, stopped = [], threading.Event()
     try:
         worker = create_queue_worker(
@@ -191,6 +200,6 @@ def test_an_sql_error_reaches_on_polling_error_as_on_postgresql(my):
         worker.start()
         assert stopped.wait(10)
     finally:
-        my.execute("DROP TABLE proletarian.bad_job")
+        my.execute("DROP TABLE proletarian.bad_job, proletarian.bad_job_schema_version")
     assert seen and seen[0].args[0] == 1054
     assert worker.state == "stopped"

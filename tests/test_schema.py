@@ -25,28 +25,26 @@ def test_install_is_safe_to_run_twice_and_keeps_jobs(backend):
     assert backend.jobs() == [("kept", 0, "default")]
 
 
-def test_the_queue_index_exists(backend):
+def test_the_claim_index_orders_by_priority_then_process_at(backend):
     if backend.name == "mysql":
         rows = backend.query(
             "SELECT column_name FROM information_schema.statistics WHERE table_schema = "
-            "'proletarian' AND table_name = 'job' AND index_name = 'job_queue_process_at' "
-            "ORDER BY seq_in_index"
+            "'proletarian' AND table_name = 'job' AND index_name = "
+            "'job_queue_priority_process_at' ORDER BY seq_in_index"
         )
+        assert [r[0].lower() for r in rows] == ["queue", "priority_rank", "process_at"]
     else:
         rows = backend.query(
-            "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE c.relname = 'job_queue_process_at' "
-            "AND c.relnamespace = 'proletarian'::regnamespace "
-            "ORDER BY array_position(i.indkey, a.attnum)"
+            "SELECT pg_get_indexdef(c.oid) FROM pg_class c WHERE c.relname = "
+            "'job_queue_priority_process_at' AND c.relnamespace = 'proletarian'::regnamespace"
         )
-    assert [r[0].lower() for r in rows] == ["queue", "process_at"]
+        assert rows[0][0].endswith("(queue, ((- priority)), process_at)")
 
 
 def test_custom_names_render_everywhere():
     sql = schema_sql("postgresql", "jobs.queue_item", "jobs.queue_item_done")
     assert "CREATE SCHEMA IF NOT EXISTS jobs" in sql
-    assert "CREATE INDEX IF NOT EXISTS queue_item_queue_process_at ON jobs.queue_item" in sql
+    assert "INDEX IF NOT EXISTS queue_item_queue_priority_process_at ON jobs.queue_item" in sql
     assert "proletarian" not in sql
 
 

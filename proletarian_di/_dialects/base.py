@@ -22,12 +22,16 @@ from ..job_ids import JobIdStrategy
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
-JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None"]
+JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int]
+"""A claimed job: id, queue, type, payload, attempts, enqueued_at, process_at, last_error,
+priority (times as the driver returns them)."""
 UNIQUE_TRIES = 3
 """How often `insert_unique` tries again when the job holding the key left in between."""
 
 EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
-"""Where a claim from the beginning of the queue starts (both databases store year 1)."""
+"""The earliest process_at (both databases store year 1)."""
+FIRST_POSITION = (-(2**31), EARLIEST)
+"""Where a claim from the beginning of a queue starts: before every (-priority, process_at)."""
 
 
 def check_table_name(name: Any, option: str = "job_table") -> str:
@@ -150,8 +154,9 @@ class Session:
         self.dialect, self.conn = dialect, conn
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
-        """Lock the oldest due jobs of `queue` (up to `limit`) from `start` on (a raw
-        `process_at`; None: from the beginning), skipping rows others hold."""
+        """Lock the first due jobs of `queue` (up to `limit`) in priority order, then by
+        process_at, from `start` on (a `position`; None: from the beginning), skipping rows
+        others hold."""
         return self.dialect.claim(self.conn, queue, now, limit, start)
 
     def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
@@ -166,36 +171,52 @@ class Dialect:
     name = ""
     default_id_strategy: JobIdStrategy
     claim_queue = "queue = %s"
-    """The claim's condition on the queue; with `claim_order`, the index's own order."""
-    claim_order = "process_at"
+    """The claim's condition on the queue; with `claim_from` and `claim_order`, the claim
+    index's own order, from a position in it."""
+    claim_from = "(-priority, process_at) >= (%s, %s)"
+    claim_order = "-priority, process_at"
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
         self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
         job, archive = self.job_table, self.archived_job_table
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
-        self.insert_sql = f"INSERT INTO {job} ({self.columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+        self._inserts: dict[tuple[str, ...], str] = {}
+        self.insert_sql = self.insert_into(())
         self.claim_sql = (
-            f"SELECT {self.columns}, last_error FROM {job} "
-            f"WHERE {self.claim_queue} AND process_at >= %s AND process_at <= %s "
+            f"SELECT {self.columns}, last_error, priority FROM {job} "
+            f"WHERE {self.claim_queue} AND {self.claim_from} AND process_at <= %s "
             f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
         )
         self.reschedule_sql = (
             f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s WHERE job_id = %s"
-        )
-        self.unique_insert_sql = (
-            f"INSERT INTO {job} ({self.columns}, unique_key) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
         )
         self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
         # status, finished_at, then the error: a failure's own, else the job's last one
         self.archive_select = (
-            f"INSERT INTO {archive} ({self.columns}, status, finished_at, last_error) "
+            f"INSERT INTO {archive} ({self.columns}, priority, status, finished_at, last_error) "
             "SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, "
-            "%s, %s, COALESCE(%s, last_error) "
+            "priority, %s, %s, COALESCE(%s, last_error) "
         )
+
+    def insert_into(self, extra: tuple[str, ...]) -> str:
+        """The INSERT of one job with the seeds' columns and `extra` ones (a priority, a
+        unique key): a job without them writes only what the seeds' tables have."""
+        columns = ", ".join((self.columns, *extra))
+        marks = ", ".join(["%s"] * (7 + len(extra)))
+        return f"INSERT INTO {self.job_table} ({columns}) VALUES ({marks})"
+
+    def claim_params(self, queue: str, start: Any, now: datetime, limit: int) -> tuple[Any, ...]:
+        """The claim's parameters: from `start`, a position (None: the beginning)."""
+        rank, process_at = FIRST_POSITION if start is None else start
+        return (queue, rank, process_at, now, limit)
+
+    @staticmethod
+    def position(row: JobRow) -> tuple[int, Any]:
+        """Where a claimed row sits in the claim index: (-priority, raw process_at)."""
+        return -row[8], row[6]
 
     # Times -----------------------------------------------------------------
 
@@ -251,8 +272,9 @@ class Dialect:
     def claim(
         self, conn: Any, queue: str, now: datetime, limit: int = 1, start: Any = None
     ) -> list[JobRow]:
-        """Lock the oldest due jobs of `queue` (up to `limit`) from `start` on (a raw
-        `process_at`; None: from the beginning), skipping rows others hold."""
+        """Lock the first due jobs of `queue` (up to `limit`) in priority order, then by
+        process_at, from `start` on (a `position`; None: from the beginning), skipping rows
+        others hold."""
         raise NotImplementedError
 
     def archive(
@@ -278,23 +300,32 @@ class Dialect:
         sql, params = self.insert_statement(row)
         self.execute(conn, sql, params)
 
-    def insert_statement(self, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
-        """The INSERT for one enqueued row `(id, queue, type, payload, enqueued_at, due)`."""
-        job_id, queue, job_type, payload, enqueued_at, process_at = row
-        return self.insert_sql, (
+    def insert_statement(
+        self, row: Sequence[Any], key: str | None = None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT for one enqueued row `(id, queue, type, payload, enqueued_at, due,
+        priority)`, with its unique `key` if it has one."""
+        job_id, queue, job_type, payload, enqueued_at, process_at, priority = row
+        extra: tuple[str, ...] = ()
+        values: tuple[Any, ...] = ()
+        if priority:
+            extra, values = ("priority",), (priority,)
+        if key is not None:
+            extra, values = (*extra, "unique_key"), (*values, key)
+        sql = self._inserts.get(extra)
+        if sql is None:
+            sql = self._inserts[extra] = self.insert_into(extra)
+        encode = self.encode_time
+        return sql, (
             job_id,
             queue,
             job_type,
             payload,
             0,
-            self.encode_time(enqueued_at),
-            self.encode_time(process_at),
+            encode(enqueued_at),
+            encode(process_at),
+            *values,
         )
-
-    def unique_insert_statement(self, row: Sequence[Any], key: str) -> tuple[str, tuple[Any, ...]]:
-        """The INSERT of one enqueued row with its unique key."""
-        _, params = Dialect.insert_statement(self, row)
-        return self.unique_insert_sql, (*params, key)
 
     def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
         """Insert the row unless a job of its queue holds `key`, leaving the transaction
@@ -444,9 +475,9 @@ class Dialect:
         """The archive INSERT of cancelled jobs, their attempts as they are; its `%s` is
         finished_at and its FROM follows."""
         return (
-            f"INSERT INTO {self.archived_job_table} ({self.columns}, status, finished_at, "
-            "last_error) SELECT job_id, queue, job_type, payload, attempts, enqueued_at, "
-            "process_at, 'cancelled', %s, last_error "
+            f"INSERT INTO {self.archived_job_table} ({self.columns}, priority, status, "
+            "finished_at, last_error) SELECT job_id, queue, job_type, payload, attempts, "
+            "enqueued_at, process_at, priority, 'cancelled', %s, last_error "
         )
 
     def cancel_waiting(

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
-    EARLIEST,
+    FIRST_POSITION,
     Dialect,
     HeldRows,
     JobRow,
@@ -36,11 +36,14 @@ class MySQLDialect(Dialect):
     name = "mysql"
     default_id_strategy = BinaryUUIDStrategy()
     # `queue = %s` lets the optimizer pick `ref` access on the queue alone, which reads the
-    # queue's index entries from the first, dead ones included, however narrow the
-    # process_at range; a range on both columns, in the index's order, starts at the
-    # frontier and needs no filesort (which would lock every due row before LIMIT).
+    # queue's index entries from the first, dead ones included, however the rest narrows
+    # them; ranges on every column, in the index's order, start at the frontier and need no
+    # filesort (which would lock every due row before LIMIT). MySQL does not make ranges of a
+    # row comparison, so the start is spelled out; MariaDB has no index on an expression, so
+    # the index holds the generated column priority_rank (-priority).
     claim_queue = "queue >= %s AND queue <= %s"
-    claim_order = "queue, process_at"
+    claim_from = "(priority_rank > %s OR (priority_rank = %s AND process_at >= %s))"
+    claim_order = "queue, priority_rank, process_at"
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
@@ -51,7 +54,7 @@ class MySQLDialect(Dialect):
             self.archive_select + f"FROM {job} FORCE INDEX (PRIMARY) WHERE job_id IN %s"
         )
         self._delete_many: dict[int, str] = {}
-        self._earliest = self.encode_time(EARLIEST)
+        self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
 
     def encode_time(self, value: datetime) -> Any:
@@ -107,10 +110,13 @@ class MySQLDialect(Dialect):
         read_committed: bool = False,
     ) -> list[JobRow]:
         self.begin(conn, read_committed)
-        start = self._earliest if start is None else start
         with self.cursor(conn) as cursor:
-            cursor.execute(self.claim_sql, (queue, queue, start, self.encode_time(now), limit))
+            cursor.execute(self.claim_sql, self.claim_params(queue, start, now, limit))
             return list(cursor.fetchall())
+
+    def claim_params(self, queue: str, start: Any, now: datetime, limit: int) -> tuple[Any, ...]:
+        rank, process_at = self._first if start is None else start
+        return (queue, queue, rank, rank, process_at, self.encode_time(now), limit)
 
     def archive(
         self,
@@ -154,15 +160,18 @@ class MySQLDialect(Dialect):
         if not rows:
             return
         enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
-        params = [(row[0], row[1], row[2], row[3], 0, enqueued_at, process_at) for row in rows]
+        given = (rows[0][6],) if rows[0][6] else ()
+        params = [
+            (row[0], row[1], row[2], row[3], 0, enqueued_at, process_at, *given) for row in rows
+        ]
         with self.cursor(conn) as cursor:
-            cursor.executemany(self.insert_sql, params)
+            cursor.executemany(self.insert_statement(rows[0])[0], params)
 
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
         """A duplicate key fails the INSERT alone (MySQL keeps the transaction): only that
         error, on this index, is taken for "held"; anything else is raised."""
         try:
-            self.execute(conn, *self.unique_insert_statement(row, key))
+            self.execute(conn, *self.insert_statement(row, key))
         except Exception as exc:
             code, message = (*exc.args, None, None)[:2]
             if code != _DUPLICATE_KEY or self.unique_index not in str(message):
@@ -238,8 +247,9 @@ class MySQLDialect(Dialect):
             marks = ", ".join(["%s"] * len(chunk))
             self.execute(
                 conn,
-                f"INSERT INTO {job} ({self.columns}, last_error) "
-                "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error "
+                f"INSERT INTO {job} ({self.columns}, last_error, priority) "
+                "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error, "
+                "priority "
                 f"FROM {archive} WHERE job_id IN ({marks})",
                 [self.encode_time(now), *chunk],
             )

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from ..errors import ConfigurationError
 from ..job_ids import UUIDStrategy
 from .base import (
-    EARLIEST,
+    FIRST_POSITION,
     Dialect,
     HeldRows,
     JobRow,
@@ -42,7 +42,9 @@ class PostgresDialect(Dialect):
         )
         self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
         self._quoted: dict[str, str] = {}
-        claim = "BEGIN; " + _fill(self.claim_sql, "{queue}", "{start}", "{now}", "{limit}")
+        claim = "BEGIN; " + _fill(
+            self.claim_sql, "{queue}", "{rank}", "{start}", "{now}", "{limit}"
+        )
         self._inline = _HotPath(
             claim,
             claim,
@@ -53,8 +55,8 @@ class PostgresDialect(Dialect):
         self._statements = {
             # LIMIT 1 is written out: with `LIMIT $3` the server plans every execution anew.
             f"proletarian_claim_{tag.hexdigest()}": (
-                "text, timestamptz, timestamptz",
-                _fill(self.claim_sql, "$1", "$3", "$2", "1"),
+                "text, timestamptz, timestamptz, integer",
+                _fill(self.claim_sql, "$1", "$4", "$3", "$2", "1"),
             ),
             f"proletarian_archive_{tag.hexdigest()}": (
                 "uuid, timestamptz",
@@ -72,23 +74,31 @@ class PostgresDialect(Dialect):
         self._deallocate_sql = "; ".join(f"DEALLOCATE {name}" for name in self._statements)
         self.replan = f"{self._deallocate_sql}; {self._prepare_sql}; "
         self._prepared = _HotPath(
-            f"BEGIN; EXECUTE {claim_one}({{queue}}, {{now}}, {{start}})",
+            f"BEGIN; EXECUTE {claim_one}({{queue}}, {{now}}, {{start}}, {{rank}})",
             claim,
             f"EXECUTE {archive_one}({{ids}}, {{finished}}); COMMIT",
             f"EXECUTE {archive_many}({{ids}}, {{finished}}); COMMIT",
         )
-        notify = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
-        self.insert_sql = f"WITH job AS ({self.insert_sql})" + notify
-        # A duplicate key writes nothing and raises nothing: the caller's transaction goes on.
-        self.unique_insert_sql = (
-            f"WITH job AS ({self.unique_insert_sql} ON CONFLICT (queue, unique_key) "
-            f"WHERE unique_key IS NOT NULL DO NOTHING RETURNING job_id){notify} FROM job"
-        )
-        self.insert_many_sql = (
-            f"WITH job AS (INSERT INTO {job} ({self.columns}) "
-            "SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s "
-            "FROM unnest(%b::uuid[], %b::text[], %b::text[]) AS u(job_id, job_type, payload))"
-            + notify
+        self.insert_many_sql = {
+            priority: (
+                f"WITH job AS (INSERT INTO {job} ({self.columns}{', priority' * priority}) "
+                f"SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s{', %s' * priority} "
+                "FROM unnest(%b::uuid[], %b::text[], %b::text[]) AS u(job_id, job_type, payload))"
+                + _NOTIFY
+            )
+            for priority in (False, True)
+        }
+
+    def insert_into(self, extra: tuple[str, ...]) -> str:
+        """The INSERT and a NOTIFY that wakes idle workers once the caller commits; with a
+        unique key, ON CONFLICT DO NOTHING: a duplicate writes nothing and raises nothing,
+        so the caller's transaction goes on, and only an inserted row wakes the workers."""
+        sql = super().insert_into(extra)
+        if "unique_key" not in extra:
+            return f"WITH job AS ({sql}){_NOTIFY}"
+        return (
+            f"WITH job AS ({sql} ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL "
+            f"DO NOTHING RETURNING job_id){_NOTIFY} FROM job"
         )
 
     def cursor(self, conn: Any) -> Any:
@@ -187,7 +197,7 @@ class PostgresDialect(Dialect):
         self, conn: Any, queue: str, now: datetime, limit: int = 1, start: Any = None
     ) -> list[JobRow]:
         """The claim with parameters, in the connection's own transaction (no hot path)."""
-        params = (queue, EARLIEST if start is None else start, now, limit)
+        params = self.claim_params(queue, start, now, limit)
         with self.executed(conn, self.claim_sql, params) as cursor:
             rows: list[JobRow] = cursor.fetchall()
             return rows
@@ -217,27 +227,25 @@ class PostgresDialect(Dialect):
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
-        _, queue, _, _, enqueued_at, process_at = rows[0]
+        _, queue, _, _, enqueued_at, process_at, priority = rows[0]
         ids = [r[0] for r in rows]
         types = [r[2] for r in rows]
         payloads = [r[3] for r in rows]
+        given = (priority,) if priority else ()
         conn.execute(
-            self.insert_many_sql, (queue, enqueued_at, process_at, ids, types, payloads, queue)
+            self.insert_many_sql[bool(priority)],
+            (queue, enqueued_at, process_at, *given, ids, types, payloads, queue),
         )
 
-    def insert_statement(self, row: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
-        """The INSERT, and a NOTIFY that wakes idle workers once the caller commits."""
-        sql, params = super().insert_statement(row)
-        return sql, (*params, row[1])
-
-    def unique_insert_statement(self, row: Sequence[Any], key: str) -> tuple[str, tuple[Any, ...]]:
-        """The INSERT … ON CONFLICT DO NOTHING of a job with a unique key: it returns a row
-        (and wakes the workers) only when it inserted one."""
-        sql, params = super().unique_insert_statement(row, key)
+    def insert_statement(
+        self, row: Sequence[Any], key: str | None = None
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The INSERT, and the NOTIFY's channel payload (the queue)."""
+        sql, params = super().insert_statement(row, key)
         return sql, (*params, row[1])
 
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
-        return self.fetchone(conn, *self.unique_insert_statement(row, key)) is not None
+        return self.fetchone(conn, *self.insert_statement(row, key)) is not None
 
     def server_version(self, conn: Any) -> tuple[str, tuple[int, ...]]:
         num = int(conn.info.server_version)
@@ -262,8 +270,9 @@ class PostgresDialect(Dialect):
         rows = self.fetchall(
             conn,
             f"WITH moved AS (DELETE FROM {self.archived_job_table} WHERE {where} RETURNING *) "
-            f"INSERT INTO {self.job_table} ({self.columns}, last_error) "
-            "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error FROM moved "
+            f"INSERT INTO {self.job_table} ({self.columns}, last_error, priority) "
+            "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error, priority "
+            "FROM moved "
             "RETURNING job_id",
             [*params, now],
         )
@@ -319,6 +328,7 @@ class PostgresDialect(Dialect):
         return self.execute_count(conn, sql, [*params, finished_at])
 
 
+_NOTIFY = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 _NO_SUCH_STATEMENT = "26000"
 _REPLAN_EVERY_S = 10.0
 _IDLE, _IN_ERROR = 0, 3  # libpq's PQTRANS_IDLE and PQTRANS_INERROR
@@ -361,9 +371,11 @@ class PostgresSession(Session):
             return self.dialect.claim(conn, queue, now, limit, start)
         template = hot.claim_one if limit == 1 else hot.claim_many
         quoted = self.dialect.quoted(conn, queue)
+        rank, process_at = FIRST_POSITION if start is None else start
         text = template.format(
             queue=quoted,
-            start=_timestamp(EARLIEST if start is None else start),
+            rank=int(rank),
+            start=_timestamp(process_at),
             now=_timestamp(now),
             limit=int(limit),
         )
@@ -415,7 +427,8 @@ class PostgresSession(Session):
 class _HotPath(NamedTuple):
     """The worker's per-job statements as simple-query templates, values inlined.
 
-    Fields: {queue}, {start}, {now} and {limit} for the claims; {ids} and {finished} for
+    Fields: {queue}, {rank} and {start} (the position claims start from), {now} and
+    {limit} for the claims; {ids} and {finished} for
     the archives (which COMMIT too).
     """
 
