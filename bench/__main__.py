@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         for peer in args.peers:
             peers.install(dbs[0], peer)
         for db in dbs:
-            db.install()
+            db.recreate()  # this version's own schema, whatever an earlier run left
             warm_up(db)
         host = machine(dbs)
         console.print(f"machine: {host}")

@@ -285,7 +285,7 @@ def main(dbs: list[Database], args: argparse.Namespace) -> int:
         return 2
     runs: list[Run] = []
     for db in dbs:
-        db.install()
+        db.recreate()
         rate = args.rate or DEFAULT_RATES[db.name]
         for variant in variants:
             console.print(f"[bold]{db.label}: {variant} — {VARIANTS[variant]}[/]")

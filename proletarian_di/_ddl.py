@@ -1,7 +1,7 @@
 """The schema's SQL, per database: the full current schema and the numbered steps to it.
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
-{unique_index}, {version_table}, {periodic_table} and,
+{unique_index}, {version_table}, {periodic_table}, {paused_table} and,
 on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
 (Clojure) is at version 1.
@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS {periodic_table} (
     last_tick   TIMESTAMPTZ NOT NULL, -- the newest tick enqueued or passed over; later ones are due
     updated_at  TIMESTAMPTZ NOT NULL
 );
+
+CREATE TABLE IF NOT EXISTS {paused_table} (
+    queue       TEXT PRIMARY KEY,     -- a paused queue: its workers claim none of its jobs
+    paused_at   TIMESTAMPTZ NOT NULL
+);
 """
 
 MYSQL = """\
@@ -97,6 +102,11 @@ CREATE TABLE IF NOT EXISTS {periodic_table} (
     queue       VARCHAR(255) NOT NULL,
     last_tick   DATETIME(6) NOT NULL,     -- UTC; the newest tick enqueued or passed over
     updated_at  DATETIME(6) NOT NULL      -- UTC
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {paused_table} (
+    queue       VARCHAR(255) PRIMARY KEY, -- a paused queue: its workers claim none of its jobs
+    paused_at   DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -195,9 +205,16 @@ ALTER TABLE {job_table} ADD COLUMN last_error TEXT NULL;
 ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT NULL;
 """
 
+
+def _statement(schema: str, start: str) -> str:
+    """The full schema's statement that begins with `start`, as a step of its own."""
+    begin = schema.index(start)
+    return schema[begin : schema.index(";\n", begin) + 2]
+
+
 # The periodic table: the step is the full schema's own statement.
-POSTGRESQL_3 = POSTGRESQL[POSTGRESQL.index("CREATE TABLE IF NOT EXISTS {periodic_table}") :]
-MYSQL_4 = MYSQL[MYSQL.index("CREATE TABLE IF NOT EXISTS {periodic_table}") :]
+POSTGRESQL_3 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
+MYSQL_4 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
 
 POSTGRESQL_4 = """\
 ALTER TABLE {job_table} ADD COLUMN unique_key TEXT;
@@ -229,6 +246,10 @@ ALTER TABLE {job_table}
 ALTER TABLE {archived_job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 """
 
+# Paused queues: one row per paused queue, which workers read once per polling interval.
+POSTGRESQL_6 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
+MYSQL_7 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
+
 STEPS: dict[str, tuple[tuple[str, str], ...]] = {
     "postgresql": (
         ("proletarian", POSTGRESQL_1),
@@ -236,6 +257,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("periodic_jobs", POSTGRESQL_3),
         ("unique_jobs", POSTGRESQL_4),
         ("priorities", POSTGRESQL_5),
+        ("paused_queues", POSTGRESQL_6),
     ),
     "mysql": (
         ("proletarian", MYSQL_1),
@@ -244,6 +266,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("periodic_jobs", MYSQL_4),
         ("unique_jobs", MYSQL_5),
         ("priorities", MYSQL_6),
+        ("paused_queues", MYSQL_7),
     ),
 }
 """Each database's migrations in order: (name, template); the version is the position + 1."""

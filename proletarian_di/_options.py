@@ -122,6 +122,7 @@ class WorkerSettings:
     log: LogFn = default_log
     clock: Clock = utc_now
     batch_size: int = 1
+    max_running: int | None = None
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -129,6 +130,8 @@ class WorkerSettings:
         _int_at_least(self.polling_interval_ms, "polling_interval_ms", 0)
         _int_at_least(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
         _int_at_least(self.batch_size, "batch_size", 1)
+        if self.max_running is not None:
+            _int_at_least(self.max_running, "max_running", 1)
         if self.handler_fn_mode not in HANDLER_MODES:
             raise ConfigurationError(
                 f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"

@@ -19,9 +19,11 @@ from typing import Any
 
 from ._async import EventLoops, is_awaitable
 from ._dialects import Dialect, JobRow, Session, TransactionLost, dialect_for
+from ._dialects.base import running_slots
 from ._frontier import Frontier
 from ._logging import describe, error_text, safe_log, wanted
 from ._options import WorkerSettings
+from ._pauses import PauseWatch
 from ._types import Handler
 from .errors import ArgumentTypeError, InvalidRetrySpec, PayloadError, TransactionAborted
 from .jobs import Job
@@ -83,6 +85,7 @@ class JobRunner:
         options: WorkerSettings,
         stats: Stats | None = None,
         frontier: Frontier | None = None,
+        pauses: PauseWatch | None = None,
     ):
         if not callable(handler):
             raise ArgumentTypeError(f"handler must be callable, got {handler!r}")
@@ -96,6 +99,12 @@ class JobRunner:
         self.base = {"queue_worker_id": options.queue_worker_id}
         self.loops = EventLoops()
         self.frontier = frontier
+        self.pauses = pauses or PauseWatch(options.queue, 0.0)
+        self.running_slots = (
+            None
+            if options.max_running is None
+            else running_slots(options.job_table, options.queue, options.max_running)
+        )
 
     def dialect(self, conn: Any) -> Dialect:
         return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
@@ -124,14 +133,30 @@ class JobRunner:
         return outcomes[0] if outcomes else None
 
     def run_batch(self, session: Session, slot: Slot | None = None, limit: int = 1) -> list[bool]:
-        """Claim up to `limit` due jobs in one transaction and settle each; [] if none.
+        """Claim up to `limit` due jobs in one transaction and settle each; [] if none, if
+        the queue is paused, or if its running slots (`max_running`) are all taken.
 
         Each job is settled on its own (retry or failure as it comes); successes
         are archived together at the end, in the commit's round trip.
         """
+        if self.pauses.check(session):
+            return []
+        if self.running_slots is None:
+            return self._claim_and_run(session, slot, limit)
+        try:
+            return self._claim_and_run(session, slot, limit)
+        finally:
+            session.release_slot()
+
+    def _claim_and_run(self, session: Session, slot: Slot | None, limit: int) -> list[bool]:
         dialect, conn, frontier = session.dialect, session.conn, self.frontier
         start = None if frontier is None else frontier.start(slot)
-        rows = session.claim(self.options.queue, self.clock(), limit, start)
+        if self.running_slots is None:
+            rows = session.claim(self.options.queue, self.clock(), limit, start)
+        else:
+            rows = session.claim_in_slot(
+                self.running_slots, self.options.queue, self.clock(), limit, start
+            )
         if not rows:
             if frontier is not None:
                 frontier.missed(slot)

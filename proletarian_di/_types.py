@@ -88,3 +88,4 @@ class WorkerOptions(TypedDict, total=False):
     log: LogFn | None
     clock: Clock | None
     batch_size: int | None
+    max_running: int | None

@@ -1,4 +1,5 @@
-"""Wake idle worker threads: on stop, and on PostgreSQL NOTIFY from `enqueue`.
+"""Wake idle worker threads: on stop, and on PostgreSQL NOTIFY from `enqueue` (and from
+pausing or resuming the queue, which the worker then reads again).
 
 `enqueue` sends `pg_notify('proletarian_di', queue)` in the caller's
 transaction, so the notification arrives only when the job is committed. One
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._dialects import NOTIFY_CHANNEL
+from ._pauses import STATE_CHANNEL
 
 
 class Wakeup:
@@ -55,9 +57,10 @@ class Listener:
         stopping: threading.Event,
         on_error: Callable[[BaseException], None],
         name: str,
+        on_state: Callable[[], None] = lambda: None,
     ) -> None:
         self.connect, self.queue, self.wakeup = connect, queue, wakeup
-        self.stopping, self.on_error = stopping, on_error
+        self.stopping, self.on_error, self.on_state = stopping, on_error, on_state
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -85,11 +88,17 @@ class Listener:
         conn = self.connect()
         try:
             conn.autocommit = True
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}; LISTEN {STATE_CHANNEL}")
+            self.on_state()  # what changed while nobody listened is read again
             self.wakeup.wake(self.wakeup.capacity)
             while not self.stopping.is_set():
                 for note in conn.notifies(timeout=0.25):
-                    if note.payload == self.queue:
+                    if note.payload != self.queue:
+                        continue
+                    if note.channel == STATE_CHANNEL:
+                        self.on_state()
+                        self.wakeup.wake(self.wakeup.capacity)
+                    else:
                         self.wakeup.wake()
         finally:
             with contextlib.suppress(Exception):

@@ -1,6 +1,6 @@
 """Operator queries on any connection of either database: queue statistics, listing and
 inspecting jobs, retrying failed jobs, cancelling waiting ones, pruning the archive, listing
-periodic schedules, schema checks.
+periodic schedules, pausing and resuming queues, schema checks.
 
 The CLI uses them, and so can your own tools. Like `enqueue`, none of them commits:
 they run in the caller's transaction, and the caller commits (or rolls back a read).
@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from . import _pauses
 from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
@@ -67,7 +68,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 @dataclasses.dataclass
 class QueueStats:
-    """One queue's numbers: waiting jobs from the job table, outcomes from the archive."""
+    """One queue's numbers: waiting jobs from the job table, outcomes from the archive, and
+    whether it is paused."""
 
     queue: str
     due: int = 0
@@ -78,6 +80,7 @@ class QueueStats:
     failed_last_hour: int = 0
     succeeded: int = 0
     failed: int = 0
+    paused: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -145,7 +148,8 @@ def queue_stats(
     tables: Tables = DEFAULT_TABLES,
 ) -> list[QueueStats]:
     """Per queue: due (running ones included), scheduled, running now (held by a worker; at
-    most `MAX_LIMIT` counted), oldest due wait; succeeded/failed (last hour, and in all)."""
+    most `MAX_LIMIT` counted), oldest due wait; succeeded/failed (last hour, and in all);
+    paused. A paused queue with no jobs is listed too."""
     dialect = tables.dialect(conn)
     now = now or datetime.now(timezone.utc)
     t_now, t_hour = dialect.encode_time(now), dialect.encode_time(now - timedelta(hours=1))
@@ -180,6 +184,8 @@ def queue_stats(
         entry.succeeded, entry.failed = int(ok or 0), int(failed or 0)
     for job in list_jobs(conn, state="running", limit=MAX_LIMIT, tables=tables):
         by_queue.setdefault(job.queue, QueueStats(job.queue)).running += 1
+    for queue in _pauses.paused_queues(conn, dialect):
+        by_queue.setdefault(queue, QueueStats(queue)).paused = True
     return [by_queue[name] for name in sorted(by_queue)]
 
 
@@ -649,6 +655,26 @@ def cancel_jobs(
     where = _Where().ids(dialect, ids).given("queue = %s", queue).given("job_type = %s", job_type)
     with dialect.admin_write(conn):
         return dialect.cancel_waiting(conn, where.sql, where.params, datetime.now(timezone.utc))
+
+
+def pause_queue(conn: Connection, queue: str, *, tables: Tables = DEFAULT_TABLES) -> bool:
+    """Pause `queue`: its workers, in every process, finish the jobs in hand and claim no more
+    until it is resumed (within one polling interval; at once on PostgreSQL, whose workers
+    are notified). Enqueueing goes on. False if it was paused already. Commit to keep it."""
+    dialect = tables.dialect(conn)
+    return _pauses.pause(conn, dialect, queue, datetime.now(timezone.utc))
+
+
+def resume_queue(conn: Connection, queue: str, *, tables: Tables = DEFAULT_TABLES) -> bool:
+    """Resume a paused `queue`: its workers claim again. False if it was not paused. Commit
+    to keep it."""
+    return _pauses.resume(conn, tables.dialect(conn), queue)
+
+
+def paused_queues(conn: Connection, *, tables: Tables = DEFAULT_TABLES) -> dict[str, datetime]:
+    """The paused queues, each with when it was paused (UTC)."""
+    paused = _pauses.paused_queues(conn, tables.dialect(conn))
+    return {queue: _utc(at) for queue, at in paused.items()}
 
 
 def _archive_filter(

@@ -26,12 +26,13 @@ NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
 OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
 
-WORKERS_NEED = "priorities"
+WORKERS_NEED = "paused_queues"
 """The schema step workers, `process_next_job` and the admin queries need: their claim runs in
-the order of the priorities step's index. `enqueue` needs only the seeds' tables, unless
-asked for a newer step's feature (a priority, a unique key)."""
+the order of the priorities step's index, and they read the paused queues. `enqueue` needs
+only the seeds' tables, unless asked for a newer step's feature (a priority, a unique key)."""
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
+PAUSED_TABLE_SUFFIX = "_paused"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
@@ -103,6 +104,7 @@ def _render(
         collation=collation,
         version_table=_version_table(job_table),
         periodic_table=periodic_table(job_table),
+        paused_table=paused_table(job_table),
     )
     if not schema:
         lines = sql.splitlines(keepends=True)
@@ -120,6 +122,11 @@ def unique_index(job_table: str) -> str:
 def periodic_table(job_table: str) -> str:
     """Where the periodic schedules of these tables live: `<job table>_periodic`."""
     return f"{job_table}{PERIODIC_TABLE_SUFFIX}"
+
+
+def paused_table(job_table: str) -> str:
+    """Where the paused queues of these tables are listed: `<job table>_paused`."""
+    return f"{job_table}{PAUSED_TABLE_SUFFIX}"
 
 
 def _version_table(job_table: str) -> str:
@@ -177,7 +184,9 @@ def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
         return _step(dialect.name, "periodic_jobs")
     if "priority" not in columns:
         return _step(dialect.name, "unique_jobs")
-    return _step(dialect.name, "priorities")
+    if not dialect.table_columns(conn, paused_table(job_table)):
+        return _step(dialect.name, "priorities")
+    return _step(dialect.name, "paused_queues")
 
 
 def _step(dialect: str, name: str) -> int:
@@ -222,8 +231,8 @@ def check_schema(
     """Raise a clear error if workers cannot run here: the server is too old, a table is
     missing, or the schema is older than step `needs` (naming the upgrade command).
 
-    Workers need the priorities step; a scheduler needs the periodic table and, as it only
-    enqueues, not the archive (`archive=False`). Rolls back what it read."""
+    Workers need every step up to `WORKERS_NEED`; a scheduler needs the periodic table and,
+    as it only enqueues, not the archive (`archive=False`). Rolls back what it read."""
     dialect = dialect_for(conn, job_table, archived_job_table)
     dialect.check_server(conn, archive)
     try:

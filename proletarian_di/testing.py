@@ -17,7 +17,13 @@ from ._types import DataSource, Handler, WorkerOptions
 from ._urls import url_dialect
 from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
-from .schema import check_schema, install_schema, periodic_table
+from .schema import (
+    VERSION_TABLE_SUFFIX,
+    check_schema,
+    install_schema,
+    paused_table,
+    periodic_table,
+)
 from .serializers import Serializer
 
 if TYPE_CHECKING:
@@ -183,19 +189,23 @@ class QueueDatabase:
             install_schema(conn, self.job_table, self.archived_job_table)
 
     def recreate(self) -> None:
-        """Drop both tables and install them again: a server kept from an earlier run may
-        hold the tables of an older schema."""
+        """Drop the queue's tables and install them again: a server kept from an earlier run
+        may hold the tables of another version's schema."""
         self.execute(f"DROP TABLE IF EXISTS {self.job_table}")
         self.execute(f"DROP TABLE IF EXISTS {self.archived_job_table}")
         self.execute(f"DROP TABLE IF EXISTS {periodic_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {paused_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {self.job_table}{VERSION_TABLE_SUFFIX}")
         self.install()
 
     def clear(self, *, truncate: bool = False) -> None:
-        """Delete every job, waiting or archived; `truncate` also leaves no dead rows behind
-        (for measurements), at the cost of being slower on small tables."""
+        """Delete every job, waiting or archived, and resume every paused queue; `truncate`
+        also leaves no dead rows behind (for measurements), at the cost of being slower on
+        small tables."""
         statement = "TRUNCATE TABLE" if truncate else "DELETE FROM"
         self.execute(f"{statement} {self.job_table}")
         self.execute(f"{statement} {self.archived_job_table}")
+        self.execute(f"DELETE FROM {paused_table(self.job_table)}")
 
     def jobs(self) -> list[tuple[Any, ...]]:
         """The waiting jobs as (job_type, attempts, queue), the first due first."""

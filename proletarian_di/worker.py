@@ -14,6 +14,7 @@ from ._dialects import Dialect, is_transient
 from ._frontier import Frontier
 from ._logging import describe, safe_log, wanted
 from ._options import WorkerSettings, worker_settings
+from ._pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
 from ._runner import JobRunner, Slot, Stats
 from ._signals import ShutdownHook
 from ._types import DataSource, Handler, WorkerOptions
@@ -59,8 +60,9 @@ class QueueWorker:
         self._connect = connection_factory(data_source)
         self._direct_connect = direct_connect(data_source)
         self._listener: Listener | None = None
-        frontier = Frontier(options.polling_interval_ms / 1000)
-        self._runner = JobRunner(handler, options, self.stats, frontier)
+        interval = options.polling_interval_ms / 1000
+        self._pauses = PauseWatch(options.queue, max(interval, MIN_PAUSE_READ_S))
+        self._runner = JobRunner(handler, options, self.stats, Frontier(interval), self._pauses)
         self._cond = threading.Condition(threading.RLock())
         self._wakeup = Wakeup(options.worker_threads)
         self._stopping = threading.Event()
@@ -138,7 +140,10 @@ class QueueWorker:
                     self._stopping,
                     lambda exc: self._emit("listener_error", exception=exc),
                     f"{self.queue_worker_id}-listener",
+                    self._pauses.changed,
                 )
+                # Notified of every pause and resume, the worker reads the state seldom.
+                self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
             for n in range(self.options.worker_threads):
                 name = f"{self.queue_worker_id}-{n}"
                 slot = self._slots[name] = Slot()

@@ -4,7 +4,9 @@
 --
 --   proletarian_worker    claims, reschedules and archives jobs:
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
---                         INSERT into the archive (INSERT ... SELECT reads the job row).
+--                         INSERT into the archive (INSERT ... SELECT reads the job row),
+--                         SELECT on the paused queues. (`max_running` takes GET_LOCK
+--                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
 --   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
 --                         schedules' table, enqueues their jobs.
@@ -25,6 +27,7 @@ CREATE ROLE IF NOT EXISTS proletarian_scheduler;
 
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
+GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;

@@ -3,9 +3,11 @@
 --
 --   proletarian_worker    claims, reschedules and archives jobs:
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
---                         INSERT into the archive, and reads the schema's version
---                         at start. Nothing else: it cannot read the
---                         archive, create or drop tables, or enqueue.
+--                         INSERT into the archive, reads the paused queues, and
+--                         reads the schema's version at start. Nothing else: it
+--                         cannot read the archive, pause a queue, create or drop
+--                         tables, or enqueue. (`max_running` takes advisory locks,
+--                         which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
 --   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
 --                         schedules' table, enqueues their jobs, reads the
@@ -17,7 +19,7 @@
 --   CREATE ROLE app_web LOGIN PASSWORD '...' IN ROLE proletarian_enqueuer;
 -- A worker whose handlers enqueue follow-up jobs needs both roles.
 -- For other table names, replace proletarian.job / proletarian.archived_job
--- (and proletarian.job_periodic, proletarian.job_schema_version).
+-- (and proletarian.job_periodic, proletarian.job_paused, proletarian.job_schema_version).
 
 DO $$
 BEGIN
@@ -38,6 +40,7 @@ GRANT USAGE ON SCHEMA proletarian
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
+GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
 GRANT INSERT ON proletarian.job TO proletarian_scheduler;

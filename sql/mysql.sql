@@ -1,4 +1,4 @@
--- proletarian-di schema (version 6) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 7) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
     queue       VARCHAR(255) NOT NULL,
     last_tick   DATETIME(6) NOT NULL,     -- UTC; the newest tick enqueued or passed over
     updated_at  DATETIME(6) NOT NULL      -- UTC
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_paused (
+    queue       VARCHAR(255) PRIMARY KEY, -- a paused queue: its workers claim none of its jobs
+    paused_at   DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 5) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 6) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
     queue       TEXT NOT NULL,
     last_tick   TIMESTAMPTZ NOT NULL, -- the newest tick enqueued or passed over; later ones are due
     updated_at  TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS proletarian.job_paused (
+    queue       TEXT PRIMARY KEY,     -- a paused queue: its workers claim none of its jobs
+    paused_at   TIMESTAMPTZ NOT NULL
 );
 
 -- the schema's version, recorded on upgrade

@@ -218,13 +218,13 @@ def test_a_worker_on_an_older_schema_names_the_command_that_upgrades_it(scratch)
     assert worker.state == "new"
 
 
-def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_priorities(scratch):
+def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_every_step(scratch):
     backend = scratch
     create_at(backend, LATEST[backend.name] - 1)
     source = backend.pool(2)
     try:
         enqueue_committed(backend, ("t", 1), job_table=f"{OLD}.job")
-        with pytest.raises(SchemaError, match=r"missing steps: \d+ \(priorities\)"):
+        with pytest.raises(SchemaError, match=r"missing steps: \d+ \(paused queues\)"):
             process_next_job(source, lambda t, p: None, **tables(OLD))
         upgrade(backend)
         ran = []

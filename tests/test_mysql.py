@@ -179,6 +179,10 @@ def test_an_sql_error_reaches_on_polling_error_as_on_postgresql(my):
         "process_at DATETIME(6), last_error TEXT)"
     )
     my.execute(
+        "CREATE TABLE IF NOT EXISTS proletarian.bad_job_paused (queue VARCHAR(255) PRIMARY KEY, "
+        "paused_at DATETIME(6) NOT NULL)"
+    )
+    my.execute(
         "CREATE TABLE IF NOT EXISTS proletarian.bad_job_schema_version (job_table VARCHAR(255) "
         "PRIMARY KEY, version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL)"
     )
@@ -200,6 +204,9 @@ def test_an_sql_error_reaches_on_polling_error_as_on_postgresql(my):
         worker.start()
         assert stopped.wait(10)
     finally:
-        my.execute("DROP TABLE proletarian.bad_job, proletarian.bad_job_schema_version")
+        my.execute(
+            "DROP TABLE proletarian.bad_job, proletarian.bad_job_paused, "
+            "proletarian.bad_job_schema_version"
+        )
     assert seen and seen[0].args[0] == 1054
     assert worker.state == "stopped"

@@ -4,6 +4,7 @@ helpers (table names, connection unwrapping, timestamps)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import socket
@@ -144,6 +145,24 @@ class TransactionLost(ProletarianError):
     cause: BaseException | None = None
 
 
+class RunningSlots(NamedTuple):
+    """The `size` locks that jobs of one queue take to run, over every process using the
+    database (`max_running`): a job runs holding one, and none runs without one."""
+
+    size: int
+    key: int
+    """PostgreSQL: the advisory locks' first key (the slot, 1 to size, is the second)."""
+    prefix: str
+    """MySQL: the names of the GET_LOCK locks, before the slot's number."""
+
+
+def running_slots(job_table: str, queue: str, size: int) -> RunningSlots:
+    """The slots of `queue` in these tables: the same for every process."""
+    digest = hashlib.blake2s(f"{job_table}\0{queue}".encode(), digest_size=8).digest()
+    key = int.from_bytes(digest[:4], "big", signed=True)
+    return RunningSlots(size, key, f"proletarian_di.{digest.hex()}.")
+
+
 class Session:
     """A connection as the runner uses it: the per-job statements of its dialect, with what
     the dialect set up on this connection (PostgreSQL prepares statements on a worker's
@@ -158,6 +177,17 @@ class Session:
         process_at, from `start` on (a `position`; None: from the beginning), skipping rows
         others hold."""
         return self.dialect.claim(self.conn, queue, now, limit, start)
+
+    def claim_in_slot(
+        self, slots: RunningSlots, queue: str, now: datetime, limit: int = 1, start: Any = None
+    ) -> list[JobRow]:
+        """`claim`, if one of the queue's running slots is free: it is taken for the job's
+        transaction (none is taken, and nothing claimed, when no job is due)."""
+        return self.dialect.claim_in_slot(self.conn, slots, queue, now, limit, start)
+
+    def release_slot(self) -> None:
+        """Give back the slot `claim_in_slot` took, once the job's transaction has ended
+        (where the database does not do it with the transaction)."""
 
     def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
         """Archive successful jobs and commit."""
@@ -183,11 +213,7 @@ class Dialect:
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
         self._inserts: dict[tuple[str, ...], str] = {}
         self.insert_sql = self.insert_into(())
-        self.claim_sql = (
-            f"SELECT {self.columns}, last_error, priority FROM {job} "
-            f"WHERE {self.claim_queue} AND {self.claim_from} AND process_at <= %s "
-            f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
-        )
+        self.claim_sql = self.claim_statement()
         self.reschedule_sql = (
             f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s WHERE job_id = %s"
         )
@@ -199,6 +225,14 @@ class Dialect:
             f"INSERT INTO {archive} ({self.columns}, priority, status, finished_at, last_error) "
             "SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, "
             "priority, %s, %s, COALESCE(%s, last_error) "
+        )
+
+    def claim_statement(self, condition: str = "") -> str:
+        """The claim, with an extra `condition` first in its WHERE clause."""
+        return (
+            f"SELECT {self.columns}, last_error, priority FROM {self.job_table} "
+            f"WHERE {condition}{self.claim_queue} AND {self.claim_from} AND process_at <= %s "
+            f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
         )
 
     def insert_into(self, extra: tuple[str, ...]) -> str:
@@ -275,6 +309,18 @@ class Dialect:
         """Lock the first due jobs of `queue` (up to `limit`) in priority order, then by
         process_at, from `start` on (a `position`; None: from the beginning), skipping rows
         others hold."""
+        raise NotImplementedError
+
+    def claim_in_slot(
+        self,
+        conn: Any,
+        slots: RunningSlots,
+        queue: str,
+        now: datetime,
+        limit: int = 1,
+        start: Any = None,
+    ) -> list[JobRow]:
+        """`claim` in a transaction that holds one of `slots`; [] when none is free."""
         raise NotImplementedError
 
     def archive(

@@ -16,6 +16,7 @@ from .base import (
     Dialect,
     HeldRows,
     JobRow,
+    RunningSlots,
     Session,
     TransactionLost,
     shutdown_socket,
@@ -113,6 +114,26 @@ class MySQLDialect(Dialect):
         with self.cursor(conn) as cursor:
             cursor.execute(self.claim_sql, self.claim_params(queue, start, now, limit))
             return list(cursor.fetchall())
+
+    def take_slot(self, conn: Any, slots: RunningSlots, read_committed: bool) -> str | None:
+        """Begin the claim's transaction and lock the first free slot with GET_LOCK: its name,
+        or None. A GET_LOCK lock belongs to the session, not the transaction: `release` gives
+        it back (and a dropped connection, with the server)."""
+        self.begin(conn, read_committed)
+        for n in range(1, slots.size + 1):
+            name = f"{slots.prefix}{n}"
+            if self.fetchone(conn, "SELECT GET_LOCK(%s, 0)", (name,))[0] == 1:
+                return name
+        return None
+
+    def release(self, conn: Any, name: str) -> None:
+        """Release a slot; a connection that cannot is closed, so that its lock goes too."""
+        try:
+            self.execute(conn, "DO RELEASE_LOCK(%s)", (name,))
+        except Exception:
+            with contextlib.suppress(Exception):
+                unwrap_connection(conn).close()
+            raise
 
     def claim_params(self, queue: str, start: Any, now: datetime, limit: int) -> tuple[Any, ...]:
         rank, process_at = self._first if start is None else start
@@ -385,9 +406,24 @@ class MySQLSession(Session):
     def __init__(self, dialect: MySQLDialect, conn: Any, read_committed: bool = False) -> None:
         super().__init__(dialect, conn)
         self.read_committed = read_committed
+        self.slot: str | None = None
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         return self.dialect.claim(self.conn, queue, now, limit, start, self.read_committed)
+
+    def claim_in_slot(
+        self, slots: RunningSlots, queue: str, now: datetime, limit: int = 1, start: Any = None
+    ) -> list[JobRow]:
+        dialect = self.dialect
+        self.slot = dialect.take_slot(self.conn, slots, self.read_committed)
+        if self.slot is None:
+            return []
+        return dialect.claim(self.conn, queue, now, limit, start, read_committed=True)
+
+    def release_slot(self) -> None:
+        if self.slot is not None:
+            name, self.slot = self.slot, None
+            self.dialect.release(self.conn, name)
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from .base import (
     Dialect,
     HeldRows,
     JobRow,
+    RunningSlots,
     Session,
     TransactionLost,
     shutdown_socket,
@@ -78,6 +79,13 @@ class PostgresDialect(Dialect):
             claim,
             f"EXECUTE {archive_one}({{ids}}, {{finished}}); COMMIT",
             f"EXECUTE {archive_many}({{ids}}, {{finished}}); COMMIT",
+        )
+        # A transaction-level advisory lock per running job: the first free slot, if any,
+        # taken in the claim's own statement and released by its COMMIT or ROLLBACK.
+        self.slot_claim_sql = (
+            "WITH slot AS (SELECT n FROM generate_series(1, %s) AS n "
+            "WHERE pg_try_advisory_xact_lock(%s, n) LIMIT 1) "
+            + self.claim_statement("EXISTS (SELECT 1 FROM slot) AND ")
         )
         self.insert_many_sql = {
             priority: (
@@ -199,6 +207,21 @@ class PostgresDialect(Dialect):
         """The claim with parameters, in the connection's own transaction (no hot path)."""
         params = self.claim_params(queue, start, now, limit)
         with self.executed(conn, self.claim_sql, params) as cursor:
+            rows: list[JobRow] = cursor.fetchall()
+            return rows
+
+    def claim_in_slot(
+        self,
+        conn: Any,
+        slots: RunningSlots,
+        queue: str,
+        now: datetime,
+        limit: int = 1,
+        start: Any = None,
+    ) -> list[JobRow]:
+        self.begin(conn)
+        params = (slots.size, slots.key, *self.claim_params(queue, start, now, limit))
+        with self.executed(conn, self.slot_claim_sql, params) as cursor:
             rows: list[JobRow] = cursor.fetchall()
             return rows
 
@@ -398,6 +421,19 @@ class PostgresSession(Session):
         conn.rollback()
         self.prepared = self.dialect._inline
         return self.claim(queue, now, limit, start)
+
+    def claim_in_slot(
+        self, slots: RunningSlots, queue: str, now: datetime, limit: int = 1, start: Any = None
+    ) -> list[JobRow]:
+        """In autocommit (a worker's connection), BEGIN and the claim with its slot go in
+        one simple query, values inlined, as the hot path's claim does."""
+        conn, dialect = self.conn, self.dialect
+        if not conn.autocommit:
+            return dialect.claim_in_slot(conn, slots, queue, now, limit, start)
+        rank, process_at = FIRST_POSITION if start is None else start
+        values = (slots.size, slots.key, dialect.quoted(conn, queue), int(rank))
+        times = (_timestamp(process_at), _timestamp(now), str(int(limit)))
+        return _run(conn, "BEGIN; " + _fill(dialect.slot_claim_sql, *map(str, values), *times))
 
     def _replanned(self, text: str) -> str:
         """`text`, preceded every `_REPLAN_EVERY_S` by preparing the statements anew, in the

@@ -266,7 +266,7 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
         table.add_column(name, justify="right", style=style, no_wrap=True)
     for row in rows:
         table.add_row(
-            _escape(row.queue),
+            _escape(row.queue) + (" [yellow](paused)[/]" if row.paused else ""),
             str(row.due),
             str(row.running),
             str(row.scheduled),

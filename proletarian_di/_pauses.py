@@ -1,0 +1,101 @@
+"""Paused queues: a row per queue in `<job table>_paused`, and how workers notice it.
+
+A worker reads whether its queue is paused at most once per polling interval, on one of its
+threads, and every thread goes by that answer: pausing adds no statement per job. On
+PostgreSQL, pausing and resuming also notify the workers (on commit), so they re-read at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ._dialects import Dialect, Session
+from ._options import check_queue
+from .schema import paused_table
+
+STATE_CHANNEL = "proletarian_di_state"
+"""The PostgreSQL channel on which pausing or resuming a queue names it."""
+MIN_PAUSE_READ_S = 0.1
+"""The shortest time between two reads of a worker (with `polling_interval_ms=0` too)."""
+LISTENING_PAUSE_READ_S = 5.0
+"""Between reads of a worker told of every change (a PostgreSQL listener): a fallback."""
+
+
+def pause(conn: Any, dialect: Dialect, queue: str, now: datetime) -> bool:
+    """Mark `queue` paused, in the caller's transaction; False if it already was."""
+    table = paused_table(dialect.job_table)
+    if is_paused(conn, dialect, check_queue(queue)):
+        return False
+    dialect.execute(
+        conn,
+        f"INSERT INTO {table} (queue, paused_at) VALUES (%s, %s) {dialect.unless_exists('queue')}",
+        (queue, dialect.encode_time(now)),
+    )
+    _announce(conn, dialect, queue)
+    return True
+
+
+def resume(conn: Any, dialect: Dialect, queue: str) -> bool:
+    """Take `queue` off the paused list, in the caller's transaction; False if it was not on it."""
+    table = paused_table(dialect.job_table)
+    sql = f"DELETE FROM {table} WHERE queue = %s"
+    if not dialect.execute_count(conn, sql, (check_queue(queue),)):
+        return False
+    _announce(conn, dialect, queue)
+    return True
+
+
+def is_paused(conn: Any, dialect: Dialect, queue: str) -> bool:
+    sql = f"SELECT 1 FROM {paused_table(dialect.job_table)} WHERE queue = %s"
+    return dialect.fetchone(conn, sql, (queue,)) is not None
+
+
+def paused_queues(conn: Any, dialect: Dialect) -> dict[str, datetime]:
+    """Every paused queue, with when it was paused."""
+    rows = dialect.fetchall(
+        conn, f"SELECT queue, paused_at FROM {paused_table(dialect.job_table)} ORDER BY queue"
+    )
+    return {queue: dialect.decode_time(at) for queue, at in rows}
+
+
+def _announce(conn: Any, dialect: Dialect, queue: str) -> None:
+    """Tell PostgreSQL workers, once the caller commits, that the queue's state changed."""
+    if dialect.name == "postgresql":
+        dialect.execute(conn, "SELECT pg_notify(%s, %s)", (STATE_CHANNEL, queue))
+
+
+class PauseWatch:
+    """Whether one worker's queue is paused, read at most once per `every_s` for all its
+    threads (0: on every claim, as `process_next_job` does)."""
+
+    def __init__(
+        self, queue: str, every_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.queue, self.every_s, self.clock = queue, every_s, clock
+        self.paused = False
+        self._next_read = 0.0
+        self._reading = threading.Lock()
+
+    def check(self, session: Session) -> bool:
+        """Whether the queue is paused, read on the session's connection when the last read
+        is older than `every_s` and no other thread is reading; else the last answer."""
+        if self.clock() < self._next_read or not self._reading.acquire(blocking=False):
+            return self.paused
+        try:
+            dialect, conn = session.dialect, session.conn
+            try:
+                self.paused = is_paused(conn, dialect, self.queue)
+            finally:
+                dialect.rollback(conn)
+            self._next_read = self.clock() + self.every_s
+        finally:
+            self._reading.release()
+        return self.paused
+
+    def changed(self) -> None:
+        """The queue was paused or resumed (a notification said so): read it at the next claim."""
+        self._next_read = 0.0

@@ -1,0 +1,71 @@
+"""`proletarian-di queue`: pause and resume a queue's workers, in every process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from ... import admin
+from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ._app import (
+    ArchivedJobTable,
+    DatabaseURL,
+    JobTable,
+    _admin,
+    _escape,
+    _guarded,
+    command_group,
+    console,
+    refuse_mixed_tables,
+)
+
+queue_app = command_group("queue", "Pause and resume a queue's workers.", "Operate")
+
+QueueName = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
+
+
+@queue_app.command("pause")
+@_guarded
+def pause(
+    ctx: typer.Context,
+    name: QueueName,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Pause a queue: its workers, in every process, finish the jobs in hand and claim no
+    more until it is resumed. Enqueueing goes on; `stats` shows it paused."""
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    _change(admin.pause_queue, name, database_url, job_table, archived_job_table)
+
+
+@queue_app.command("resume")
+@_guarded
+def resume(
+    ctx: typer.Context,
+    name: QueueName,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Resume a paused queue: its workers claim its jobs again."""
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    _change(admin.resume_queue, name, database_url, job_table, archived_job_table)
+
+
+_SAID = {
+    admin.pause_queue: ("paused", "was paused already"),
+    admin.resume_queue: ("resumed", "was not paused"),
+}
+
+
+def _change(
+    change: Callable[..., bool], name: str, url: str | None, job_table: str, archive: str
+) -> None:
+    """Pause or resume the queue, commit, and say what changed."""
+    with _admin(url, job_table, archive) as operator:
+        changed = operator.write(change, name)
+    done, unchanged = _SAID[change]
+    console.print(f"queue {_escape(name)} {done if changed else unchanged}")
