@@ -34,6 +34,7 @@ PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
 MEMORY_THREADS = 4
+IDLE_THREADS = 8
 IMPLS = ("ours", "plain")
 SLOW_PEER_JOBS = 3_000  # procrastinate runs about 200 jobs/s: its drains take fewer jobs
 
@@ -175,6 +176,18 @@ def latency_and_memory(db: Database, args: argparse.Namespace, results: Results)
                 f"p99 {percentile(waits, 99):.1f} ms"
             )
     for impl in IMPLS:
+        results.record(
+            db,
+            "idle_queries",
+            impl,
+            measure.idle_queries,
+            db,
+            impl,
+            IDLE_THREADS,
+            LATENCY_INTERVAL,
+            args.idle_seconds,
+        )
+    for impl in IMPLS:
         sizes = results.record(
             db,
             "rss_raw",
@@ -220,6 +233,11 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ),
         ("latency_p50", f"pickup latency p50 (ms), polling {LATENCY_INTERVAL * 1000:.0f} ms"),
         ("latency_p99", "pickup latency p99 (ms)"),
+        (
+            "idle_queries",
+            f"idle worker, {IDLE_THREADS} threads: statements/s (polling "
+            f"{LATENCY_INTERVAL * 1000:.0f} ms)",
+        ),
         ("rss_start", f"worker RSS at start (MB), {MEMORY_THREADS} threads"),
         ("rss_end", f"worker RSS after {args.memory_jobs:,} jobs (MB)"),
     ]
@@ -312,6 +330,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.bulk = 20_000
     args.latency_samples = 30 if args.quick else 200
     args.memory_jobs = 3_000 if args.quick else 100_000
+    args.idle_seconds = 3.0 if args.quick else 10.0
     return args
 
 

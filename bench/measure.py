@@ -232,6 +232,39 @@ def latency(db: Database, impl: str, samples: int, interval: float) -> list[floa
     return waits
 
 
+def idle_queries(db: Database, impl: str, threads: int, interval: float, seconds: float) -> float:
+    """Statements per second the server runs for an idle worker with `threads` threads, from
+    its own counters (PostgreSQL: transactions of the database, which its statistics publish
+    about once a second; MySQL: `Questions`), less the two reads of the counter."""
+    db.clean()
+    worker = make_worker(impl, db, threads, interval)
+    with contextlib.closing(db.connect()) as conn:
+        worker.start()
+        try:
+            time.sleep(max(2.0, interval * 5))  # started, and settled into idling
+            before = _statements(db, conn)
+            time.sleep(seconds)
+            after = _statements(db, conn)
+        finally:
+            worker.stop()
+    return max(0, after - before - 1) / seconds
+
+
+def _statements(db: Database, conn: Any) -> int:
+    if db.name == "postgresql":
+        sql = (
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )
+    else:
+        sql = "SHOW GLOBAL STATUS LIKE 'Questions'"
+    with conn.cursor() as cursor:
+        cursor.execute(sql)
+        value = int(cursor.fetchone()[-1])
+    conn.rollback()
+    return value
+
+
 def memory(db: Database, impl: str, jobs: int, threads: int, interval: float) -> tuple[int, int]:
     """A worker process's RSS (bytes) right after start and after running `jobs` jobs."""
     prefill(db, jobs)

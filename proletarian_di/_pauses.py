@@ -1,7 +1,9 @@
 """Paused queues: a row per queue in `<job table>_paused`, and how workers notice it.
 
-A worker reads whether its queue is paused at most once per polling interval, on one of its
-threads, and every thread goes by that answer: pausing adds no statement per job. On
+A worker reads whether its queue is paused when a claim has found jobs and its last answer
+is older than a polling interval, in the claim's transaction, on one of its threads; every
+thread goes by that answer. So pausing adds no statement per job, and none at all to an idle
+worker. A paused queue's jobs are released (rolled back) as they were claimed, unrun. On
 PostgreSQL, pausing and resuming also notify the workers (on commit), so they re-read at once.
 """
 
@@ -70,7 +72,7 @@ def _announce(conn: Any, dialect: Dialect, queue: str) -> None:
 
 class PauseWatch:
     """Whether one worker's queue is paused, read at most once per `every_s` for all its
-    threads (0: on every claim, as `process_next_job` does)."""
+    threads (0: whenever asked, as `process_next_job` does)."""
 
     def __init__(
         self, queue: str, every_s: float, clock: Callable[[], float] = time.monotonic
@@ -80,17 +82,18 @@ class PauseWatch:
         self._next_read = 0.0
         self._reading = threading.Lock()
 
+    def known_paused(self) -> bool:
+        """Paused, by an answer younger than `every_s`: no need to claim at all."""
+        return self.paused and self.clock() < self._next_read
+
     def check(self, session: Session) -> bool:
-        """Whether the queue is paused, read on the session's connection when the last read
-        is older than `every_s` and no other thread is reading; else the last answer."""
+        """Whether the queue is paused, read on the session's connection, in its transaction,
+        when the last read is older than `every_s` and no other thread is reading; else the
+        last answer."""
         if self.clock() < self._next_read or not self._reading.acquire(blocking=False):
             return self.paused
         try:
-            dialect, conn = session.dialect, session.conn
-            try:
-                self.paused = is_paused(conn, dialect, self.queue)
-            finally:
-                dialect.rollback(conn)
+            self.paused = is_paused(session.conn, session.dialect, self.queue)
             self._next_read = self.clock() + self.every_s
         finally:
             self._reading.release()

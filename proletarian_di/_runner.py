@@ -139,7 +139,7 @@ class JobRunner:
         Each job is settled on its own (retry or failure as it comes); successes
         are archived together at the end, in the commit's round trip.
         """
-        if self.pauses.check(session):
+        if self.pauses.known_paused():
             return []
         if self.running_slots is None:
             return self._claim_and_run(session, slot, limit)
@@ -157,10 +157,10 @@ class JobRunner:
             rows = session.claim_in_slot(
                 self.running_slots, self.options.queue, self.clock(), limit, start
             )
-        if not rows:
+        if not rows or self.pauses.check(session):
             if frontier is not None:
                 frontier.missed(slot)
-            dialect.rollback(conn)
+            dialect.rollback(conn)  # a paused queue's jobs go back unrun
             return []
         if frontier is not None:
             frontier.claimed(slot, dialect.position(rows[-1]))

@@ -19,20 +19,46 @@ from ._pauses import STATE_CHANNEL
 
 
 class Wakeup:
-    """Idle threads wait here; a wake-up that comes while none waits is kept for the next."""
+    """Idle threads wait here; a wake-up that comes while none waits is kept for the next.
+
+    One idle thread of the worker, the poller, polls every interval; the others sleep until
+    woken, so an idle worker queries once per interval, however many threads it has. A
+    thread that finds work gives up polling and wakes one more: if it finds work too, it
+    wakes another, and the first that finds none polls in turn.
+    """
 
     def __init__(self, capacity: int) -> None:
         self._condition = threading.Condition()
         self._pending = 0
+        self._waiting = 0
+        self._poller: threading.Thread | None = None
         self.capacity = capacity
         self._closed = False
 
-    def wait(self, seconds: float) -> None:
+    def idle(self, seconds: float) -> None:
+        """A claim found nothing: the poller waits `seconds` (or until woken) and polls
+        again; any other thread sleeps until woken."""
+        current = threading.current_thread()
         with self._condition:
+            if self._poller is None:
+                self._poller = current
             if not self._pending and not self._closed:
-                self._condition.wait(seconds)
+                self._waiting += 1
+                try:
+                    self._condition.wait(seconds if self._poller is current else None)
+                finally:
+                    self._waiting -= 1
             if self._pending:
                 self._pending -= 1
+
+    def busy(self) -> None:
+        """A claim found work: stop polling, and bring in a sleeping thread, if any."""
+        with self._condition:
+            if self._poller is threading.current_thread():
+                self._poller = None
+            if self._waiting > self._pending:
+                self._pending += 1
+                self._condition.notify()
 
     def wake(self, count: int = 1) -> None:
         with self._condition:
@@ -61,6 +87,8 @@ class Listener:
     ) -> None:
         self.connect, self.queue, self.wakeup = connect, queue, wakeup
         self.stopping, self.on_error, self.on_state = stopping, on_error, on_state
+        self.listening = threading.Event()
+        """Set while its connection LISTENs."""
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -89,6 +117,7 @@ class Listener:
         try:
             conn.autocommit = True
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}; LISTEN {STATE_CHANNEL}")
+            self.listening.set()
             self.on_state()  # what changed while nobody listened is read again
             self.wakeup.wake(self.wakeup.capacity)
             while not self.stopping.is_set():
@@ -101,5 +130,6 @@ class Listener:
                     else:
                         self.wakeup.wake()
         finally:
+            self.listening.clear()
             with contextlib.suppress(Exception):
                 conn.close()

@@ -323,8 +323,10 @@ class QueueWorker:
                             self._emit("polling_for_jobs")
                             ran = self._runner.run_batch(session, slot, batch_size)
                             backoff.reset()
-                            if not ran:
-                                self._wakeup.wait(interval)
+                            if ran:
+                                self._wakeup.busy()
+                            else:
+                                self._wakeup.idle(interval)
             except Exception as exc:
                 if self._stopping.is_set():
                     if not slot.abandoned:  # else: the error of the connection stop() cut

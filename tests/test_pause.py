@@ -111,9 +111,10 @@ def test_a_worker_finishes_the_job_in_hand_then_claims_nothing(backend: Backend)
     with worker:
         assert started.wait(10)
         pause(backend)
-        wait_until(lambda: worker._pauses.paused, description="the worker reads the pause")
+        time.sleep(0.15)  # past the 100 ms a worker keeps its answer (the polling interval's floor)
         release.set()
         wait_until(lambda: len(waiting(backend)) == 4, description="the job in hand finishes")
+        wait_until(lambda: worker._pauses.paused, description="the next claim reads the pause")
         time.sleep(0.2)  # ten polling intervals, in which a claim would have come
         assert ran == ["j0"]
         assert len(waiting(backend)) == 4
@@ -141,8 +142,8 @@ def test_a_pause_from_another_process_stops_the_workers_here(backend: Backend) -
         )
         assert done.returncode == 0, done.stderr
         assert "queue default paused" in done.stdout
-        wait_until(lambda: worker._pauses.paused, description="the worker reads the pause")
         enqueue_committed(backend, ("second", None))
+        wait_until(lambda: worker._pauses.paused, description="the worker reads the pause")
         time.sleep(0.2)
         assert ran == ["first"] and waiting(backend) == ["second"]
         result = cli(backend, "queue", "resume", "default")
@@ -152,17 +153,21 @@ def test_a_pause_from_another_process_stops_the_workers_here(backend: Backend) -
 
 
 def test_postgres_workers_are_told_at_once(pg: Backend) -> None:
-    """With a polling interval of a minute, only the notifications make the worker read the
-    pause and the resume within the test's time."""
+    """With a polling interval of a minute, the worker keeps its answer (not paused) for a
+    minute: only the notifications make it read the pause and the resume in time."""
     ran: list[str] = []
     worker = create_queue_worker(
         pg.pool(2), lambda t, p: ran.append(t), polling_interval_ms=60_000, log=lambda e, d: None
     )
     with worker:
-        wait_until(lambda: worker._listener is not None and worker._pauses._next_read > 0)
+        assert worker._listener is not None
+        wait_until(worker._listener.listening.is_set, description="the listener")
+        enqueue_committed(pg, ("first", None))
+        wait_until(lambda: ran == ["first"], description="the first job, read not paused")
+        ran.clear()
         pause(pg)
-        wait_until(lambda: worker._pauses.paused, description="the pause, notified")
         enqueue_committed(pg, ("held", None))
+        wait_until(lambda: worker._pauses.paused, description="the pause, notified")
         time.sleep(0.2)
         assert ran == [] and waiting(pg) == ["held"]
         resume(pg)
@@ -203,34 +208,47 @@ def test_pausing_a_queue_with_a_bad_name_is_refused(backend: Backend) -> None:
     assert result.exit_code != 0
 
 
-def test_a_worker_reads_the_pause_at_most_once_per_interval(
+def test_a_worker_reads_the_pause_once_per_interval_and_never_while_idle(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The read is per worker, not per thread or per job: counted on a fake clock."""
+    """The read is per worker, not per thread or per job, and only when a claim found jobs:
+    counted on a fake clock."""
     from proletarian_di import _pauses
-    from proletarian_di._dialects import dialect_for
+    from proletarian_di._options import worker_settings
+    from proletarian_di._runner import JobRunner
 
-    now, reads = [0.0], []
+    now, reads, held = [0.0], [], [None]
     original = _pauses.is_paused
+
+    def counted(conn: Any, dialect: Any, queue: str) -> bool:
+        if conn is held[0]:
+            reads.append(queue)
+        return original(conn, dialect, queue)
+
+    monkeypatch.setattr(_pauses, "is_paused", counted)
     watch = _pauses.PauseWatch("default", 1.0, clock=lambda: now[0])
-    with contextlib.closing(backend.connect()) as conn:
-        session = dialect_for(conn, backend.job_table, backend.archived_job_table).session(conn)
-
-        def counted(on: Any, dialect: Any, queue: str) -> bool:
-            if on is conn:
-                reads.append(queue)
-            return original(on, dialect, queue)
-
-        monkeypatch.setattr(_pauses, "is_paused", counted)
-        assert [watch.check(session) for _ in range(50)] == [False] * 50
-        assert len(reads) == 1
-        now[0] = 1.0
-        pause(backend)
-        assert watch.check(session) is True and len(reads) == 2
-        resume(backend)
-        assert watch.check(session) is True, "not read again within the interval"
-        watch.changed()
-        assert watch.check(session) is False and len(reads) == 3
+    runner = JobRunner(lambda t, p: None, worker_settings(), pauses=watch)
+    source = backend.pool(1)
+    try:
+        with source.connection() as conn:
+            held[0] = conn
+            assert [runner.run_next(conn) for _ in range(20)] == [None] * 20
+            assert reads == [], "an idle worker does not read it"
+            enqueue_committed(backend, *[("t", n) for n in range(30)])
+            assert [runner.run_next(conn) for _ in range(30)] == [True] * 30
+            assert len(reads) == 1, "once per interval"
+            pause(backend)
+            enqueue_committed(backend, ("held", None))
+            assert runner.run_next(conn) is True, "the last answer holds for the interval"
+            enqueue_committed(backend, ("held", None))
+            now[0] = 1.0
+            assert runner.run_next(conn) is None and len(reads) == 2
+            assert runner.run_next(conn) is None and len(reads) == 2, "known paused: no claim"
+            resume(backend)
+            watch.changed()
+            assert runner.run_next(conn) is True and len(reads) == 3
+    finally:
+        source.close()
 
 
 def test_enqueue_into_a_paused_queue(backend: Backend) -> None:
