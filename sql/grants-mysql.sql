@@ -7,7 +7,11 @@
 --                         INSERT into the archive (INSERT ... SELECT reads the job row),
 --                         SELECT on the paused queues. (`max_running` takes GET_LOCK
 --                         locks, which need no grant.)
---   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
+--   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
+--                         three columns a unique key is looked up by (job_id,
+--                         queue, unique_key): it cannot read payloads. (MySQL
+--                         8.0.22+ also wants UPDATE for the locking read a
+--                         duplicate key may take; MariaDB does not.)
 --   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
 --                         schedules' table, enqueues their jobs.
 --
@@ -30,6 +34,7 @@ GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
+GRANT SELECT (job_id, queue, unique_key) ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
 GRANT INSERT ON proletarian.job TO proletarian_scheduler;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_scheduler;

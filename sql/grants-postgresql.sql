@@ -8,7 +8,9 @@
 --                         cannot read the archive, pause a queue, create or drop
 --                         tables, or enqueue. (`max_running` takes advisory locks,
 --                         which need no grant.)
---   proletarian_enqueuer  enqueues jobs: INSERT on the job table only.
+--   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
+--                         three columns a unique key is looked up by (job_id,
+--                         queue, unique_key): it cannot read payloads.
 --   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
 --                         schedules' table, enqueues their jobs, reads the
 --                         schema's version.
@@ -42,6 +44,7 @@ GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
+GRANT SELECT (job_id, queue, unique_key) ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
 GRANT INSERT ON proletarian.job TO proletarian_scheduler;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_scheduler;

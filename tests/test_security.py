@@ -449,3 +449,62 @@ def test_the_scheduler_role_is_enough_for_a_scheduler_and_no_more_on_mysql(mysql
             with pytest.raises(pymysql.err.MySQLError) as denied:
                 conn.cursor().execute(statement)
             assert denied.value.args[0] in (1142, 1044), denied.value
+
+
+ENQUEUER_USER = "proletarian_test_enqueuer"
+
+
+def enqueue_as_enqueuer(backend: Any, connect: Any) -> None:
+    """Plain, prioritized and unique enqueues, and a duplicate, as the enqueuer role."""
+    backend.reset()
+    with contextlib.closing(connect()) as conn:
+        plain_id = enqueue(conn, "plain", 1)
+        urgent = enqueue(conn, "urgent", 2, priority=5)
+        first = enqueue(conn, "invoice", 3, unique_key="invoice:42")
+        conn.commit()
+        again = enqueue(conn, "invoice", 4, unique_key="invoice:42")
+        conn.commit()
+    assert again == first
+    assert len({plain_id, urgent, first}) == 3
+    rows = backend.query(f"SELECT job_type, priority FROM {backend.job_table} ORDER BY job_type")
+    assert rows == [("invoice", 0), ("plain", 0), ("urgent", 5)]
+
+
+def test_the_enqueuer_role_enqueues_with_keys_and_priorities_on_postgres(postgresql_backend):
+    backend = postgresql_backend
+    with contextlib.closing(psycopg.connect(backend.url, autocommit=True)) as admin:
+        admin.execute((ROOT / "sql" / "grants-postgresql.sql").read_text())
+        admin.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ENQUEUER_USER}') "
+            f"THEN CREATE ROLE {ENQUEUER_USER} LOGIN IN ROLE proletarian_enqueuer; END IF; END $$"
+        )
+    url = psycopg.conninfo.make_conninfo(backend.url, user=ENQUEUER_USER)
+    enqueue_as_enqueuer(backend, lambda: psycopg.connect(url))
+    assert_denied_on_postgres(
+        url, ["SELECT payload FROM proletarian.job", "DELETE FROM proletarian.job"]
+    )
+
+
+def test_the_enqueuer_role_enqueues_with_keys_and_priorities_on_mysql(mysql_backend):
+    backend = mysql_backend
+    admin = backend.connect()
+    try:
+        cursor = admin.cursor()
+        for statement in statements((ROOT / "sql" / "grants-mysql.sql").read_text()):
+            cursor.execute(statement)
+        cursor.execute(
+            f"CREATE USER IF NOT EXISTS '{ENQUEUER_USER}'@'%%' IDENTIFIED BY %s", (SECRET,)
+        )
+        cursor.execute(f"GRANT proletarian_enqueuer TO '{ENQUEUER_USER}'@'%'")
+        cursor.execute(f"SET DEFAULT ROLE proletarian_enqueuer FOR '{ENQUEUER_USER}'@'%'")
+        admin.commit()
+    finally:
+        admin.close()
+    options = {**backend.options, "user": ENQUEUER_USER, "password": SECRET}  # type: ignore[attr-defined]
+    options.pop("database", None)
+    enqueue_as_enqueuer(backend, lambda: pymysql.connect(**options))
+    with contextlib.closing(pymysql.connect(**options)) as conn:
+        for statement in ("SELECT payload FROM proletarian.job", "DELETE FROM proletarian.job"):
+            with pytest.raises(pymysql.err.MySQLError) as denied:
+                conn.cursor().execute(statement)
+            assert denied.value.args[0] in (1142, 1143), denied.value
