@@ -141,12 +141,10 @@ class JobRunner:
         """
         if self.pauses.known_paused():
             return []
-        if self.running_slots is None:
-            return self._claim_and_run(session, slot, limit)
         try:
             return self._claim_and_run(session, slot, limit)
         finally:
-            session.release_slot()
+            session.release_slot()  # nothing to do unless a MySQL slot was taken
 
     def _claim_and_run(self, session: Session, slot: Slot | None, limit: int) -> list[bool]:
         dialect, conn, frontier = session.dialect, session.conn, self.frontier

@@ -102,7 +102,7 @@ def _render(
         claim_index=f"{name}_queue_priority_process_at",
         unique_index=unique_index(job_table),
         collation=collation,
-        version_table=_version_table(job_table),
+        version_table=version_table(job_table),
         periodic_table=periodic_table(job_table),
         paused_table=paused_table(job_table),
     )
@@ -129,7 +129,7 @@ def paused_table(job_table: str) -> str:
     return f"{job_table}{PAUSED_TABLE_SUFFIX}"
 
 
-def _version_table(job_table: str) -> str:
+def version_table(job_table: str) -> str:
     """Where the version of these tables is recorded: `<job table>_schema_version`."""
     return f"{job_table}{VERSION_TABLE_SUFFIX}"
 
@@ -154,12 +154,10 @@ def statements(sql: str) -> list[str]:
 
 
 def _recorded_version(dialect: Dialect, conn: Any, job_table: str) -> int | None:
-    version_table = _version_table(job_table)
-    if not dialect.table_columns(conn, version_table):
+    table = version_table(job_table)
+    if not dialect.table_columns(conn, table):
         return None
-    row = dialect.fetchone(
-        conn, f"SELECT version FROM {version_table} WHERE job_table = %s", (job_table,)
-    )
+    row = dialect.fetchone(conn, f"SELECT version FROM {table} WHERE job_table = %s", (job_table,))
     return int(row[0]) if row else None
 
 
@@ -270,12 +268,10 @@ def _run(conn: Any, sql: str) -> None:
 
 
 def _record(dialect: Dialect, conn: Any, job_table: str, version: int) -> None:
-    version_table = _version_table(job_table)
-    _run(conn, _ddl.VERSION_TABLE[dialect.name].format(version_table=version_table))
+    table = version_table(job_table)
+    _run(conn, _ddl.VERSION_TABLE[dialect.name].format(version_table=table))
     dialect.execute(
-        conn,
-        _ddl.RECORD_VERSION[dialect.name].format(version_table=version_table),
-        (job_table, version),
+        conn, _ddl.RECORD_VERSION[dialect.name].format(version_table=table), (job_table, version)
     )
 
 

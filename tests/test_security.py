@@ -414,14 +414,7 @@ def test_the_scheduler_role_is_enough_for_a_scheduler_and_no_more_on_postgres(
 ):
     backend = postgresql_backend
     backend.reset()
-    with contextlib.closing(psycopg.connect(backend.url, autocommit=True)) as admin:
-        admin.execute((ROOT / "sql" / "grants-postgresql.sql").read_text())
-        admin.execute(
-            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SCHEDULER_USER}')"
-            f" THEN CREATE ROLE {SCHEDULER_USER} LOGIN IN ROLE proletarian_scheduler; END IF;"
-            " END $$"
-        )
-    url = psycopg.conninfo.make_conninfo(backend.url, user=SCHEDULER_USER)
+    url = postgres_login(backend, SCHEDULER_USER, "proletarian_scheduler")
     run_as_scheduler(backend, lambda: psycopg.connect(url))
     assert_denied_on_postgres(
         url, ["SELECT * FROM proletarian.job", "DELETE FROM proletarian.job_periodic"]
@@ -431,24 +424,39 @@ def test_the_scheduler_role_is_enough_for_a_scheduler_and_no_more_on_postgres(
 def test_the_scheduler_role_is_enough_for_a_scheduler_and_no_more_on_mysql(mysql_backend):
     backend = mysql_backend
     backend.reset()
-    with contextlib.closing(backend.connect()) as admin:
-        cursor = admin.cursor()
-        for statement in statements((ROOT / "sql" / "grants-mysql.sql").read_text()):
-            cursor.execute(statement)
-        cursor.execute(
-            f"CREATE USER IF NOT EXISTS '{SCHEDULER_USER}'@'%%' IDENTIFIED BY %s", (SECRET,)
-        )
-        cursor.execute(f"GRANT proletarian_scheduler TO '{SCHEDULER_USER}'@'%'")
-        cursor.execute(f"SET DEFAULT ROLE proletarian_scheduler FOR '{SCHEDULER_USER}'@'%'")
-        admin.commit()
-    options = {**backend.options, "user": SCHEDULER_USER, "password": SECRET}  # type: ignore[attr-defined]
-    options.pop("database", None)
+    options = mysql_login(backend, SCHEDULER_USER, "proletarian_scheduler")
     run_as_scheduler(backend, lambda: pymysql.connect(**options))
     with contextlib.closing(pymysql.connect(**options)) as conn:
         for statement in ("SELECT * FROM proletarian.job", "DELETE FROM proletarian.job_periodic"):
             with pytest.raises(pymysql.err.MySQLError) as denied:
                 conn.cursor().execute(statement)
             assert denied.value.args[0] in (1142, 1044), denied.value
+
+
+def postgres_login(backend: Any, user: str, role: str) -> str:
+    """Install the grants, and a login `user` holding only `role`; its URL."""
+    with contextlib.closing(psycopg.connect(backend.url, autocommit=True)) as admin:
+        admin.execute((ROOT / "sql" / "grants-postgresql.sql").read_text())
+        admin.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{user}') "
+            f"THEN CREATE ROLE {user} LOGIN IN ROLE {role}; END IF; END $$"
+        )
+    return psycopg.conninfo.make_conninfo(backend.url, user=user)
+
+
+def mysql_login(backend: Any, user: str, role: str) -> dict[str, Any]:
+    """Install the grants, and a user holding only `role` by default; its connect options."""
+    with contextlib.closing(backend.connect()) as admin:
+        cursor = admin.cursor()
+        for statement in statements((ROOT / "sql" / "grants-mysql.sql").read_text()):
+            cursor.execute(statement)
+        cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%%' IDENTIFIED BY %s", (SECRET,))
+        cursor.execute(f"GRANT {role} TO '{user}'@'%'")
+        cursor.execute(f"SET DEFAULT ROLE {role} FOR '{user}'@'%'")
+        admin.commit()
+    options = {**backend.options, "user": user, "password": SECRET}
+    options.pop("database", None)
+    return options
 
 
 ENQUEUER_USER = "proletarian_test_enqueuer"
@@ -472,13 +480,7 @@ def enqueue_as_enqueuer(backend: Any, connect: Any) -> None:
 
 def test_the_enqueuer_role_enqueues_with_keys_and_priorities_on_postgres(postgresql_backend):
     backend = postgresql_backend
-    with contextlib.closing(psycopg.connect(backend.url, autocommit=True)) as admin:
-        admin.execute((ROOT / "sql" / "grants-postgresql.sql").read_text())
-        admin.execute(
-            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ENQUEUER_USER}') "
-            f"THEN CREATE ROLE {ENQUEUER_USER} LOGIN IN ROLE proletarian_enqueuer; END IF; END $$"
-        )
-    url = psycopg.conninfo.make_conninfo(backend.url, user=ENQUEUER_USER)
+    url = postgres_login(backend, ENQUEUER_USER, "proletarian_enqueuer")
     enqueue_as_enqueuer(backend, lambda: psycopg.connect(url))
     assert_denied_on_postgres(
         url, ["SELECT payload FROM proletarian.job", "DELETE FROM proletarian.job"]
@@ -487,21 +489,7 @@ def test_the_enqueuer_role_enqueues_with_keys_and_priorities_on_postgres(postgre
 
 def test_the_enqueuer_role_enqueues_with_keys_and_priorities_on_mysql(mysql_backend):
     backend = mysql_backend
-    admin = backend.connect()
-    try:
-        cursor = admin.cursor()
-        for statement in statements((ROOT / "sql" / "grants-mysql.sql").read_text()):
-            cursor.execute(statement)
-        cursor.execute(
-            f"CREATE USER IF NOT EXISTS '{ENQUEUER_USER}'@'%%' IDENTIFIED BY %s", (SECRET,)
-        )
-        cursor.execute(f"GRANT proletarian_enqueuer TO '{ENQUEUER_USER}'@'%'")
-        cursor.execute(f"SET DEFAULT ROLE proletarian_enqueuer FOR '{ENQUEUER_USER}'@'%'")
-        admin.commit()
-    finally:
-        admin.close()
-    options = {**backend.options, "user": ENQUEUER_USER, "password": SECRET}  # type: ignore[attr-defined]
-    options.pop("database", None)
+    options = mysql_login(backend, ENQUEUER_USER, "proletarian_enqueuer")
     enqueue_as_enqueuer(backend, lambda: pymysql.connect(**options))
     with contextlib.closing(pymysql.connect(**options)) as conn:
         for statement in ("SELECT payload FROM proletarian.job", "DELETE FROM proletarian.job"):
