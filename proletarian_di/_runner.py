@@ -86,6 +86,7 @@ class JobRunner:
         stats: Stats | None = None,
         frontier: Frontier | None = None,
         pauses: PauseWatch | None = None,
+        on_claim: Callable[[], None] = lambda: None,
     ):
         if not callable(handler):
             raise ArgumentTypeError(f"handler must be callable, got {handler!r}")
@@ -100,6 +101,8 @@ class JobRunner:
         self.loops = EventLoops()
         self.frontier = frontier
         self.pauses = pauses or PauseWatch(options.queue, 0.0)
+        self.on_claim = on_claim
+        """Called when a claim found jobs, before they run (a worker wakes an idle thread)."""
         self.running_slots = (
             None
             if options.max_running is None
@@ -160,6 +163,7 @@ class JobRunner:
                 frontier.missed(slot)
             dialect.rollback(conn)  # a paused queue's jobs go back unrun
             return []
+        self.on_claim()
         if frontier is not None:
             frontier.claimed(slot, dialect.position(rows[-1]))
         outcomes: list[bool] = []

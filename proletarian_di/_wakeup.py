@@ -52,7 +52,8 @@ class Wakeup:
                 self._pending -= 1
 
     def busy(self) -> None:
-        """A claim found work: stop polling, and bring in a sleeping thread, if any."""
+        """A claim found work (before running it): stop polling, and bring in a sleeping
+        thread, if any."""
         with self._condition:
             if self._poller is threading.current_thread():
                 self._poller = None

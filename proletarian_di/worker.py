@@ -62,9 +62,11 @@ class QueueWorker:
         self._listener: Listener | None = None
         interval = options.polling_interval_ms / 1000
         self._pauses = PauseWatch(options.queue, max(interval, MIN_PAUSE_READ_S))
-        self._runner = JobRunner(handler, options, self.stats, Frontier(interval), self._pauses)
-        self._cond = threading.Condition(threading.RLock())
         self._wakeup = Wakeup(options.worker_threads)
+        self._runner = JobRunner(
+            handler, options, self.stats, Frontier(interval), self._pauses, self._wakeup.busy
+        )
+        self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
@@ -323,9 +325,7 @@ class QueueWorker:
                             self._emit("polling_for_jobs")
                             ran = self._runner.run_batch(session, slot, batch_size)
                             backoff.reset()
-                            if ran:
-                                self._wakeup.busy()
-                            else:
+                            if not ran:
                                 self._wakeup.idle(interval)
             except Exception as exc:
                 if self._stopping.is_set():

@@ -40,13 +40,17 @@ def test_an_idle_worker_of_eight_threads_polls_from_one(backend: Backend) -> Non
 
 
 def test_a_burst_brings_every_thread_in(backend: Backend) -> None:
+    """Each job is held until eight threads run one at once: only sleeping threads woken by
+    the ones that found work can make up the eight."""
     ran_on: set[str] = set()
-    lock = threading.Lock()
+    lock, all_in = threading.Lock(), threading.Event()
 
     def handler(job_type: str, payload: Any) -> None:
         with lock:
             ran_on.add(threading.current_thread().name)
-        time.sleep(0.02)
+            if len(ran_on) == 8:
+                all_in.set()
+        all_in.wait(10)
 
     worker = create_queue_worker(
         backend.pool(9), handler, worker_threads=8, polling_interval_ms=50, log=lambda e, d: None
