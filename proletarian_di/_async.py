@@ -10,16 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from .errors import JobTimedOut
+
 T = TypeVar("T")
 
 
-async def _wait(awaitable: Awaitable[T]) -> T:
-    return await awaitable
+async def _wait(awaitable: Awaitable[T], timeout: float | None = None) -> T:
+    """Await `awaitable`; past `timeout` seconds, cancel it and raise `JobTimedOut`."""
+    if timeout is None:
+        return await awaitable
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise JobTimedOut(f"timed out after {timeout:g} s (cancelled)")
 
 
 class EventLoops:
@@ -28,19 +41,20 @@ class EventLoops:
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def run(self, awaitable: Awaitable[T]) -> T:
-        """Await `awaitable` on this thread's loop (inside a running loop: on another thread)."""
+    def run(self, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        """Await `awaitable` on this thread's loop (inside a running loop: on another thread),
+        cancelling it after `timeout` seconds, if given."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
             with concurrent.futures.ThreadPoolExecutor(1, "proletarian-async") as pool:
-                return pool.submit(asyncio.run, _wait(awaitable)).result()
+                return pool.submit(asyncio.run, _wait(awaitable, timeout)).result()
         loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
         if loop is None or loop.is_closed():
             loop = self._local.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(_wait(awaitable))
+        return loop.run_until_complete(_wait(awaitable, timeout))
 
     def close(self) -> None:
         """Close this thread's loop, if it has one, after finishing its async generators."""

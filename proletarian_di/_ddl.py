@@ -1,7 +1,7 @@
 """The schema's SQL, per database: the full current schema and the numbered steps to it.
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
-{unique_index}, {version_table}, {periodic_table}, {paused_table} and,
+{unique_index}, {version_table}, {periodic_table}, {paused_table}, {claims_table} and,
 on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
 (Clojure) is at version 1.
@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
     last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
     unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
-    priority    INTEGER NOT NULL DEFAULT 0 -- higher runs first among due jobs of its queue
+    priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
+    leased_by   TEXT                  -- lease mode: the claim running it (NULL: none)
 );
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -59,6 +60,11 @@ CREATE TABLE IF NOT EXISTS {paused_table} (
     queue       TEXT PRIMARY KEY,     -- a paused queue: its workers claim none of its jobs
     paused_at   TIMESTAMPTZ NOT NULL
 );
+
+CREATE TABLE IF NOT EXISTS {claims_table} (
+    job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
+    claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
+);
 """
 
 MYSQL = """\
@@ -76,6 +82,7 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     unique_key  VARCHAR(255) NULL,      -- at most one job per queue and key (NULL: no key)
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
+    leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     UNIQUE INDEX {unique_index} (queue, unique_key),
     INDEX {claim_index} (queue, priority_rank, process_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
@@ -108,6 +115,11 @@ CREATE TABLE IF NOT EXISTS {paused_table} (
     queue       VARCHAR(255) PRIMARY KEY, -- a paused queue: its workers claim none of its jobs
     paused_at   DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {claims_table} (
+    job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
+    claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
+) ENGINE=InnoDB;
 """
 
 
@@ -250,6 +262,15 @@ ALTER TABLE {archived_job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 POSTGRESQL_6 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
 MYSQL_7 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
 
+# Long jobs: lease mode's holder of a running job, and the claim counts that bound crash
+# loops in the held-transaction mode (max_crashes).
+POSTGRESQL_7 = "ALTER TABLE {job_table} ADD COLUMN leased_by TEXT;\n" + _statement(
+    POSTGRESQL, "CREATE TABLE IF NOT EXISTS {claims_table}"
+)
+MYSQL_8 = "ALTER TABLE {job_table} ADD COLUMN leased_by VARCHAR(255) NULL;\n" + _statement(
+    MYSQL, "CREATE TABLE IF NOT EXISTS {claims_table}"
+)
+
 STEPS: dict[str, tuple[tuple[str, str], ...]] = {
     "postgresql": (
         ("proletarian", POSTGRESQL_1),
@@ -258,6 +279,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("unique_jobs", POSTGRESQL_4),
         ("priorities", POSTGRESQL_5),
         ("paused_queues", POSTGRESQL_6),
+        ("long_jobs", POSTGRESQL_7),
     ),
     "mysql": (
         ("proletarian", MYSQL_1),
@@ -267,6 +289,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("unique_jobs", MYSQL_5),
         ("priorities", MYSQL_6),
         ("paused_queues", MYSQL_7),
+        ("long_jobs", MYSQL_8),
     ),
 }
 """Each database's migrations in order: (name, template); the version is the position + 1."""

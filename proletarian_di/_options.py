@@ -123,6 +123,11 @@ class WorkerSettings:
     clock: Clock = utc_now
     batch_size: int = 1
     max_running: int | None = None
+    lease_ms: int | None = None
+    job_timeout_ms: int | None = None
+    job_timeouts: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    max_crashes: int | None = None
+    fallback_polling_interval_ms: int = 5_000
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -130,8 +135,14 @@ class WorkerSettings:
         _int_at_least(self.polling_interval_ms, "polling_interval_ms", 0)
         _int_at_least(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
         _int_at_least(self.batch_size, "batch_size", 1)
-        if self.max_running is not None:
-            _int_at_least(self.max_running, "max_running", 1)
+        for name in ("max_running", "job_timeout_ms", "max_crashes"):
+            if getattr(self, name) is not None:
+                _int_at_least(getattr(self, name), name, 1)
+        _int_at_least(self.fallback_polling_interval_ms, "fallback_polling_interval_ms", 0)
+        check_job_timeouts(self.job_timeouts)
+        if self.lease_ms is not None:
+            _int_at_least(self.lease_ms, "lease_ms", MIN_LEASE_MS)
+            check_lease_mode(self)
         if self.handler_fn_mode not in HANDLER_MODES:
             raise ConfigurationError(
                 f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"
@@ -154,6 +165,49 @@ class WorkerSettings:
         check_id_strategy(self.job_id_strategy)
         check_clock(self.clock)
         check_log(self.log)
+
+    def timeout_s(self, job_type: str) -> float | None:
+        """How long a job of this type may run, in seconds, or None for no bound."""
+        ms = self.job_timeouts.get(job_type, self.job_timeout_ms)
+        return None if ms is None else ms / 1000
+
+
+MIN_LEASE_MS = 100
+"""The shortest lease: the heartbeat renews it every third of it."""
+
+
+def check_job_timeouts(timeouts: Any) -> None:
+    """`job_timeouts`: job type -> milliseconds (None: no bound for that type)."""
+    if not isinstance(timeouts, Mapping):
+        raise ConfigurationError(
+            f"job_timeouts must be a mapping of job type to milliseconds, got {timeouts!r}"
+        )
+    for job_type, ms in timeouts.items():
+        check_name(job_type, "job_timeouts' job type")
+        if ms is not None:
+            _int_at_least(ms, f"job_timeouts[{job_type!r}]", 1)
+
+
+def check_lease_mode(settings: WorkerSettings) -> None:
+    """Refuse the options lease mode cannot honour, naming why."""
+    if settings.handler_fn_mode == "advanced":
+        raise ConfigurationError(
+            "lease_ms and handler_fn_mode='advanced' cannot go together: in lease mode the "
+            "handler runs with no transaction open, so there is no job.connection to make "
+            "its writes commit exactly once with the job; drop lease_ms (the held-transaction "
+            "mode) or use handler_fn_mode='default'"
+        )
+    if settings.max_running is not None:
+        raise ConfigurationError(
+            "lease_ms and max_running cannot go together yet: max_running's slots are held "
+            "by the job's transaction, which lease mode commits at the claim"
+        )
+    if settings.max_crashes is not None:
+        raise ConfigurationError(
+            "lease_ms and max_crashes cannot go together: lease mode counts an attempt when "
+            "it claims the job, so the retry strategy already bounds a job that crashes "
+            "its process"
+        )
 
 
 def check_log(log: Any) -> LogFn:

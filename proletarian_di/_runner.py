@@ -18,14 +18,24 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ._async import EventLoops, is_awaitable
-from ._dialects import Dialect, JobRow, Session, TransactionLost, dialect_for
+from ._crashes import ClaimCounter
+from ._datasource import ConnectionFactory
+from ._dialects import Dialect, JobRow, LeasedRow, Session, TransactionLost, dialect_for
 from ._dialects.base import running_slots
 from ._frontier import Frontier
+from ._leases import Leases, holding, lease_token
 from ._logging import describe, error_text, safe_log, wanted
 from ._options import WorkerSettings
 from ._pauses import PauseWatch
 from ._types import Handler
-from .errors import ArgumentTypeError, InvalidRetrySpec, PayloadError, TransactionAborted
+from .errors import (
+    ArgumentTypeError,
+    CrashLoop,
+    InvalidRetrySpec,
+    LeaseExpired,
+    PayloadError,
+    TransactionAborted,
+)
 from .jobs import Job
 from .retry import to_retry_spec
 
@@ -37,7 +47,7 @@ class Stats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.succeeded = self.failed = self.retried = self.abandoned = 0
+        self.succeeded = self.failed = self.retried = self.abandoned = self.timed_out = 0
 
     def add(self, outcome: str, count: int = 1) -> None:
         with self._lock:
@@ -50,21 +60,72 @@ class Stats:
                 "failed": self.failed,
                 "retried": self.retried,
                 "abandoned": self.abandoned,
+                "timed_out": self.timed_out,
             }
 
 
+ASYNC_GRACE_S = 1.0
+"""How long past its timeout an async handler gets to end after being cancelled, before the
+worker gives up on its thread as on a sync handler's."""
+
+
+class Replaced(Exception):
+    """The worker gave up on this thread's job (its timeout passed) and runs another thread in
+    its place: this one discards what its handler did and ends."""
+
+
 class Slot:
-    """What a worker thread holds right now, so `stop()` can abandon it, and where it walks
-    jobs found behind the frontier (`behind`)."""
+    """What a worker thread holds right now, so `stop()` or the timeout watchdog can abandon
+    it, and where it walks jobs found behind the frontier (`behind`)."""
 
     def __init__(self) -> None:
         self.conn: Any = None
         self.dialect: Dialect | None = None
         self.job: Job | None = None
         self.raw_id: Any = None
+        self.lease: str | None = None
         self.started = 0.0
+        self.deadline: float | None = None
         self.abandoned = False
         self.behind: Any = None
+        self.lock = threading.Lock()
+
+    def begin(self, job: Job, raw_id: Any, timeout_s: float | None, lease: str | None) -> None:
+        """A job starts running here, to be abandoned `timeout_s` from now (None: never)."""
+        with self.lock:
+            self.job, self.raw_id, self.lease = job, raw_id, lease
+            self.started = time.monotonic()
+            self.deadline = None if timeout_s is None else self.started + timeout_s
+
+    def extend(self, seconds: float) -> None:
+        with self.lock:
+            if self.deadline is not None:
+                self.deadline += seconds
+
+    def end(self) -> None:
+        """The job's handler returned: from now on it is settled here, never abandoned.
+        `Replaced` if it was abandoned meanwhile."""
+        with self.lock:
+            self.deadline = None
+            if self.abandoned:
+                raise Replaced
+
+    def clear(self) -> None:
+        with self.lock:
+            self.job = self.raw_id = self.lease = self.deadline = None
+
+    def take_overdue(
+        self, now: float, force: bool = False
+    ) -> tuple[Job, Any, str | None, float] | None:
+        """Abandon the job if its deadline has passed (or at once, with `force`): (job, raw
+        id, lease, seconds it ran), or None when there is none to abandon."""
+        with self.lock:
+            if self.job is None or self.abandoned:
+                return None
+            if not force and (self.deadline is None or now < self.deadline):
+                return None
+            self.abandoned, self.deadline = True, None
+            return self.job, self.raw_id, self.lease, now - self.started
 
 
 def _interrupts(exc: BaseException) -> bool:
@@ -108,6 +169,10 @@ class JobRunner:
             if options.max_running is None
             else running_slots(options.job_table, options.queue, options.max_running)
         )
+        self.leases: Leases | None = None
+        """Lease mode: the leases the worker's heartbeat renews."""
+        self.claims: ClaimCounter | None = None
+        """`max_crashes`: where each claim is counted before its job runs."""
 
     def dialect(self, conn: Any) -> Dialect:
         return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
@@ -170,6 +235,7 @@ class JobRunner:
         succeeded: list[Any] = []
         finished: list[Job] = []
         settled: list[str] = []
+        failed: list[Any] = []
         job: Job | None = None
         raw_id: Any = None
         error: BaseException | None = None
@@ -177,21 +243,31 @@ class JobRunner:
             for row in rows:
                 raw_id = row[0]
                 job, error = self._job(row, conn, dialect)
-                if slot is not None:
-                    slot.job, slot.raw_id, slot.started = job, raw_id, time.monotonic()
+                if error is None and self.claims is not None:
+                    error = self._crash_loop(dialect, raw_id, job)
                 if error is not None:
-                    self.emit("payload_decode_error", job, exception=error)
+                    if isinstance(error, PayloadError):
+                        self.emit("payload_decode_error", job, exception=error)
                     settled.append(self._fail(conn, dialect, raw_id, job, error))
+                    failed.append(raw_id)
                     outcomes.append(False)
                     continue
-                error = self._run(conn, dialect, job)
+                if slot is not None:
+                    slot.begin(job, raw_id, self.options.timeout_s(job.job_type), None)
+                error = self._run(conn, dialect, job, slot)
+                if slot is not None:
+                    slot.end()
                 if error is None:
                     succeeded.append(raw_id)
                     finished.append(job)
                     outcomes.append(True)
                 else:
                     settled.append(self._retry_or_fail(conn, dialect, raw_id, job, error))
+                    if settled[-1] == "failed":
+                        failed.append(raw_id)
                     outcomes.append(False)
+            if self.claims is not None:
+                self.claims.forget(conn, dialect, [*succeeded, *failed])
             if succeeded:
                 session.archive_and_commit(succeeded, self.clock())
             else:
@@ -202,7 +278,7 @@ class JobRunner:
             return [False]
         finally:
             if slot is not None:
-                slot.job = slot.raw_id = None
+                slot.clear()
         for outcome in settled:
             self.stats.add(outcome)
         for job in finished:
@@ -210,8 +286,23 @@ class JobRunner:
             self.emit("job_finished", job, status="success")
         return outcomes
 
-    def _job(self, row: JobRow, conn: Any, dialect: Dialect) -> tuple[Job, PayloadError | None]:
-        raw_id, queue, job_type, text, attempts, enqueued_at, process_at, last_error, priority = row
+    def _crash_loop(self, dialect: Dialect, raw_id: Any, job: Job) -> CrashLoop | None:
+        """Count this claim; a `CrashLoop` if `max_crashes` runs of the job died before."""
+        assert self.claims is not None and self.options.max_crashes is not None
+        crashes = self.claims.count(dialect, raw_id) - job.attempts
+        if crashes < self.options.max_crashes:
+            return None
+        self.emit("crash_loop", job, crashes=crashes, max_crashes=self.options.max_crashes)
+        return CrashLoop(
+            f"process died {crashes} times while running this job "
+            f"(max_crashes={self.options.max_crashes}); not run again"
+        )
+
+    def _job(
+        self, row: JobRow | LeasedRow, conn: Any, dialect: Dialect
+    ) -> tuple[Job, PayloadError | None]:
+        raw_id, queue, job_type, text, attempts, enqueued_at, process_at, last_error = row[:8]
+        priority = row[8]
         strategy = self.options.job_id_strategy or dialect.default_id_strategy
         error = None
         payload: Any = text
@@ -236,17 +327,28 @@ class JobRunner:
         )
         return job, error
 
-    def _run(self, conn: Any, dialect: Dialect, job: Job) -> BaseException | None:
-        """Run the handler; the exception that failed the attempt, or None."""
+    def _run(
+        self, conn: Any, dialect: Dialect, job: Job, slot: Slot | None = None
+    ) -> BaseException | None:
+        """Run the handler; the exception that failed the attempt, or None. An async handler
+        is cancelled at the job's timeout (a sync one is left to the worker's watchdog)."""
         self.emit("handling_job", job)
+        timeout = self.options.timeout_s(job.job_type)
+
+        def handle(*args: Any) -> Any:
+            result = self.handler(*args)
+            if not is_awaitable(result):
+                return result
+            if slot is not None:
+                slot.extend(ASYNC_GRACE_S)
+            return self.loops.run(result, timeout)
+
         error: BaseException | None = None
         if self.advanced:
-            _, error = self._guarded(conn, dialect, "handler", self.handler, job)
+            _, error = self._guarded(conn, dialect, "handler", handle, job)
         else:
             try:
-                result = self.handler(job.job_type, job.payload)
-                if is_awaitable(result):
-                    self.loops.run(result)
+                handle(job.job_type, job.payload)
             except BaseException as exc:
                 if _interrupts(exc):
                     raise
@@ -254,6 +356,106 @@ class JobRunner:
         if error is not None:
             self.emit("handler_exception", job, exception=error)
         return error
+
+    # Lease mode ----------------------------------------------------------------------------
+
+    def run_leased(
+        self, connect: ConnectionFactory, slot: Slot | None = None, limit: int = 1
+    ) -> list[bool]:
+        """Lease mode: claim up to `limit` due jobs under a lease and commit; run each with
+        no connection held, and write its outcome in a short transaction of its own, if
+        the lease is still ours. [] if none was due or the queue is paused."""
+        if self.pauses.known_paused():
+            return []
+        assert self.options.lease_ms is not None
+        token, frontier = lease_token(), self.frontier
+        with connect() as conn:
+            dialect = self.dialect(conn)
+            start = None if frontier is None else frontier.start(slot)
+            now = self.clock()
+            until = now + timedelta(milliseconds=self.options.lease_ms)
+            rows = dialect.lease_claim(conn, self.options.queue, now, limit, start, until, token)
+            if rows and self.pauses.check(dialect.session(conn)):
+                dialect.give_back(conn, rows, token)  # a paused queue's jobs go back unrun
+                rows = []
+            dialect.rollback(conn)
+        if not rows:
+            if frontier is not None:
+                frontier.missed(slot)
+            return []
+        self.on_claim()
+        if frontier is not None:
+            frontier.claimed(slot, max(dialect.position(row) for row in rows))
+        outcomes: list[bool] = []
+        with holding(self.leases, [row[0] for row in rows], token):
+            for n, row in enumerate(rows):
+                try:
+                    outcomes.append(self._run_leased(connect, dialect, row, token, slot))
+                except Replaced:
+                    with connect() as conn:
+                        self.dialect(conn).give_back(conn, rows[n + 1 :], token)
+                    raise
+        return outcomes
+
+    def _run_leased(
+        self,
+        connect: ConnectionFactory,
+        dialect: Dialect,
+        row: LeasedRow,
+        token: str,
+        slot: Slot | None,
+    ) -> bool:
+        """Run one leased job and write its outcome; whether it succeeded."""
+        raw_id = row[0]
+        job, undecodable = self._job(row, None, dialect)
+        error: BaseException | None = undecodable
+        stage, back = "handler", 1
+        if row[9] is not None:
+            job = dataclasses.replace(job, attempts=job.attempts - 1)
+            error, back = self._lease_expired(job), 2
+        elif error is not None:
+            self.emit("payload_decode_error", job, exception=error)
+            stage = "payload"
+        else:
+            if slot is not None:
+                slot.begin(job, raw_id, self.options.timeout_s(job.job_type), token)
+            try:
+                error = self._run(None, dialect, job, slot)
+                if slot is not None:
+                    slot.end()
+            finally:
+                if slot is not None and not slot.abandoned:
+                    slot.clear()
+        with connect() as conn:
+            dialect = self.dialect(conn)
+            if error is not None:
+                self.record_attempt(
+                    conn, dialect, raw_id, job, error, stage=stage, lease=token, back=back
+                )
+                return False
+            if not dialect.settle(conn, raw_id, token):
+                self._lease_lost(job)
+                return False
+            dialect.archive(conn, [raw_id], "success", self.clock())
+            dialect.commit(conn)
+        self.stats.add("succeeded")
+        self.emit("job_finished", job, status="success")
+        return True
+
+    def _lease_expired(self, job: Job) -> LeaseExpired:
+        """A claimed job was under a lease that ran out: attempt `job.attempts` never ended."""
+        self.emit("lease_expired", job, lease_ms=self.options.lease_ms)
+        return LeaseExpired(
+            f"attempt {job.attempts} never finished: the worker running it stopped renewing "
+            f"its lease (its process died or stalled; lease_ms={self.options.lease_ms})"
+        )
+
+    def _lease_lost(self, job: Job) -> None:
+        self.emit(
+            "lease_lost",
+            job,
+            reason="the lease ran out and another worker took the job: this outcome is discarded",
+        )
 
     def _guarded(
         self, conn: Any, dialect: Dialect, what: str, fn: Callable[..., Any], *args: Any
@@ -390,20 +592,30 @@ class JobRunner:
         *,
         stage: str = "handler",
         wait: float = 0.0,
+        lease: str | None = None,
+        back: int = 1,
     ) -> bool:
         """Count a failed attempt of `job` in a transaction of its own: a retry or the
         failure archive, as the retry strategy decides. Waits up to `wait` seconds for the
         row lock (a connection that was just cut is rolled back by the server shortly).
+        A leased job (`lease`) is recorded only while that lease holds it (see
+        `Dialect.settle` for `back`).
 
         `stage` names the callback that already lost a transaction on this attempt; it is
         not called again, so recording always ends. False if nothing was recorded: the job
         is gone or already moved on, or another worker holds it.
         """
-        deadline = time.monotonic() + wait
-        locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
-        while locked is False and time.monotonic() < deadline:
-            time.sleep(_LOCK_POLL)
+        if lease is not None:
+            if not dialect.settle(conn, raw_id, lease, back):
+                self._lease_lost(job)
+                return False
+            locked: bool | None = True
+        else:
+            deadline = time.monotonic() + wait
             locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
+            while locked is False and time.monotonic() < deadline:
+                time.sleep(_LOCK_POLL)
+                locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
         if not locked:
             self.emit(
                 "attempt_not_recorded",
@@ -419,10 +631,14 @@ class JobRunner:
                 outcome = self._retry_or_fail(conn, dialect, raw_id, job, failure)
             else:
                 outcome = self._fail(conn, dialect, raw_id, job, failure, stage != "failed_job_fn")
+            if outcome == "failed" and self.claims is not None:
+                self.claims.forget(conn, dialect, [raw_id])
             dialect.commit(conn)
         except TransactionLost as lost:
             dialect.rollback(conn)
             later = "failed_job_fn" if lost.stage == "failed_job_fn" else "retry_strategy_fn"
-            return self.record_attempt(conn, dialect, raw_id, job, failure, stage=later)
+            return self.record_attempt(
+                conn, dialect, raw_id, job, failure, stage=later, lease=lease, back=back
+            )
         self.stats.add(outcome)
         return True

@@ -89,3 +89,8 @@ class WorkerOptions(TypedDict, total=False):
     clock: Clock | None
     batch_size: int | None
     max_running: int | None
+    lease_ms: int | None
+    job_timeout_ms: int | None
+    job_timeouts: Mapping[str, int | None] | None
+    max_crashes: int | None
+    fallback_polling_interval_ms: int | None

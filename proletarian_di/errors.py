@@ -12,7 +12,10 @@
     ├── EmbeddedPostgresUnavailable (RuntimeError)   the embedded server cannot run
     ├── WorkerStateError (RuntimeError)   a worker asked to start twice
     ├── TransactionAborted                a callback left the job's transaction unusable
-    └── JobAbandoned                      a job outlived the stop timeout
+    ├── JobAbandoned                      a job outlived the stop timeout
+    ├── JobTimedOut (TimeoutError)        a job outlived its job timeout
+    ├── LeaseExpired                      lease mode: a job's worker stopped renewing its lease
+    └── CrashLoop                         a job's process died too often while running it
 
 Each is also a subclass of the builtin it stands for, so `except ValueError` and
 the like keep working.
@@ -85,3 +88,18 @@ class TransactionAborted(ProletarianError):
 
 class JobAbandoned(ProletarianError):
     """A job was still running when `stop()` gave up waiting; its attempt counts as failed."""
+
+
+class JobTimedOut(ProletarianError, TimeoutError):
+    """A job ran past its timeout (`job_timeout_ms`, `job_timeouts`); its attempt counts as
+    failed and whatever it does after is discarded."""
+
+
+class LeaseExpired(ProletarianError):
+    """Lease mode: the worker running a job stopped renewing its lease (its process died or
+    stalled), so another worker counted that attempt as failed and took the job."""
+
+
+class CrashLoop(ProletarianError):
+    """A job's process died `max_crashes` times while running it: it is archived as failed
+    rather than run again."""

@@ -26,13 +26,15 @@ NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
 OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
 
-WORKERS_NEED = "paused_queues"
+WORKERS_NEED = "long_jobs"
 """The schema step workers, `process_next_job` and the admin queries need: their claim runs in
-the order of the priorities step's index, and they read the paused queues. `enqueue` needs
+the order of the priorities step's index, they read the paused queues, and they clear a
+job's lease. `enqueue` needs
 only the seeds' tables, unless asked for a newer step's feature (a priority, a unique key)."""
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 PAUSED_TABLE_SUFFIX = "_paused"
+CLAIMS_TABLE_SUFFIX = "_claims"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
@@ -105,6 +107,7 @@ def _render(
         version_table=version_table(job_table),
         periodic_table=periodic_table(job_table),
         paused_table=paused_table(job_table),
+        claims_table=claims_table(job_table),
     )
     if not schema:
         lines = sql.splitlines(keepends=True)
@@ -127,6 +130,11 @@ def periodic_table(job_table: str) -> str:
 def paused_table(job_table: str) -> str:
     """Where the paused queues of these tables are listed: `<job table>_paused`."""
     return f"{job_table}{PAUSED_TABLE_SUFFIX}"
+
+
+def claims_table(job_table: str) -> str:
+    """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
+    return f"{job_table}{CLAIMS_TABLE_SUFFIX}"
 
 
 def version_table(job_table: str) -> str:
@@ -184,7 +192,9 @@ def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
         return _step(dialect.name, "unique_jobs")
     if not dialect.table_columns(conn, paused_table(job_table)):
         return _step(dialect.name, "priorities")
-    return _step(dialect.name, "paused_queues")
+    if "leased_by" not in columns:
+        return _step(dialect.name, "paused_queues")
+    return _step(dialect.name, "long_jobs")
 
 
 def _step(dialect: str, name: str) -> int:

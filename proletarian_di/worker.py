@@ -9,17 +9,20 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ._crashes import ClaimCounter
 from ._datasource import connection_factory, direct_connect
-from ._dialects import Dialect, is_transient
+from ._dialects import is_transient
 from ._frontier import Frontier
+from ._leases import Heartbeat, Leases
 from ._logging import describe, safe_log, wanted
 from ._options import WorkerSettings, worker_settings
 from ._pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
-from ._runner import JobRunner, Slot, Stats
+from ._runner import JobRunner, Replaced, Slot, Stats
 from ._signals import ShutdownHook
 from ._types import DataSource, Handler, WorkerOptions
 from ._wakeup import Listener, Wakeup
-from .errors import JobAbandoned, WorkerStateError
+from ._watchdog import Watchdog
+from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
 from .jobs import Job
 from .schema import check_schema
 
@@ -68,8 +71,12 @@ class QueueWorker:
         )
         self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
+        self._finished = threading.Event()
+        """Set once the drain is over: the heartbeat and the watchdog end."""
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
+        self._helpers: list[Heartbeat | Watchdog] = []
+        self._numbered = options.worker_threads
         self._state = "new"
         self._stopper: threading.Thread | None = None
         self._stop_result = True
@@ -99,7 +106,8 @@ class QueueWorker:
         return self._failure
 
     def summary(self) -> dict[str, int]:
-        """Job outcomes so far: succeeded, failed, retried, abandoned."""
+        """Job outcomes so far: succeeded, failed, retried, abandoned, timed_out (abandoned
+        and timed-out attempts are also counted as retried or failed)."""
         return self.stats.as_dict()
 
     def check(self) -> str:
@@ -146,14 +154,13 @@ class QueueWorker:
                 )
                 # Notified of every pause and resume, the worker reads the state seldom.
                 self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
+            self._set_up_long_jobs()
             for n in range(self.options.worker_threads):
-                name = f"{self.queue_worker_id}-{n}"
-                slot = self._slots[name] = Slot()
-                thread = threading.Thread(target=self._poll, args=(slot,), name=name, daemon=True)
-                self._threads.append(thread)
+                self._threads.append(self._thread(f"{self.queue_worker_id}-{n}"))
         except BaseException:
             self._threads.clear()
             self._slots.clear()
+            self._helpers.clear()
             self._listener = None
             if self._hook is not None:
                 self._hook.uninstall(deliver=True)
@@ -166,9 +173,83 @@ class QueueWorker:
                 thread.start()
             if self._listener is not None:
                 self._listener.start()
+            for helper in self._helpers:
+                helper.start()
             self._state = "running"
             self._cond.notify_all()
         return self
+
+    def _set_up_long_jobs(self) -> None:
+        """The heartbeat of lease mode, the watchdog of job timeouts, and the claim counter
+        of `max_crashes`, each only when asked for."""
+        options, name = self.options, self.queue_worker_id
+        if options.lease_ms is not None:
+            self._runner.leases = Leases()
+            self._helpers.append(
+                Heartbeat(
+                    self._connect,
+                    self._runner.dialect,
+                    self._runner.leases,
+                    options.lease_ms / 1000,
+                    options.clock,
+                    self._finished,
+                    lambda exc: self._emit("heartbeat_error", exception=exc),
+                    f"{name}-heartbeat",
+                )
+            )
+        if options.job_timeout_ms is not None or any(options.job_timeouts.values()):
+            self._helpers.append(
+                Watchdog(self._live_slots, self._time_out, self._finished, f"{name}-watchdog")
+            )
+        if options.max_crashes is not None:
+            if self._direct_connect is None:
+                raise ConfigurationError(
+                    "max_crashes counts claims on a connection of its own: give a data source "
+                    "that can open one (a psycopg_pool pool, a MySQLDataSource, or a callable)"
+                )
+            self._runner.claims = ClaimCounter(self._direct_connect, options.job_table)
+
+    def _thread(self, name: str) -> threading.Thread:
+        slot = self._slots[name] = Slot()
+        return threading.Thread(target=self._poll, args=(slot,), name=name, daemon=True)
+
+    def _live_slots(self) -> list[Slot]:
+        with self._cond:
+            return [self._slots[thread.name] for thread in self._threads]
+
+    def _time_out(self, slot: Slot, job: Job, raw_id: Any, lease: str | None, ran: float) -> None:
+        """The watchdog gave up on a job: cut its transaction, let another thread take its
+        place, and record its attempt as timed out."""
+        timeout = self.options.timeout_s(job.job_type) or 0.0
+        self.stats.add("timed_out")
+        self._runner.emit(
+            "job_timed_out",
+            job,
+            timeout_ms=round(timeout * 1000),
+            ran_ms=round(ran * 1000),
+            reason="still running at its timeout: its outcome will be discarded",
+        )
+        if lease is None and slot.conn is not None and slot.dialect is not None:
+            try:
+                slot.dialect.abort(slot.conn)
+            except Exception as exc:
+                self._emit("polling_error", exception=exc)
+        self._replace(slot)
+        failure = JobTimedOut(f"timed out after {timeout:g} s (the handler was abandoned)")
+        self._record(job, raw_id, lease, failure)
+
+    def _replace(self, slot: Slot) -> None:
+        """Start a new worker thread in place of the one holding `slot`, so the worker keeps
+        its `worker_threads` (unless it is stopping)."""
+        with self._cond:
+            old = next((t for t in self._threads if self._slots[t.name] is slot), None)
+            if old is None or self._state != "running":
+                return
+            self._threads.remove(old)
+            thread = self._thread(f"{self.queue_worker_id}-{self._numbered}")
+            self._numbered += 1
+            self._threads.append(thread)
+            thread.start()
 
     def stop(self) -> bool:
         """Stop polling and drain in-flight jobs; False if a job had to be abandoned.
@@ -216,17 +297,26 @@ class QueueWorker:
         self._stopping.set()
         self._wakeup.close()
         deadline = time.monotonic() + self.options.await_termination_timeout_ms / 1000
-        for thread in self._threads:
+        with self._cond:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self._listener is not None:
             self._listener.join(1.0)
+        with self._cond:
+            threads = list(self._threads)
         abandoned = []
-        for thread in self._threads:
+        for thread in threads:
             held = self._abandon(self._slots[thread.name]) if thread.is_alive() else None
             if held is not None:
                 abandoned.append(held)
         for held in abandoned:
-            self._record_abandoned(*held)
+            self._record(*held)
+        self._finished.set()
+        for helper in self._helpers:
+            helper.join(1.0)
+        if self._runner.claims is not None:
+            self._runner.claims.close()
         self._runner.loops.close()
         if self._hook is not None:
             self._hook.uninstall()
@@ -243,18 +333,19 @@ class QueueWorker:
         self._emit("shutdown_complete", clean=clean, **self.summary())
         return clean
 
-    def _abandon(self, slot: Slot) -> tuple[Job, Any, Dialect, JobAbandoned] | None:
+    def _abandon(self, slot: Slot) -> tuple[Job, Any, str | None, JobAbandoned] | None:
         """Cut the connection under a job that outlived the timeout; what it held, or None."""
-        job, conn, dialect, raw_id = slot.job, slot.conn, slot.dialect, slot.raw_id
-        if job is None or conn is None or dialect is None:
+        conn, dialect = slot.conn, slot.dialect
+        taken = slot.take_overdue(time.monotonic(), force=True)
+        if taken is None:
             return None
-        ran_ms = round((time.monotonic() - slot.started) * 1000)
+        job, raw_id, lease, ran = taken
+        ran_ms = round(ran * 1000)
         failure = JobAbandoned(
             f"abandoned after {ran_ms} ms: still running when stop() gave up waiting "
             f"(await_termination_timeout_ms={self.options.await_termination_timeout_ms}); "
             "rolled back"
         )
-        slot.abandoned = True
         self.stats.add("abandoned")
         self._runner.emit(
             "job_abandoned",
@@ -262,20 +353,20 @@ class QueueWorker:
             timeout_ms=self.options.await_termination_timeout_ms,
             reason="still running after the await-termination timeout; rolled back, runs again",
         )
-        try:
-            dialect.abort(conn)
-        except Exception as exc:
-            self._emit("polling_error", exception=exc)
-        return job, raw_id, dialect, failure
+        if lease is None and conn is not None and dialect is not None:
+            try:
+                dialect.abort(conn)
+            except Exception as exc:
+                self._emit("polling_error", exception=exc)
+        return job, raw_id, lease, failure
 
-    def _record_abandoned(
-        self, job: Job, raw_id: Any, dialect: Dialect, failure: JobAbandoned
-    ) -> None:
-        """Count the abandoned attempt on the job row, on a connection of its own."""
+    def _record(self, job: Job, raw_id: Any, lease: str | None, failure: Exception) -> None:
+        """Count an abandoned attempt on the job row, on a connection of its own."""
         try:
             with self._recording_connection() as conn:
+                dialect = self._runner.dialect(conn)
                 self._runner.record_attempt(
-                    conn, dialect, raw_id, job, failure, wait=_ABANDONED_LOCK_WAIT
+                    conn, dialect, raw_id, job, failure, wait=_ABANDONED_LOCK_WAIT, lease=lease
                 )
         except Exception as exc:
             self._runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
@@ -303,7 +394,12 @@ class QueueWorker:
     def _poll(self, slot: Slot) -> None:
         """A worker thread: poll until stopped; if it cannot go on, say so and stop the worker."""
         try:
-            self._poll_until_stopped(slot)
+            if self.options.lease_ms is None:
+                self._poll_until_stopped(slot)
+            else:
+                self._poll_leased(slot)
+        except Replaced:
+            pass  # its job timed out; another thread runs in its place
         except BaseException as exc:
             self._failure = exc
             self._emit("worker_thread_died", exception=exc, thread=threading.current_thread().name)
@@ -328,17 +424,39 @@ class QueueWorker:
                             if not ran:
                                 self._wakeup.idle(interval)
             except Exception as exc:
-                if self._stopping.is_set():
-                    if not slot.abandoned:  # else: the error of the connection stop() cut
-                        self._emit("polling_error", exception=exc)
+                if not self._polling_failed(slot, exc, backoff):
                     break
-                self._emit("polling_error", exception=exc)
-                if self._should_stop(exc):
-                    self.stop()
-                    break
-                self._stopping.wait(backoff.next())
             finally:
                 slot.conn = slot.dialect = None
+
+    def _poll_leased(self, slot: Slot) -> None:
+        """Lease mode's worker thread: it takes a connection only to claim and to settle."""
+        backoff = _Backoff()
+        interval = self.options.polling_interval_ms / 1000
+        while not self._stopping.is_set():
+            try:
+                self._emit("polling_for_jobs")
+                ran = self._runner.run_leased(self._connect, slot, self.options.batch_size)
+                backoff.reset()
+                if not ran:
+                    self._wakeup.idle(interval)
+            except Exception as exc:
+                if not self._polling_failed(slot, exc, backoff):
+                    break
+
+    def _polling_failed(self, slot: Slot, exc: Exception, backoff: _Backoff) -> bool:
+        """Report a polling error and back off: whether the thread goes on."""
+        if slot.abandoned:
+            raise Replaced from exc  # the error of the connection stop() or a timeout cut
+        if self._stopping.is_set():
+            self._emit("polling_error", exception=exc)
+            return False
+        self._emit("polling_error", exception=exc)
+        if self._should_stop(exc):
+            self.stop()
+            return False
+        self._stopping.wait(backoff.next())
+        return True
 
     def _should_stop(self, exc: Exception) -> bool:
         handler = self.options.on_polling_error

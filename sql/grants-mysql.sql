@@ -5,7 +5,8 @@
 --   proletarian_worker    claims, reschedules and archives jobs:
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
 --                         INSERT into the archive (INSERT ... SELECT reads the job row),
---                         SELECT on the paused queues. (`max_running` takes GET_LOCK
+--                         SELECT on the paused queues, counts claims in job_claims
+--                         (max_crashes). (`max_running` takes GET_LOCK
 --                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
@@ -32,6 +33,7 @@ CREATE ROLE IF NOT EXISTS proletarian_scheduler;
 GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT (job_id, queue, unique_key) ON proletarian.job TO proletarian_enqueuer;

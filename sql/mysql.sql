@@ -1,4 +1,4 @@
--- proletarian-di schema (version 7) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 8) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -19,6 +19,7 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     unique_key  VARCHAR(255) NULL,      -- at most one job per queue and key (NULL: no key)
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
+    leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     UNIQUE INDEX job_queue_unique_key (queue, unique_key),
     INDEX job_queue_priority_process_at (queue, priority_rank, process_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
@@ -51,6 +52,11 @@ CREATE TABLE IF NOT EXISTS proletarian.job_paused (
     queue       VARCHAR(255) PRIMARY KEY, -- a paused queue: its workers claim none of its jobs
     paused_at   DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_claims (
+    job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
+    claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
+) ENGINE=InnoDB;
 
 -- the schema's version, recorded on upgrade
 CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table VARCHAR(255) PRIMARY KEY, version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL) ENGINE=InnoDB;

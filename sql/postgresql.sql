@@ -1,4 +1,4 @@
--- proletarian-di schema (version 6) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 7) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     process_at  TIMESTAMPTZ NOT NULL, -- when the job should run (moves on every retry)
     last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
     unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
-    priority    INTEGER NOT NULL DEFAULT 0 -- higher runs first among due jobs of its queue
+    priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
+    leased_by   TEXT                  -- lease mode: the claim running it (NULL: none)
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -50,6 +51,11 @@ CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
 CREATE TABLE IF NOT EXISTS proletarian.job_paused (
     queue       TEXT PRIMARY KEY,     -- a paused queue: its workers claim none of its jobs
     paused_at   TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS proletarian.job_claims (
+    job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
+    claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
 );
 
 -- the schema's version, recorded on upgrade

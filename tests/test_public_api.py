@@ -27,6 +27,9 @@ PUBLIC = {
     "JSONSerializer",
     "Job",
     "JobAbandoned",
+    "JobTimedOut",
+    "LeaseExpired",
+    "CrashLoop",
     "JobIdStrategy",
     "JobRouter",
     "MySQLDataSource",
@@ -68,7 +71,7 @@ def test_every_error_derives_from_proletarian_error_and_keeps_its_builtin():
         for obj in vars(errors).values()
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(raised) == 13
+    assert len(raised) == 16
     assert all(issubclass(cls, proletarian_di.ProletarianError) for cls in raised)
     builtins = {
         "ConfigurationError": ValueError,
@@ -79,6 +82,7 @@ def test_every_error_derives_from_proletarian_error_and_keeps_its_builtin():
         "UnknownJobType": LookupError,
         "EmbeddedPostgresUnavailable": RuntimeError,
         "WorkerStateError": RuntimeError,
+        "JobTimedOut": TimeoutError,
     }
     for name, builtin in builtins.items():
         assert issubclass(getattr(errors, name), builtin), name

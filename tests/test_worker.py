@@ -131,7 +131,13 @@ def test_worker_drains_back_to_back_and_names_its_threads(backend, pool):
         # One idle wait would take a minute: the queue is drained back to back.
         wait_until(lambda: len(backend.archived()) == 30, timeout=20)
     assert threads <= {"mailer-0", "mailer-1", "mailer-2"} and threads
-    assert worker.summary() == {"succeeded": 30, "failed": 0, "retried": 0, "abandoned": 0}
+    assert worker.summary() == {
+        "succeeded": 30,
+        "failed": 0,
+        "retried": 0,
+        "abandoned": 0,
+        "timed_out": 0,
+    }
 
 
 def test_idle_worker_picks_up_new_jobs(backend, pool):
@@ -208,7 +214,13 @@ def test_a_job_outliving_the_timeout_is_abandoned_and_its_attempt_counted(backen
     release.set()
     (abandoned,) = events.named("job_abandoned")
     assert abandoned["job_id"] == job_id
-    assert worker.summary() == {"succeeded": 0, "failed": 0, "retried": 1, "abandoned": 1}
+    assert worker.summary() == {
+        "succeeded": 0,
+        "failed": 0,
+        "retried": 1,
+        "abandoned": 1,
+        "timed_out": 0,
+    }
     assert backend.jobs() == [("stuck", 1, "default")], "rolled back, then the attempt counted"
     assert backend.archived() == []
     assert process_next_job(pool, lambda t, p: None) is True
@@ -484,4 +496,10 @@ def test_batch_claiming_settles_each_job_on_its_own(backend, pool, effects):
     assert sorted(backend.archived()) == sorted(
         [("ok", "success", 1)] * 7 + [("fail", "failure", 1)]
     )
-    assert worker.summary() == {"succeeded": 7, "failed": 1, "retried": 1, "abandoned": 0}
+    assert worker.summary() == {
+        "succeeded": 7,
+        "failed": 1,
+        "retried": 1,
+        "abandoned": 0,
+        "timed_out": 0,
+    }

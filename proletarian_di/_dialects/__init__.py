@@ -13,6 +13,7 @@ from . import mysql
 from .base import (
     Dialect,
     JobRow,
+    LeasedRow,
     Session,
     TransactionLost,
     check_table_name,
@@ -27,6 +28,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "Dialect",
     "JobRow",
+    "LeasedRow",
     "MySQLDialect",
     "PostgresDialect",
     "Session",

@@ -26,6 +26,9 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int]
 """A claimed job: id, queue, type, payload, attempts, enqueued_at, process_at, last_error,
 priority (times as the driver returns them)."""
+LeasedRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None"]
+"""A job claimed in lease mode: a `JobRow` (attempts and process_at as they were before the
+claim) and the lease it was under, if any: a lease that expired, whose run never finished."""
 UNIQUE_TRIES = 3
 """How often `insert_unique` tries again when the job holding the key left in between."""
 
@@ -215,7 +218,21 @@ class Dialect:
         self.insert_sql = self.insert_into(())
         self.claim_sql = self.claim_statement()
         self.reschedule_sql = (
-            f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s WHERE job_id = %s"
+            f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s, leased_by = NULL "
+            "WHERE job_id = %s"
+        )
+        self.lease_select_sql = self.claim_statement(
+            columns=f"{self.columns}, last_error, priority, leased_by"
+        )
+        # A leased job's row counts its attempt from the claim on; settling it takes that
+        # back, so that the outcome is written as in the held-transaction mode.
+        self.settle_sql = (
+            f"UPDATE {job} SET attempts = attempts - %s, leased_by = NULL "
+            "WHERE job_id = %s AND leased_by = %s"
+        )
+        self.give_back_sql = (
+            f"UPDATE {job} SET attempts = attempts - 1, leased_by = NULL, process_at = %s "
+            "WHERE job_id = %s AND leased_by = %s"
         )
         self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
@@ -227,10 +244,11 @@ class Dialect:
             "priority, %s, %s, COALESCE(%s, last_error) "
         )
 
-    def claim_statement(self, condition: str = "") -> str:
-        """The claim, with an extra `condition` first in its WHERE clause."""
+    def claim_statement(self, condition: str = "", columns: str = "") -> str:
+        """The claim, with an extra `condition` first in its WHERE clause, selecting
+        `columns` (default: a `JobRow`)."""
         return (
-            f"SELECT {self.columns}, last_error, priority FROM {self.job_table} "
+            f"SELECT {columns or self.columns + ', last_error, priority'} FROM {self.job_table} "
             f"WHERE {condition}{self.claim_queue} AND {self.claim_from} AND process_at <= %s "
             f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
         )
@@ -248,7 +266,7 @@ class Dialect:
         return (queue, rank, process_at, now, limit)
 
     @staticmethod
-    def position(row: JobRow) -> tuple[int, Any]:
+    def position(row: JobRow | LeasedRow) -> tuple[int, Any]:
         """Where a claimed row sits in the claim index: (-priority, raw process_at)."""
         return -row[8], row[6]
 
@@ -341,6 +359,74 @@ class Dialect:
         """Count a failed attempt: due again at `process_at`, with its error kept."""
         params = (attempts, self.encode_time(process_at), error, job_id)
         self.execute(conn, self.reschedule_sql, params)
+
+    # Lease mode -------------------------------------------------------------
+
+    def lease_claim(
+        self,
+        conn: Any,
+        queue: str,
+        now: datetime,
+        limit: int,
+        start: Any,
+        until: datetime,
+        token: str,
+    ) -> list[LeasedRow]:
+        """Claim due jobs under the lease `token` until `until`, counting their attempt, and
+        commit: the jobs' rows are not locked while they run."""
+        self.begin(conn)
+        params = self.claim_params(queue, start, now, limit)
+        rows = self.fetchall(conn, self.lease_select_sql, params)
+        sql = (
+            f"UPDATE {self.job_table} SET attempts = attempts + 1, process_at = %s, "
+            "leased_by = %s WHERE job_id = %s"
+        )
+        for row in rows:
+            self.execute(conn, sql, (self.encode_time(until), token, row[0]))
+        self.commit(conn)
+        return rows
+
+    def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], until: datetime) -> int:
+        """Extend these (job id, lease) pairs to `until` and commit; how many were still held."""
+        ids = [job_id for job_id, _ in leases]
+        tokens = sorted({token for _, token in leases})
+        sql = (
+            f"UPDATE {self.job_table} SET process_at = %s WHERE job_id IN "
+            f"({', '.join(['%s'] * len(ids))}) AND leased_by IN "
+            f"({', '.join(['%s'] * len(tokens))})"
+        )
+        count = self.execute_count(conn, sql, (self.encode_time(until), *ids, *tokens))
+        self.commit(conn)
+        return count
+
+    def settle(self, conn: Any, job_id: Any, token: str, attempts_back: int = 1) -> bool:
+        """Begin the transaction that writes a leased job's outcome: True if the job is
+        still under `token` (now locked, its lease ended, `attempts_back` attempts taken
+        back), False (rolled back) if the lease was lost."""
+        self.begin(conn)
+        if self.execute_count(conn, self.settle_sql, (attempts_back, job_id, token)) == 1:
+            return True
+        self.rollback(conn)
+        return False
+
+    def give_back(self, conn: Any, rows: Sequence[LeasedRow], token: str) -> None:
+        """Undo a lease claim (the queue was paused meanwhile) and commit."""
+        for row in rows:
+            self.execute(conn, self.give_back_sql, (row[6], row[0], token))
+        self.commit(conn)
+
+    # Crash loops (max_crashes) ------------------------------------------------
+
+    def count_claim(self, conn: Any, table: str, job_id: Any) -> int:
+        """Count one more claim of the job in `table`, on an autocommit connection: the
+        claims so far, this one included."""
+        raise NotImplementedError
+
+    def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
+        """Drop the claim counts of jobs that left the queue, in their own transaction."""
+        if job_ids:
+            marks = ", ".join(["%s"] * len(job_ids))
+            self.execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", job_ids)
 
     def insert_one(self, conn: Any, row: Sequence[Any]) -> None:
         sql, params = self.insert_statement(row)

@@ -115,6 +115,17 @@ class MySQLDialect(Dialect):
             cursor.execute(self.claim_sql, self.claim_params(queue, start, now, limit))
             return list(cursor.fetchall())
 
+    def count_claim(self, conn: Any, table: str, job_id: Any) -> int:
+        """One round trip: the count comes back as the statement's insert id (0 when the row
+        was new)."""
+        sql = (
+            f"INSERT INTO {table} (job_id, claims) VALUES (%s, 1) "
+            "ON DUPLICATE KEY UPDATE claims = LAST_INSERT_ID(claims + 1)"
+        )
+        with self.cursor(conn) as cursor:
+            cursor.execute(sql, (job_id,))
+            return int(cursor.lastrowid or 1)
+
     def take_slot(self, conn: Any, slots: RunningSlots, read_committed: bool) -> str | None:
         """Begin the claim's transaction and lock the first free slot with GET_LOCK: its name,
         or None. A GET_LOCK lock belongs to the session, not the transaction: `release` gives

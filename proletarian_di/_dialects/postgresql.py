@@ -18,6 +18,7 @@ from .base import (
     Dialect,
     HeldRows,
     JobRow,
+    LeasedRow,
     RunningSlots,
     Session,
     TransactionLost,
@@ -86,6 +87,14 @@ class PostgresDialect(Dialect):
             "WITH slot AS (SELECT n FROM generate_series(1, %s) AS n "
             "WHERE pg_try_advisory_xact_lock(%s, n) LIMIT 1) "
             + self.claim_statement("EXISTS (SELECT 1 FROM slot) AND ")
+        )
+        # Lease mode's claim: one statement, which an autocommit connection commits at once.
+        self.lease_claim_sql = (
+            f"WITH claimed AS ({self.claim_statement(columns='job_id, process_at, leased_by')}) "
+            f"UPDATE {job} AS j SET attempts = j.attempts + 1, process_at = %s, leased_by = %s "
+            "FROM claimed WHERE j.job_id = claimed.job_id RETURNING j.job_id, j.queue, "
+            "j.job_type, j.payload, j.attempts - 1, j.enqueued_at, claimed.process_at, "
+            "j.last_error, j.priority, claimed.leased_by"
         )
         self.insert_many_sql = {
             priority: (
@@ -224,6 +233,39 @@ class PostgresDialect(Dialect):
         with self.executed(conn, self.slot_claim_sql, params) as cursor:
             rows: list[JobRow] = cursor.fetchall()
             return rows
+
+    def lease_claim(
+        self,
+        conn: Any,
+        queue: str,
+        now: datetime,
+        limit: int,
+        start: Any,
+        until: datetime,
+        token: str,
+    ) -> list[LeasedRow]:
+        params = (*self.claim_params(queue, start, now, limit), until, token)
+        rows: list[LeasedRow] = self.fetchall(conn, self.lease_claim_sql, params)
+        self.commit(conn)
+        return rows
+
+    def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], until: datetime) -> int:
+        sql = (
+            f"UPDATE {self.job_table} SET process_at = %s "
+            "WHERE job_id = ANY(%s) AND leased_by = ANY(%s)"
+        )
+        ids = [job_id for job_id, _ in leases]
+        tokens = sorted({token for _, token in leases})
+        count = self.execute_count(conn, sql, (until, ids, tokens))
+        self.commit(conn)
+        return count
+
+    def count_claim(self, conn: Any, table: str, job_id: Any) -> int:
+        sql = (
+            f"INSERT INTO {table} AS c (job_id, claims) VALUES (%s, 1) ON CONFLICT (job_id) "
+            "DO UPDATE SET claims = c.claims + 1 RETURNING claims"
+        )
+        return int(self.fetchone(conn, sql, (job_id,))[0])
 
     def quoted(self, conn: Any, queue: str) -> str:
         """`queue` as an SQL literal, quoted by psycopg once per queue."""

@@ -1,0 +1,110 @@
+"""Lease mode: a job is claimed and committed at once, under a lease that its worker renews
+while the handler runs, and its outcome is written in a second short transaction, only if
+the lease is still the worker's.
+
+The lease lives in the job row: `leased_by` names the claim (a token unique to it) and
+`process_at` is when the lease runs out. So an expired lease is a due job like any other,
+and any worker's ordinary claim rescues it; no sweeper is needed. The claim also counts the
+attempt, so a job whose handler kills its process ends in the failure archive after its
+retries, instead of looping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._dialects import Dialect
+
+RENEWALS_PER_LEASE = 3
+"""The heartbeat renews a lease this many times per lease period."""
+
+
+def lease_token() -> str:
+    """A token naming one claim: the host and process that made it, and 64 random bits."""
+    return f"{socket.gethostname()[:180]}:{os.getpid()}:{secrets.token_hex(8)}"
+
+
+class Leases:
+    """The leases one worker holds now, (job id as stored, token), for its heartbeat."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[Any, str] = {}
+
+    def add(self, job_ids: list[Any], token: str) -> None:
+        with self._lock:
+            self._held.update(dict.fromkeys(job_ids, token))
+
+    def drop(self, job_id: Any) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+
+    def held(self) -> list[tuple[Any, str]]:
+        with self._lock:
+            return list(self._held.items())
+
+
+class Heartbeat:
+    """A worker's thread that renews its leases every third of `lease_s`, on a connection
+    taken for each renewal; errors are reported and the next beat tries again."""
+
+    def __init__(
+        self,
+        connect: Callable[[], contextlib.AbstractContextManager[Any]],
+        dialect: Callable[[Any], Dialect],
+        leases: Leases,
+        lease_s: float,
+        clock: Callable[[], datetime],
+        stopping: threading.Event,
+        on_error: Callable[[BaseException], None],
+        name: str,
+    ) -> None:
+        self.connect, self.dialect, self.leases = connect, dialect, leases
+        self.lease_s, self.clock, self.stopping, self.on_error = lease_s, clock, stopping, on_error
+        self.renewals = 0
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        every = self.lease_s / RENEWALS_PER_LEASE
+        while not self.stopping.wait(every):
+            self.beat()
+
+    def beat(self) -> None:
+        """Renew every lease held now."""
+        held = self.leases.held()
+        if not held:
+            return
+        try:
+            with self.connect() as conn:
+                until = self.clock() + timedelta(seconds=self.lease_s)
+                self.dialect(conn).renew(conn, held, until)
+                self.renewals += 1
+        except Exception as exc:
+            self.on_error(exc)
+
+
+@contextlib.contextmanager
+def holding(leases: Leases | None, job_ids: list[Any], token: str) -> Iterator[None]:
+    """Keep these leases renewed for the block (and for as long as `drop` leaves them)."""
+    if leases is None:
+        yield
+        return
+    leases.add(job_ids, token)
+    try:
+        yield
+    finally:
+        for job_id in job_ids:
+            leases.drop(job_id)
