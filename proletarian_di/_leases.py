@@ -42,9 +42,12 @@ class Leases:
         with self._lock:
             self._held.update(dict.fromkeys(job_ids, token))
 
-    def drop(self, job_id: Any) -> None:
+    def drop(self, job_id: Any, token: str) -> None:
+        """Stop renewing the job's lease `token`; a newer lease of the same job (its retry,
+        claimed by another thread while this one's abandoned handler still ran) is kept."""
         with self._lock:
-            self._held.pop(job_id, None)
+            if self._held.get(job_id) == token:
+                del self._held[job_id]
 
     def held(self) -> list[tuple[Any, str]]:
         with self._lock:
@@ -107,4 +110,4 @@ def holding(leases: Leases | None, job_ids: list[Any], token: str) -> Iterator[N
         yield
     finally:
         for job_id in job_ids:
-            leases.drop(job_id)
+            leases.drop(job_id, token)

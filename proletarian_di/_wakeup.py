@@ -1,21 +1,28 @@
 """Wake idle worker threads: on stop, and on PostgreSQL NOTIFY from `enqueue` (and from
 pausing or resuming the queue, which the worker then reads again).
 
-`enqueue` sends `pg_notify('proletarian_di', queue)` in the caller's
-transaction, so the notification arrives only when the job is committed. One
-listener connection per worker wakes one idle thread per notification;
-polling stays the fallback, so a lost notification costs at most one interval.
+`enqueue` sends `pg_notify('proletarian_di', queue)` in the caller's transaction, so the
+notification arrives only when the job is committed; a job due later says when
+(`queue@epoch`). One listener connection per worker wakes one idle thread per notification.
+While it listens, an idle worker sleeps until the next time it knows a job falls due, or
+the fallback polling interval (5 s by default), which bounds a lost notification; without a
+listener (MySQL, or while it reconnects) it polls every polling interval.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from ._dialects import NOTIFY_CHANNEL
+from ._dialects import NOTIFY_CHANNEL, read_wake_payload
 from ._pauses import STATE_CHANNEL
+
+MAX_KNOWN_TIMES = 1_000
+"""The most due times of future jobs an idle worker remembers (the earliest are kept)."""
 
 
 class Wakeup:
@@ -34,22 +41,62 @@ class Wakeup:
         self._poller: threading.Thread | None = None
         self.capacity = capacity
         self._closed = False
+        self._due: list[float] = []
+        """Monotonic times at which known jobs fall due (a heap)."""
 
-    def idle(self, seconds: float) -> None:
+    def idle(self, seconds: float, fallback: float | None = None) -> None:
         """A claim found nothing: the poller waits `seconds` (or until woken) and polls
-        again; any other thread sleeps until woken."""
+        again; any other thread sleeps until woken. With `fallback` (a listener is up), the
+        poller waits until the next known due time, at most `fallback` seconds."""
         current = threading.current_thread()
         with self._condition:
             if self._poller is None:
                 self._poller = current
-            if not self._pending and not self._closed:
-                self._waiting += 1
-                try:
-                    self._condition.wait(seconds if self._poller is current else None)
-                finally:
-                    self._waiting -= 1
+            self._waiting += 1
+            try:
+                while not self._pending and not self._closed:
+                    polls = self._poller is current
+                    timeout = self._poll_in(seconds, fallback) if polls else None
+                    if timeout is not None and timeout <= 0:
+                        break
+                    if not self._condition.wait(timeout) and polls:
+                        self._passed(time.monotonic())
+                        break
+            finally:
+                self._waiting -= 1
             if self._pending:
                 self._pending -= 1
+
+    def _poll_in(self, seconds: float, fallback: float | None) -> float:
+        """How long the poller waits before its next claim (0: claim now)."""
+        if fallback is None:
+            return seconds
+        now = time.monotonic()
+        if self._passed(now):
+            return 0.0
+        return min(fallback, self._due[0] - now) if self._due else fallback
+
+    def _passed(self, now: float) -> bool:
+        """Forget the due times that have come (the claim about to run looks for their
+        jobs); whether there were any."""
+        passed = False
+        while self._due and self._due[0] <= now:
+            heapq.heappop(self._due)
+            passed = True
+        return passed
+
+    def due_at(self, epoch: float) -> None:
+        """A job falls due at `epoch` (wall-clock seconds): the poller wakes then."""
+        at = time.monotonic() + (epoch - time.time())
+        with self._condition:
+            if len(self._due) >= MAX_KNOWN_TIMES:
+                if at >= max(self._due):
+                    return
+                self._due.remove(max(self._due))
+                heapq.heapify(self._due)
+            heapq.heappush(self._due, at)
+            if self._due[0] == at:
+                self._condition.notify_all()  # the poller waits less; the others sleep on
 
     def busy(self) -> None:
         """A claim found work (before running it): stop polling, and bring in a sleeping
@@ -85,9 +132,13 @@ class Listener:
         on_error: Callable[[BaseException], None],
         name: str,
         on_state: Callable[[], None] = lambda: None,
+        on_listen: Callable[[Any], None] = lambda conn: None,
     ) -> None:
         self.connect, self.queue, self.wakeup = connect, queue, wakeup
         self.stopping, self.on_error, self.on_state = stopping, on_error, on_state
+        self.on_listen = on_listen
+        """Called with the connection once it listens (the worker reads when the next job
+        falls due)."""
         self.listening = threading.Event()
         """Set while its connection LISTENs."""
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -118,18 +169,24 @@ class Listener:
         try:
             conn.autocommit = True
             conn.execute(f"LISTEN {NOTIFY_CHANNEL}; LISTEN {STATE_CHANNEL}")
+            self.on_listen(conn)
             self.listening.set()
             self.on_state()  # what changed while nobody listened is read again
             self.wakeup.wake(self.wakeup.capacity)
             while not self.stopping.is_set():
                 for note in conn.notifies(timeout=0.25):
-                    if note.payload != self.queue:
-                        continue
                     if note.channel == STATE_CHANNEL:
-                        self.on_state()
-                        self.wakeup.wake(self.wakeup.capacity)
-                    else:
+                        if note.payload == self.queue:
+                            self.on_state()
+                            self.wakeup.wake(self.wakeup.capacity)
+                        continue
+                    ours, due = read_wake_payload(note.payload, self.queue)
+                    if not ours:
+                        continue
+                    if due is None:
                         self.wakeup.wake()
+                    else:
+                        self.wakeup.due_at(due)
         finally:
             self.listening.clear()
             with contextlib.suppress(Exception):

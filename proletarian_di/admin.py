@@ -53,10 +53,14 @@ STATES = ("queued", "scheduled", "retrying", "running", "succeeded", "failed", "
 MAX_LIMIT = 1000
 """The most jobs one `list_jobs` call returns."""
 
+_LEASED = "leased_by IS NOT NULL AND process_at > %s"
+"""A job under a live lease (its `%s` is now): a lease-mode worker runs it, its row unlocked,
+and its process_at is when the lease runs out. An expired lease is due, to be rescued."""
+_NOT_LEASED = "(leased_by IS NULL OR process_at <= %s)"
 _WAITING = {
     "queued": "attempts = 0 AND process_at <= %s",
     "scheduled": "attempts = 0 AND process_at > %s",
-    "retrying": "attempts > 0",
+    "retrying": f"attempts > 0 AND {_NOT_LEASED}",
     "running": "",
 }
 _ARCHIVED = {"succeeded": "success", "failed": "failure", "cancelled": "cancelled"}
@@ -147,17 +151,20 @@ def queue_stats(
     now: datetime | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> list[QueueStats]:
-    """Per queue: due (running ones included), scheduled, running now (held by a worker; at
-    most `MAX_LIMIT` counted), oldest due wait; succeeded/failed (last hour, and in all);
-    paused. A paused queue with no jobs is listed too."""
+    """Per queue: due (running ones included), scheduled, running now (held by a worker,
+    row lock or live lease; at most `MAX_LIMIT` counted), oldest due wait; succeeded/failed
+    (last hour, and in all); paused. A paused queue with no jobs is listed too.
+
+    A job under a live lease counts as due, not scheduled (its process_at is when the lease
+    runs out), and not in the oldest due wait; an expired lease is due from when it ran out."""
     dialect = tables.dialect(conn)
     now = now or datetime.now(timezone.utc)
     t_now, t_hour = dialect.encode_time(now), dialect.encode_time(now - timedelta(hours=1))
     waiting_rows = dialect.fetchall(
         conn,
         "SELECT queue, "
-        "SUM(CASE WHEN process_at <= %s THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN process_at > %s THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN process_at <= %s OR leased_by IS NOT NULL THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN process_at > %s AND leased_by IS NULL THEN 1 ELSE 0 END), "
         "MIN(CASE WHEN process_at <= %s THEN process_at END) "
         f"FROM {tables.job_table} GROUP BY queue",
         (t_now, t_now, t_now),
@@ -301,7 +308,8 @@ def list_jobs(
     `finished_since` <= finished_at < `finished_until` (archived jobs only). Pages: pass the
     last job of a page, or its `cursor` string, as `before` to get the next one. "running"
     is a job whose row a worker holds locked now, probed without blocking anyone (see the
-    admin docs for what each database does). Roll back or commit afterwards.
+    admin docs for what each database does), or one under a live lease (`leased_by` set,
+    `process_at`, the lease's end, still ahead). Roll back or commit afterwards.
     """
     query = _Query(
         _check_state(state),
@@ -371,7 +379,8 @@ def _select(
     limit: int,
 ) -> tuple[str, list[Any]]:
     """The SELECT of the next `limit` rows after `after`, newest first, from the tables
-    `query` can find jobs in; each row ends with its `held` flag (1: maybe running)."""
+    `query` can find jobs in; each row ends with its `held` flag (1: maybe locked by a
+    running worker), its priority and its `leased` flag (1: under a live lease, running)."""
     branches = []
     if query.in_job_table():
         branches.append(_job_rows(dialect, tables.job_table, query, held, after, now))
@@ -413,18 +422,22 @@ def _job_rows(
     after: tuple[datetime, uuid.UUID] | None,
     now: datetime,
 ) -> tuple[str, list[Any]]:
-    """The job table's part: the state's condition, and whether each row may be held."""
+    """The job table's part: the state's condition, whether each row may be held, and
+    whether it is under a live lease."""
+    at = dialect.encode_time(now)
     where = _matching(dialect, query, after)
     if query.state == "running":
-        where.add(held.condition, *held.params)
+        where.add(f"({held.condition} OR {_LEASED})", *held.params, at)
     elif query.state is not None:
         condition = _WAITING[query.state]
-        where.add(condition, *[dialect.encode_time(now)] * condition.count("%s"))
+        where.add(condition, *[at] * condition.count("%s"))
     columns = (
         f"{dialect.columns}, NULL AS status, NULL AS finished_at, last_error, "
-        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held, priority"
+        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held, priority, "
+        f"CASE WHEN {_LEASED} THEN 1 ELSE 0 END AS leased"
     )
-    return f"SELECT {columns} FROM {table} WHERE {where.sql}", [*held.params, *where.params]
+    sql = f"SELECT {columns} FROM {table} WHERE {where.sql}"
+    return sql, [*held.params, at, *where.params]
 
 
 def _archived_rows(
@@ -438,7 +451,9 @@ def _archived_rows(
         .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
         .given("finished_at < %s", query.finished_until and encode(query.finished_until))
     )
-    columns = f"{dialect.columns}, status, finished_at, last_error, 0 AS held, priority"
+    columns = (
+        f"{dialect.columns}, status, finished_at, last_error, 0 AS held, priority, 0 AS leased"
+    )
     return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
 
 
@@ -450,16 +465,19 @@ def _infos(
     now: datetime,
     codec: Serializer,
 ) -> list[JobInfo]:
-    """The rows as jobs; the job rows that may be held are probed (on this page only)."""
-    maybe = [row[0] for row in rows if row[10]]
-    running = set(maybe) if held.exact else dialect.probe_held(conn, maybe)
-    return [_info(dialect, row, row[0] in running, now, codec) for row in rows]
+    """The rows as jobs; the job rows that may be held are probed (on this page only), but
+    not those under a live lease: they run, and a probe's lock could hold up their worker,
+    which renews and settles its lease without SKIP LOCKED."""
+    maybe = [row[0] for row in rows if row[10] and not row[12]]
+    held_now = set(maybe) if held.exact else dialect.probe_held(conn, maybe)
+    return [_info(dialect, row, bool(row[12]) or row[0] in held_now, now, codec) for row in rows]
 
 
 def _info(
     dialect: Dialect, row: tuple[Any, ...], running: bool, now: datetime, codec: Serializer
 ) -> JobInfo:
-    """One row of `_select` as a job, its state told from its table, lock and times."""
+    """One row of `_select` as a job, its state told from its table, lock or lease, and
+    times."""
     raw_id, queue, job_type, text, attempts, enqueued, due, status, finished, error = row[:10]
     priority = row[11]
     process_at = _utc(dialect.decode_time(due))
@@ -640,8 +658,9 @@ def cancel_jobs(
     attempts as they are. Returns how many were cancelled. Commit to keep it.
 
     By ids, by filters (queue, job type), or both; at least one of them, so that no call
-    cancels every job by accident. A running job is never cancelled: it is passed over,
-    neither waited for nor counted, and so is anything already archived.
+    cancels every job by accident. A running job (row locked, or under a live lease) is
+    never cancelled: it is passed over, neither waited for nor counted, and so is anything
+    already archived. A job whose lease ran out is waiting to be rescued: it is cancelled.
     """
     ids = _job_ids(job_ids)
     if ids is None and queue is None and job_type is None:
@@ -652,9 +671,16 @@ def cancel_jobs(
     if ids == []:
         return 0
     dialect = tables.dialect(conn)
-    where = _Where().ids(dialect, ids).given("queue = %s", queue).given("job_type = %s", job_type)
+    now = datetime.now(timezone.utc)
+    where = (
+        _Where()
+        .ids(dialect, ids)
+        .given("queue = %s", queue)
+        .given("job_type = %s", job_type)
+        .add(_NOT_LEASED, dialect.encode_time(now))
+    )
     with dialect.admin_write(conn):
-        return dialect.cancel_waiting(conn, where.sql, where.params, datetime.now(timezone.utc))
+        return dialect.cancel_waiting(conn, where.sql, where.params, now)
 
 
 def pause_queue(conn: Connection, queue: str, *, tables: Tables = DEFAULT_TABLES) -> bool:

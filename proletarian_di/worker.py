@@ -69,6 +69,7 @@ class QueueWorker:
         self._runner = JobRunner(
             handler, options, self.stats, Frontier(interval), self._pauses, self._wakeup.busy
         )
+        self._runner.on_reschedule = lambda at: self._wakeup.due_at(at.timestamp())
         self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -151,6 +152,7 @@ class QueueWorker:
                     lambda exc: self._emit("listener_error", exception=exc),
                     f"{self.queue_worker_id}-listener",
                     self._pauses.changed,
+                    self._listening,
                 )
                 # Notified of every pause and resume, the worker reads the state seldom.
                 self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
@@ -422,7 +424,7 @@ class QueueWorker:
                             ran = self._runner.run_batch(session, slot, batch_size)
                             backoff.reset()
                             if not ran:
-                                self._wakeup.idle(interval)
+                                self._idle(interval)
             except Exception as exc:
                 if not self._polling_failed(slot, exc, backoff):
                     break
@@ -439,10 +441,27 @@ class QueueWorker:
                 ran = self._runner.run_leased(self._connect, slot, self.options.batch_size)
                 backoff.reset()
                 if not ran:
-                    self._wakeup.idle(interval)
+                    self._idle(interval)
             except Exception as exc:
                 if not self._polling_failed(slot, exc, backoff):
                     break
+
+    def _idle(self, interval: float) -> None:
+        """Wait for work: with a listener up (and no `max_running`, whose slots free up
+        unannounced), until the next known due time or the fallback polling interval; else
+        one polling interval."""
+        listener = self._listener
+        if listener is None or not listener.listening.is_set() or self.options.max_running:
+            self._wakeup.idle(interval)
+            return
+        fallback = max(interval, self.options.fallback_polling_interval_ms / 1000)
+        self._wakeup.idle(interval, fallback)
+
+    def _listening(self, conn: Any) -> None:
+        """The listener's connection listens: learn when the queue's next job falls due."""
+        due = self._runner.dialect(conn).next_process_at(conn, self.options.queue)
+        if due is not None:
+            self._wakeup.due_at(due.timestamp())
 
     def _polling_failed(self, slot: Slot, exc: Exception, backoff: _Backoff) -> bool:
         """Report a polling error and back off: whether the thread goes on."""

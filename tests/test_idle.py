@@ -1,5 +1,6 @@
 """An idle worker polls from one thread, not from each: one claim per polling interval per
-worker; a thread that finds work brings in the others."""
+worker; a thread that finds work brings in the others. On PostgreSQL, while its listener is
+up, it sleeps until the next due time it knows of, or the fallback polling interval."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import threading
 import time
 from typing import Any
 
-from proletarian_di import create_queue_worker
+from datetime import timedelta
 
-from backends import Backend, enqueue_committed, wait_until
+from proletarian_di import RetrySpec, create_queue_worker
+
+from backends import Backend, Events, enqueue_committed, wait_until
 
 
 def polls_by_thread(log: list[tuple[str, str]], since: int) -> dict[str, int]:
@@ -20,23 +23,75 @@ def polls_by_thread(log: list[tuple[str, str]], since: int) -> dict[str, int]:
     return counts
 
 
-def test_an_idle_worker_of_eight_threads_polls_from_one(backend: Backend) -> None:
+def idle_polls(backend: Backend, **options: Any) -> dict[str, int]:
+    """The claims each thread of an idle eight-thread worker made in 0.4 s (twenty polling
+    intervals), once the threads settled."""
     log: list[tuple[str, str]] = []
 
     def record(event: str, data: Any) -> None:
         log.append((event, threading.current_thread().name))
 
     worker = create_queue_worker(
-        backend.pool(9), lambda t, p: None, worker_threads=8, polling_interval_ms=20, log=record
+        backend.pool(9),
+        lambda t, p: None,
+        worker_threads=8,
+        polling_interval_ms=20,
+        log=record,
+        **options,
     )
     with worker:
         wait_until(lambda: len(polls_by_thread(log, 0)) == 8, description="every thread's claim")
         time.sleep(0.1)  # the threads settle: seven sleep, one polls
         since = len(log)
-        time.sleep(0.4)  # twenty polling intervals
-        idle = polls_by_thread(log, since)
+        time.sleep(0.4)
+        return polls_by_thread(log, since)
+
+
+def test_an_idle_worker_of_eight_threads_polls_from_one(backend: Backend) -> None:
+    """With the fallback as short as the polling interval, PostgreSQL polls as MySQL does."""
+    idle = idle_polls(backend, fallback_polling_interval_ms=20)
     assert len(idle) == 1, idle
     assert next(iter(idle.values())) >= 2, "the poller polls every interval"
+
+
+def test_a_listening_worker_sleeps_until_the_fallback_interval(pg: Backend) -> None:
+    """Notified of every job, an idle PostgreSQL worker polls every fallback interval (5 s by
+    default), not every polling interval."""
+    assert idle_polls(pg) == {}
+    idle = idle_polls(pg, fallback_polling_interval_ms=150)
+    assert len(idle) == 1 and 1 <= next(iter(idle.values())) <= 4, idle
+
+
+def test_a_listening_worker_wakes_when_a_scheduled_job_falls_due(pg: Backend) -> None:
+    """The jobs' due times come with their notification, or are read when the listener
+    connects, and are retries of its own: with a fallback of a minute, only they explain
+    that every job runs."""
+    ran: list[Any] = []
+    enqueue_committed(pg, ("t", "known at start"), process_in=timedelta(seconds=0.6))
+    attempts: list[int] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        ran.append(payload)
+        if payload == "retried" and len(attempts) < 1:
+            attempts.append(1)
+            raise RuntimeError("once")
+
+    events = Events()
+    worker = create_queue_worker(
+        pg.pool(3),
+        handler,
+        polling_interval_ms=20,
+        fallback_polling_interval_ms=60_000,
+        retry_strategy_fn=lambda job, exc: RetrySpec(retries=1, delays=[500]),
+        log=events,
+    )
+    with worker:
+        wait_until(lambda: "known at start" in ran, timeout=20, description="a job due at start")
+        enqueue_committed(pg, ("t", "notified"), process_in=timedelta(seconds=0.5))
+        wait_until(lambda: "notified" in ran, timeout=20, description="a notified due time")
+        enqueue_committed(pg, ("t", "retried"))
+        wait_until(lambda: ran.count("retried") == 2, timeout=20, description="its retry")
+    assert len(events.named("polling_for_jobs")) < 40, "it slept in between"
 
 
 def test_a_burst_brings_every_thread_in(backend: Backend) -> None:

@@ -22,7 +22,7 @@ from .base import (
     unwrap_connection,
 )
 from .mysql import MySQLDialect
-from .postgresql import NOTIFY_CHANNEL, PostgresDialect
+from .postgresql import NOTIFY_CHANNEL, PostgresDialect, read_wake_payload
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -39,6 +39,7 @@ __all__ = [
     "dialect_name",
     "dialect_named",
     "is_transient",
+    "read_wake_payload",
     "unwrap_connection",
 ]
 

@@ -230,8 +230,10 @@ class Dialect:
             f"UPDATE {job} SET attempts = attempts - %s, leased_by = NULL "
             "WHERE job_id = %s AND leased_by = %s"
         )
+        # A claim given back unrun leaves the row as it was: its process_at and the lease
+        # it was under (an expired one's dead attempt is still to be recorded).
         self.give_back_sql = (
-            f"UPDATE {job} SET attempts = attempts - 1, leased_by = NULL, process_at = %s "
+            f"UPDATE {job} SET attempts = attempts - 1, leased_by = %s, process_at = %s "
             "WHERE job_id = %s AND leased_by = %s"
         )
         self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
@@ -412,8 +414,14 @@ class Dialect:
     def give_back(self, conn: Any, rows: Sequence[LeasedRow], token: str) -> None:
         """Undo a lease claim (the queue was paused meanwhile) and commit."""
         for row in rows:
-            self.execute(conn, self.give_back_sql, (row[6], row[0], token))
+            self.execute(conn, self.give_back_sql, (row[9], row[6], row[0], token))
         self.commit(conn)
+
+    def next_process_at(self, conn: Any, queue: str) -> datetime | None:
+        """When the queue's earliest job falls due (or its earliest lease runs out)."""
+        sql = f"SELECT min(process_at) FROM {self.job_table} WHERE queue = %s"
+        row = self.fetchone(conn, sql, (queue,))
+        return None if row is None or row[0] is None else self.decode_time(row[0])
 
     # Crash loops (max_crashes) ------------------------------------------------
 

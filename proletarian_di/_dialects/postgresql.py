@@ -299,15 +299,24 @@ class PostgresDialect(Dialect):
         given = (priority,) if priority else ()
         conn.execute(
             self.insert_many_sql[bool(priority)],
-            (queue, enqueued_at, process_at, *given, ids, types, payloads, queue),
+            (
+                queue,
+                enqueued_at,
+                process_at,
+                *given,
+                ids,
+                types,
+                payloads,
+                wake_payload(queue, enqueued_at, process_at),
+            ),
         )
 
     def insert_statement(
         self, row: Sequence[Any], key: str | None = None
     ) -> tuple[str, tuple[Any, ...]]:
-        """The INSERT, and the NOTIFY's channel payload (the queue)."""
+        """The INSERT, and the NOTIFY's channel payload (see `wake_payload`)."""
         sql, params = super().insert_statement(row, key)
-        return sql, (*params, row[1])
+        return sql, (*params, wake_payload(row[1], row[4], row[5]))
 
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
         return self.fetchone(conn, *self.insert_statement(row, key)) is not None
@@ -394,6 +403,31 @@ class PostgresDialect(Dialect):
 
 
 _NOTIFY = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
+WAKE_AT = "@"
+"""Between the queue and the time in the payload of a job that falls due later."""
+
+
+def wake_payload(queue: str, enqueued_at: datetime, process_at: datetime) -> str:
+    """What `enqueue` notifies: the queue of a job due now; `queue@epoch` for a job due later,
+    so that idle workers can sleep until then."""
+    if process_at <= enqueued_at:
+        return queue
+    return f"{queue}{WAKE_AT}{process_at.timestamp():.3f}"
+
+
+def read_wake_payload(payload: str, queue: str) -> tuple[bool, float | None]:
+    """(whether the notification is for `queue`, the epoch its job falls due, None: now)."""
+    if payload == queue:
+        return True, None
+    head, sep, tail = payload.rpartition(WAKE_AT)
+    if not sep or head != queue:
+        return False, None
+    try:
+        return True, float(tail)
+    except ValueError:
+        return False, None
+
+
 _NO_SUCH_STATEMENT = "26000"
 _REPLAN_EVERY_S = 10.0
 _IDLE, _IN_ERROR = 0, 3  # libpq's PQTRANS_IDLE and PQTRANS_INERROR

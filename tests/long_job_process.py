@@ -1,0 +1,82 @@
+"""A worker in its own process whose handler can block, kill its process or exit, for the
+lease and crash-loop tests.
+
+Usage: python long_job_process.py EVENTS BEHAVIOUR [--lease-ms N] [--max-crashes K]
+[--retries R]; the database comes from the environment (see backends.Backend.env). Runs the
+default queue until it is empty. Each job appends "start <payload>" to the file EVENTS, then:
+"block" waits forever, "kill" sends SIGKILL to its own process, "exit" ends it with
+os._exit(3), "ok" returns. Without --lease-ms the worker runs in the held-transaction mode.
+Prints how many jobs it ran to the end; reports worker errors on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from proletarian_di import create_queue_worker
+
+from backends import backend_from_env
+
+ERRORS = {"worker_thread_died", "polling_error", "heartbeat_error", "attempt_not_recorded"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("events")
+    parser.add_argument("behaviour", choices=["block", "kill", "exit", "ok"])
+    parser.add_argument("--lease-ms", type=int, default=None)
+    parser.add_argument("--max-crashes", type=int, default=None)
+    parser.add_argument("--retries", type=int, default=0)
+    args = parser.parse_args()
+    backend = backend_from_env()
+    ran: list[Any] = []
+    forever = threading.Event()
+
+    def handler(job_type: str, payload: Any) -> None:
+        note(args.events, f"start {payload}")
+        if args.behaviour == "block":
+            forever.wait()
+        elif args.behaviour == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif args.behaviour == "exit":
+            os._exit(3)
+        ran.append(payload)
+
+    def log(event: str, data: dict[str, Any]) -> None:
+        if event in ERRORS:
+            print(event, data, file=sys.stderr, flush=True)
+
+    source = backend.pool(4)
+    worker = create_queue_worker(
+        source,
+        handler,
+        polling_interval_ms=20,
+        lease_ms=args.lease_ms,
+        max_crashes=args.max_crashes,
+        retry_strategy_fn=lambda job, exc: {"retries": args.retries},
+        log=log,
+    )
+    with worker:
+        while backend.query(f"SELECT COUNT(*) FROM {backend.job_table}")[0][0]:
+            time.sleep(0.05)
+    source.close()
+    print(len(ran), flush=True)
+
+
+def note(path: str, line: str) -> None:
+    """One line, written with a single O_APPEND write, so processes never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+if __name__ == "__main__":
+    main()

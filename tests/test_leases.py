@@ -1,0 +1,518 @@
+"""Lease mode (`lease_ms`): a job is claimed under a lease and committed at once, runs with no
+transaction open and no row locked, is kept by its worker's heartbeat, and is taken over by
+another worker once its lease runs out; a lost lease's outcome is discarded."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proletarian_di import ConfigurationError, QueueWorker, create_queue_worker
+
+from backends import Backend, Events, archive_by_id, as_uuid, enqueue_committed, wait_until
+
+SCRIPT = str(Path(__file__).with_name("long_job_process.py"))
+RETRY_ONCE = {"retry_strategy_fn": lambda job, exc: {"retries": 1}}
+
+
+def stored(backend: Backend, job_id: Any) -> Any:
+    """A job id as its table stores it (MySQL: 16 bytes)."""
+    return as_uuid(job_id).bytes if backend.name == "mysql" else as_uuid(job_id)
+
+
+def lease_of(backend: Backend, job_id: Any) -> tuple[str | None, int, datetime] | None:
+    """The waiting job's (leased_by, attempts, process_at in UTC), or None once it left."""
+    rows = backend.query(
+        f"SELECT leased_by, attempts, process_at FROM {backend.job_table} WHERE job_id = %s",
+        (stored(backend, job_id),),
+    )
+    if not rows:
+        return None
+    leased_by, attempts, process_at = rows[0]
+    if process_at.tzinfo is None:  # MySQL stores UTC without a zone
+        process_at = process_at.replace(tzinfo=timezone.utc)
+    return leased_by, attempts, process_at
+
+
+def skip_locked_sees(backend: Backend, job_id: Any) -> bool:
+    """Whether another connection's locking read, skipping locked rows, finds the job."""
+    with contextlib.closing(backend.connect()) as conn:
+        cursor = conn.cursor()
+        cursor.execute(
+            f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE SKIP LOCKED",
+            (stored(backend, job_id),),
+        )
+        found = bool(cursor.fetchall())
+        conn.rollback()
+        return found
+
+
+def open_transactions(backend: Backend) -> set[tuple[Any, ...]]:
+    """Other sessions' open transactions now, each named so that it is the same while open."""
+    if backend.name == "mysql":
+        sql = (
+            "SELECT trx_id, trx_mysql_thread_id, trx_started FROM information_schema.innodb_trx "
+            "WHERE trx_mysql_thread_id <> CONNECTION_ID()"
+        )
+    else:
+        sql = (
+            "SELECT pid, xact_start FROM pg_stat_activity WHERE xact_start IS NOT NULL "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+    return set(backend.query(sql))
+
+
+def lasting_transactions(backend: Backend) -> set[tuple[Any, ...]]:
+    """Transactions open both now and 0.3 s later: not a heartbeat's short one."""
+    before = open_transactions(backend)
+    time.sleep(0.3)
+    return before & open_transactions(backend)
+
+
+def archived_row(backend: Backend, job_id: Any) -> tuple[Any, ...] | None:
+    """Every column of the job's archive row, or None."""
+    rows = backend.query(
+        f"SELECT * FROM {backend.archived_job_table} WHERE job_id = %s",
+        (stored(backend, job_id),),
+    )
+    return rows[0] if rows else None
+
+
+def last_error(backend: Backend, job_id: Any) -> str:
+    rows = backend.query(
+        f"SELECT last_error FROM {backend.archived_job_table} WHERE job_id = %s",
+        (stored(backend, job_id),),
+    )
+    return str(rows[0][0])
+
+
+def waiting_jobs(backend: Backend) -> int:
+    return int(backend.query(f"SELECT COUNT(*) FROM {backend.job_table}")[0][0])
+
+
+@contextlib.contextmanager
+def running(backend: Backend, handler: Callable[..., Any], **options: Any) -> Iterator[QueueWorker]:
+    """A started worker on a pool of its own, stopped and its pool closed after the block."""
+    source = backend.pool(4)
+    options = {"polling_interval_ms": 20, "log": lambda e, d: None, **options}
+    worker = create_queue_worker(source, handler, **options)
+    try:
+        with worker:
+            yield worker
+    finally:
+        source.close()
+
+
+def start_process(
+    backend: Backend, events: Path, behaviour: str, *options: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, str(events), behaviour, *options],
+        env=backend.env(),
+        cwd=Path(__file__).parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def starts(events: Path) -> list[str]:
+    """The "start <payload>" lines the worker processes wrote."""
+    if not events.exists():
+        return []
+    return [line for line in events.read_text().splitlines() if line.startswith("start")]
+
+
+# 1. What a running leased job holds ------------------------------------------------------
+
+
+def test_a_leased_job_runs_with_no_lock_and_no_transaction(backend: Backend) -> None:
+    """While the handler runs, the row says who leases it until when, its attempt is
+    counted, and nothing holds it: another connection's SKIP LOCKED claim sees it."""
+    lease_ms = 3000
+    [job_id] = enqueue_committed(backend, ("t", "long"))
+    started, release = threading.Event(), threading.Event()
+
+    def handler(job_type: str, payload: Any) -> None:
+        started.set()
+        release.wait(30)
+
+    with running(backend, handler, lease_ms=lease_ms):
+        assert started.wait(30)
+        lease = lease_of(backend, job_id)
+        now = datetime.now(timezone.utc)
+        assert lease is not None
+        leased_by, attempts, lease_end = lease
+        assert leased_by
+        assert attempts == 1
+        # renewed every third of the lease: between two thirds of it and all of it ahead
+        assert now + timedelta(milliseconds=lease_ms / 2) < lease_end
+        assert lease_end <= now + timedelta(milliseconds=lease_ms + 500)
+        assert skip_locked_sees(backend, job_id)
+        assert lasting_transactions(backend) == set()
+        release.set()
+        wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+    assert archive_by_id(backend) == {as_uuid(job_id): ("success", 1)}
+    assert lease_of(backend, job_id) is None, "the row and its lease are gone"
+
+
+def test_the_held_mode_holds_a_lock_and_a_transaction(backend: Backend) -> None:
+    """For comparison (the checks above can fail): without lease_ms the running job's row is
+    locked, in a transaction open for as long as it runs, and carries no lease."""
+    [job_id] = enqueue_committed(backend, ("t", "long"))
+    started, release = threading.Event(), threading.Event()
+
+    def handler(job_type: str, payload: Any) -> None:
+        started.set()
+        release.wait(30)
+
+    with running(backend, handler):
+        assert started.wait(30)
+        lease = lease_of(backend, job_id)
+        assert lease is not None and lease[:2] == (None, 0)
+        assert not skip_locked_sees(backend, job_id)
+        assert len(lasting_transactions(backend)) == 1
+        release.set()
+        wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+
+
+# 2. The heartbeat --------------------------------------------------------------------------
+
+
+def test_the_heartbeat_keeps_a_job_longer_than_its_lease(backend: Backend) -> None:
+    """A job running five times its lease is not taken by another lease-mode worker polling
+    the queue meanwhile: it runs once and succeeds."""
+    [job_id] = enqueue_committed(backend, ("t", "long"))
+    ran: list[str] = []
+    first, second = Events(), Events()
+
+    def handler(job_type: str, payload: Any) -> None:
+        ran.append(threading.current_thread().name)
+        time.sleep(1.5)
+
+    options: dict[str, Any] = {"lease_ms": 300, **RETRY_ONCE}
+    with running(backend, handler, queue_worker_id="first", log=first, **options):
+        wait_until(lambda: ran, description="the job started")
+        with running(backend, handler, queue_worker_id="second", log=second, **options):
+            wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+    assert len(ran) == 1 and ran[0].startswith("first")
+    assert archive_by_id(backend) == {as_uuid(job_id): ("success", 1)}
+    assert first.named("lease_lost") == second.named("lease_expired") == []
+
+
+# 3. A process killed mid-job ------------------------------------------------------------
+
+
+def test_a_killed_process_job_runs_again_once_its_lease_expired(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """SIGKILL while the handler runs: the job stays leased until its lease runs out, then
+    another worker counts the dead attempt (LeaseExpired), retries and runs it."""
+    [job_id] = enqueue_committed(backend, ("t", "doomed"))
+    events = tmp_path / "events"
+    process = start_process(backend, events, "block", "--lease-ms", "1000", "--retries", "1")
+    try:
+        wait_until(lambda: starts(events), timeout=30, description="the job started")
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.communicate(timeout=30)
+    lease = lease_of(backend, job_id)
+    assert lease is not None
+    leased_by, attempts, lease_end = lease
+    assert leased_by is not None and attempts == 1
+    assert lease_end > datetime.now(timezone.utc), "still leased right after the kill"
+
+    ran: list[datetime] = []
+    log = Events()
+
+    def handler(job_type: str, payload: Any) -> None:
+        ran.append(datetime.now(timezone.utc))
+
+    with running(backend, handler, lease_ms=1000, log=log, **RETRY_ONCE):
+        wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+    assert len(ran) == 1
+    assert ran[0] >= lease_end, "not run before the lease ran out"
+    assert starts(events) == ["start doomed"]
+    assert archive_by_id(backend) == {as_uuid(job_id): ("success", 2)}
+    assert "LeaseExpired" in last_error(backend, job_id)
+    assert [data["attempt"] for data in log.named("lease_expired")] == [1]
+
+
+# 4. A lost lease -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("late_outcome", ["raises", "returns"])
+def test_a_lost_lease_outcome_is_discarded(backend: Backend, late_outcome: str) -> None:
+    """Worker A's lease runs out while its handler runs; worker B records A's attempt and
+    runs the job to success. What A's handler then does changes nothing."""
+    [job_id] = enqueue_committed(backend, ("t", "contested"))
+    a_started, a_release = threading.Event(), threading.Event()
+    a_log, b_log = Events(), Events()
+    a_callbacks: list[str] = []
+    b_ran: list[Any] = []
+
+    def a_handler(job_type: str, payload: Any) -> None:
+        a_started.set()
+        a_release.wait(30)
+        if late_outcome == "raises":
+            raise RuntimeError("too late")
+
+    def a_retry(job: Any, exc: BaseException) -> dict[str, int]:
+        a_callbacks.append("retry")
+        return {"retries": 5}
+
+    a_options: dict[str, Any] = {
+        "lease_ms": 60_000,
+        "queue_worker_id": "A",
+        "log": a_log,
+        "retry_strategy_fn": a_retry,
+        "failed_job_fn": lambda job, exc: a_callbacks.append("failed"),
+    }
+    with running(backend, a_handler, **a_options) as worker_a:
+        assert a_started.wait(30)
+        backend.execute(
+            f"UPDATE {backend.job_table} SET process_at = %s WHERE job_id = %s",
+            (expired(backend), stored(backend, job_id)),
+        )
+        b_options: dict[str, Any] = {"lease_ms": 60_000, "log": b_log, **RETRY_ONCE}
+        with running(backend, lambda t, p: b_ran.append(p), **b_options):
+            wait_until(lambda: archived_row(backend, job_id), description="B's outcome")
+        outcome = archived_row(backend, job_id)
+        a_release.set()
+        wait_until(lambda: a_log.named("lease_lost"), description="A's lease_lost")
+        assert worker_a.summary() == {
+            "succeeded": 0,
+            "failed": 0,
+            "retried": 0,
+            "abandoned": 0,
+            "timed_out": 0,
+        }
+    assert b_ran == ["contested"]
+    assert [data["attempt"] for data in b_log.named("lease_expired")] == [1]
+    assert archived_row(backend, job_id) == outcome, "B's outcome unchanged"
+    assert archive_by_id(backend) == {as_uuid(job_id): ("success", 2)}
+    assert waiting_jobs(backend) == 0
+    assert [data["job_id"] for data in a_log.named("lease_lost")] == [as_uuid(job_id)]
+    assert a_callbacks == []
+    written = {"job_finished", "retrying", "not_retrying", "job_failed"}
+    assert [name for name, _ in a_log.events if name in written] == []
+
+
+def expired(backend: Backend) -> datetime:
+    """A moment a second ago, as the job table stores it."""
+    moment = datetime.now(timezone.utc) - timedelta(seconds=1)
+    return moment.replace(tzinfo=None) if backend.name == "mysql" else moment
+
+
+# 5. A handler that kills its process every time -----------------------------------------
+
+
+@pytest.mark.parametrize("behaviour", ["kill", "exit"])
+def test_a_job_that_kills_its_process_every_time_ends_in_the_failure_archive(
+    backend: Backend, tmp_path: Path, behaviour: str
+) -> None:
+    """Each claim counts an attempt, so after its one retry the job is archived as failed
+    (LeaseExpired) instead of killing worker after worker."""
+    [job_id] = enqueue_committed(backend, ("t", "poison"))
+    events = tmp_path / "events"
+    outputs = []
+    for _ in range(6):
+        if archived_row(backend, job_id):
+            break
+        process = start_process(backend, events, behaviour, "--lease-ms", "300", "--retries", "1")
+        try:
+            outputs.append(process.communicate(timeout=30))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+    assert archive_by_id(backend) == {as_uuid(job_id): ("failure", 2)}, outputs
+    assert "LeaseExpired" in last_error(backend, job_id)
+    assert "attempt 2 never finished" in last_error(backend, job_id)
+    assert starts(events) == ["start poison"] * 2
+    assert process.returncode == 0, outputs[-1]
+
+
+# 6. The vacuum horizon (PostgreSQL) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("lease_ms", [60_000, None], ids=["lease", "held"])
+def test_a_long_leased_job_does_not_pin_the_vacuum_horizon(
+    pg: Backend, lease_ms: int | None
+) -> None:
+    """While a leased job runs, none of its worker's backends holds an xmin or an xid; the
+    held mode's running job does (so the check can fail)."""
+    from psycopg_pool import ConnectionPool
+
+    name = f"lease-test-{lease_ms}"
+    enqueue_committed(pg, ("t", "long"))
+    started, release = threading.Event(), threading.Event()
+
+    def handler(job_type: str, payload: Any) -> None:
+        started.set()
+        release.wait(30)
+
+    source = ConnectionPool(
+        pg.url, kwargs={"application_name": name}, min_size=1, max_size=4, open=True
+    )
+    worker = create_queue_worker(
+        source, handler, lease_ms=lease_ms, polling_interval_ms=20, log=lambda e, d: None
+    )
+    try:
+        with worker:
+            assert started.wait(30)
+            time.sleep(0.2)
+            backends = pg.query(
+                "SELECT pid, backend_xmin, backend_xid FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (name,),
+            )
+            release.set()
+    finally:
+        source.close()
+    assert backends, "the worker's backends are found"
+    pinning = [pid for pid, xmin, xid in backends if xmin is not None or xid is not None]
+    if lease_ms is None:
+        assert len(pinning) == 1
+    else:
+        assert pinning == []
+
+
+# 7. Configuration errors ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"lease_ms": 1000, "handler_fn_mode": "advanced"}, "handler_fn_mode='advanced'"),
+        ({"lease_ms": 1000, "max_running": 2}, "max_running"),
+        ({"lease_ms": 1000, "max_crashes": 2}, "max_crashes"),
+        ({"lease_ms": 99}, "lease_ms must be an int >= 100, got 99"),
+        ({"lease_ms": 0}, "lease_ms must be an int >= 100, got 0"),
+        ({"lease_ms": 1000.0}, "lease_ms must be an int >= 100, got 1000.0"),
+        ({"lease_ms": "1000"}, "lease_ms must be an int >= 100, got '1000'"),
+        ({"lease_ms": True}, "lease_ms must be an int >= 100, got True"),
+    ],
+)
+def test_options_lease_mode_cannot_honour_are_refused(
+    backend: Backend, options: dict[str, Any], named: str
+) -> None:
+    enqueue_committed(backend, ("t", None))
+    ran: list[Any] = []
+    source = backend.pool(2)
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            create_queue_worker(source, lambda t, p: ran.append(p), **options)
+    finally:
+        source.close()
+    assert "lease_ms" in str(refused.value)
+    assert named in str(refused.value)
+    assert ran == []
+    assert backend.jobs() == [("t", 0, "default")], "nothing polled"
+
+
+# 8. failed_job_fn in lease mode -----------------------------------------------------------
+
+
+def test_failed_job_fn_writes_commit_with_the_failure(
+    backend: Backend, effects: Callable[[], list[str]]
+) -> None:
+    """In lease mode failed_job_fn gets the outcome transaction's connection as
+    job.connection: its write commits with the job's failure."""
+    from backends import write_effect
+
+    [job_id] = enqueue_committed(backend, ("t", "bad"))
+    seen: list[Any] = []
+
+    def failed(job: Any, exc: BaseException) -> None:
+        seen.append(job.connection)
+        write_effect(job, f"failed {job.payload} {type(exc).__name__}")
+
+    def handler(job_type: str, payload: Any) -> None:
+        raise ValueError("no")
+
+    with running(backend, handler, lease_ms=1000, failed_job_fn=failed):
+        wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+    assert archive_by_id(backend) == {as_uuid(job_id): ("failure", 1)}
+    assert seen and seen[0] is not None
+    assert effects() == ["failed bad ValueError"]
+
+
+# A paused queue gives claimed jobs back as they were -------------------------------------
+
+
+def test_an_expired_lease_given_back_by_a_paused_queue_is_still_recorded(
+    backend: Backend,
+) -> None:
+    """A paused queue's worker gives back the expired-lease job it claimed, lease marker
+    included: once resumed, the dead attempt is recorded (no retry: failure) and the job is
+    not run again, as without the pause."""
+    from proletarian_di import admin
+
+    [job_id] = enqueue_committed(backend, ("t", "orphan"))
+    backend.execute(
+        f"UPDATE {backend.job_table} SET attempts = 1, leased_by = %s, process_at = %s "
+        "WHERE job_id = %s",
+        ("gone-host:1:dead", expired(backend), stored(backend, job_id)),
+    )
+    with contextlib.closing(backend.connect()) as conn:
+        assert admin.pause_queue(conn, "default")
+        conn.commit()
+    ran: list[Any] = []
+    with running(backend, lambda t, p: ran.append(p), lease_ms=1000) as worker:
+        wait_until(lambda: worker._pauses.paused, description="the pause seen at a claim")
+        time.sleep(0.2)  # claims given back again while paused
+        with contextlib.closing(backend.connect()) as conn:
+            assert admin.resume_queue(conn, "default")
+            conn.commit()
+        wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+    assert ran == []
+    assert archive_by_id(backend) == {as_uuid(job_id): ("failure", 1)}
+    assert "LeaseExpired" in last_error(backend, job_id)
+
+
+def test_a_timed_out_job_retried_at_once_keeps_its_new_lease(backend: Backend) -> None:
+    """A timed-out job is retried on the same worker while its abandoned handler still runs;
+    when that handler returns, the retry's lease goes on being renewed: the retry runs to
+    success, once, and no other thread takes the job over."""
+    [job_id] = enqueue_committed(backend, ("t", "slow"))
+    runs: list[int] = []
+    first_release, second_started = threading.Event(), threading.Event()
+    log = Events()
+
+    def handler(job_type: str, payload: Any) -> None:
+        runs.append(len(runs) + 1)
+        if len(runs) == 1:
+            first_release.wait(30)  # abandoned at its timeout, returns later
+        elif len(runs) == 2:
+            second_started.set()
+            time.sleep(1.0)  # five leases long, within the timeout
+
+    options: dict[str, Any] = {
+        "lease_ms": 200,
+        "job_timeout_ms": 1500,
+        "worker_threads": 2,
+        "fallback_polling_interval_ms": 50,  # idle threads would see an unrenewed lease soon
+        "retry_strategy_fn": lambda job, exc: {"retries": 3, "delays": [0]},
+        "log": log,
+    }
+    with running(backend, handler, **options):
+        assert second_started.wait(30)
+        first_release.set()
+        wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+    assert runs == [1, 2]
+    assert archive_by_id(backend) == {as_uuid(job_id): ("success", 2)}
+    assert "JobTimedOut" in last_error(backend, job_id)
+    assert log.named("lease_expired") == log.named("lease_lost") == []
