@@ -30,6 +30,7 @@ from .db import Database, MySQL, Postgres
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
 DRAIN_THREADS = (1, 4, 8)
 BATCH_SIZE = 10
+LEASE_MS = 30_000  # lease mode: claim and outcome in two transactions, a heartbeat between
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
@@ -136,6 +137,19 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
         DRAIN_INTERVAL,
         BATCH_SIZE,
     )
+    results.record(
+        db,
+        "drain_lease",
+        "ours",
+        measure.drain,
+        db,
+        "ours",
+        4,
+        args.jobs,
+        DRAIN_INTERVAL,
+        1,
+        LEASE_MS,
+    )
     row = f"drain_{PROCESSES}x{PROCESS_THREADS}"
     for impl in impls:
         results.record(
@@ -227,6 +241,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("enqueue_bulk", f"enqueue_many, {args.bulk:,} in one call"),
         *[(f"drain_{t}", f"drain, {t} thread{'s' if t > 1 else ''}") for t in DRAIN_THREADS],
         ("drain_batch", f"drain, 4 threads, batch_size={BATCH_SIZE} (opt-in)"),
+        ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         (
             f"drain_{PROCESSES}x{PROCESS_THREADS}",
             f"drain, {PROCESSES} processes \N{MULTIPLICATION SIGN} {PROCESS_THREADS} threads",

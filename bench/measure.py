@@ -75,11 +75,20 @@ def enqueue_bulk(db: Database, impl: str, jobs: int) -> float:
 
 
 def drain(
-    db: Database, impl: str, threads: int, jobs: int, interval: float, batch_size: int = 1
+    db: Database,
+    impl: str,
+    threads: int,
+    jobs: int,
+    interval: float,
+    batch_size: int = 1,
+    lease_ms: int | None = None,
 ) -> float:
-    """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs."""
+    """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs (in lease
+    mode with `lease_ms`)."""
     prefill(db, jobs)
-    options = {"batch_size": batch_size} if batch_size > 1 else {}
+    options: dict[str, Any] = {"batch_size": batch_size} if batch_size > 1 else {}
+    if lease_ms is not None:
+        options["lease_ms"] = lease_ms
     worker = make_worker(impl, db, threads, interval, **options)
     try:
         limit = time.perf_counter() + deadline_for(jobs)
