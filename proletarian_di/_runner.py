@@ -32,6 +32,7 @@ from .errors import (
     ArgumentTypeError,
     CrashLoop,
     InvalidRetrySpec,
+    JobTimedOut,
     LeaseExpired,
     PayloadError,
     TransactionAborted,
@@ -84,6 +85,8 @@ class Slot:
         self.job: Job | None = None
         self.raw_id: Any = None
         self.lease: str | None = None
+        self.rest: list[Any] = []
+        """Lease mode: the rows of the batch still to run after the job running now."""
         self.started = 0.0
         self.deadline: float | None = None
         self.abandoned = False
@@ -208,9 +211,15 @@ class JobRunner:
 
         Each job is settled on its own (retry or failure as it comes); successes
         are archived together at the end, in the commit's round trip.
+
+        With `max_crashes` one job per transaction: a process dying mid-batch would roll
+        back the jobs that ran fine before it too, and their counted claims would make
+        them look like crashes of their own.
         """
         if self.pauses.known_paused():
             return []
+        if self.claims is not None:
+            limit = 1
         try:
             return self._claim_and_run(session, slot, limit)
         finally:
@@ -355,7 +364,16 @@ class JobRunner:
                 if _interrupts(exc):
                     raise
                 error = exc
-        if error is not None:
+        if isinstance(error, JobTimedOut):
+            self.stats.add("timed_out")
+            assert timeout is not None
+            self.emit(
+                "job_timed_out",
+                job,
+                timeout_ms=round(timeout * 1000),
+                reason="cancelled at its timeout",
+            )
+        elif error is not None:
             self.emit("handler_exception", job, exception=error)
         return error
 
@@ -391,6 +409,8 @@ class JobRunner:
         outcomes: list[bool] = []
         with holding(self.leases, [row[0] for row in rows], token):
             for n, row in enumerate(rows):
+                if slot is not None:
+                    slot.rest = list(rows[n + 1 :])
                 try:
                     outcomes.append(self._run_leased(connect, dialect, row, token, slot))
                 except Replaced:
@@ -597,6 +617,7 @@ class JobRunner:
         wait: float = 0.0,
         lease: str | None = None,
         back: int = 1,
+        held: bool = False,
     ) -> bool:
         """Count a failed attempt of `job` in a transaction of its own: a retry or the
         failure archive, as the retry strategy decides. Waits up to `wait` seconds for the
@@ -608,11 +629,13 @@ class JobRunner:
         not called again, so recording always ends. False if nothing was recorded: the job
         is gone or already moved on, or another worker holds it.
         """
-        if lease is not None:
+        if held:  # the job's own transaction, which holds its row
+            locked: bool | None = True
+        elif lease is not None:
             if not dialect.settle(conn, raw_id, lease, back):
                 self._lease_lost(job)
                 return False
-            locked: bool | None = True
+            locked = True
         else:
             deadline = time.monotonic() + wait
             locked = dialect.lock_job(conn, raw_id, job.attempts - 1)

@@ -231,14 +231,42 @@ class QueueWorker:
             ran_ms=round(ran * 1000),
             reason="still running at its timeout: its outcome will be discarded",
         )
-        if lease is None and slot.conn is not None and slot.dialect is not None:
-            try:
-                slot.dialect.abort(slot.conn)
-            except Exception as exc:
-                self._emit("polling_error", exception=exc)
-        self._replace(slot)
         failure = JobTimedOut(f"timed out after {timeout:g} s (the handler was abandoned)")
-        self._record(job, raw_id, lease, failure)
+        conn, dialect = slot.conn, slot.dialect
+        if lease is not None:
+            self._give_back_rest(slot, lease)
+            self._record(job, raw_id, lease, failure)
+        elif conn is not None and dialect is not None and not self._runner.advanced:
+            # The handler does not use the job's connection, and its thread will not touch it
+            # again: the attempt is recorded in the job's own transaction, still holding the
+            # row, so no other claim can slip in between.
+            try:
+                self._runner.record_attempt(conn, dialect, raw_id, job, failure, held=True)
+            except Exception as exc:
+                self._runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
+        else:
+            if conn is not None and dialect is not None:
+                try:
+                    dialect.abort(conn)
+                except Exception as exc:
+                    self._emit("polling_error", exception=exc)
+            self._record(job, raw_id, lease, failure)
+        self._replace(slot)
+
+    def _give_back_rest(self, slot: Slot, lease: str) -> None:
+        """Lease mode: the jobs claimed in the same batch as a timed-out one go back now."""
+        rest, slot.rest = slot.rest, []
+        if not rest:
+            return
+        try:
+            with self._connect() as conn:
+                self._runner.dialect(conn).give_back(conn, rest, lease)
+        except Exception as exc:
+            self._emit("polling_error", exception=exc)
+        finally:
+            for row in rest:
+                if self._runner.leases is not None:
+                    self._runner.leases.drop(row[0], lease)
 
     def _replace(self, slot: Slot) -> None:
         """Start a new worker thread in place of the one holding `slot`, so the worker keeps

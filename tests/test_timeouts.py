@@ -74,8 +74,7 @@ def lockable_now(backend: Backend, job_type: str) -> bool:
     with contextlib.closing(backend.connect()) as conn:
         cursor = conn.cursor()
         cursor.execute(
-            f"SELECT job_id FROM {backend.job_table} WHERE job_type = %s "
-            "FOR UPDATE SKIP LOCKED",
+            f"SELECT job_id FROM {backend.job_table} WHERE job_type = %s FOR UPDATE SKIP LOCKED",
             (job_type,),
         )
         rows = cursor.fetchall()
@@ -274,6 +273,10 @@ def test_an_async_handler_past_its_timeout_is_cancelled_on_its_own_thread(
         assert not any(t.name == f"{WORKER_ID}-1" for t in threading.enumerate())
     assert sorted(backend.archived()) == [("later", "success", 1), ("slow", "failure", 1)]
     assert worker.summary()["failed"] == 1 and worker.summary()["succeeded"] == 1
+    assert worker.summary()["timed_out"] == 1
+    [timed_out] = events.named("job_timed_out")
+    assert timed_out["job_type"] == "slow" and timed_out["timeout_ms"] == 200
+    assert events.named("handler_exception") == []
 
 
 @pytest.mark.parametrize("lease_ms", MODES)
@@ -333,15 +336,7 @@ def test_process_next_job_cancels_an_async_handler_but_not_a_sync_one(
     "lease_ms",
     [
         pytest.param(None, id="held"),
-        pytest.param(
-            2000,
-            id="lease",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="lease mode keeps the rest of a timed-out job's batch leased (the "
-                "heartbeat renews it) until the abandoned handler returns",
-            ),
-        ),
+        pytest.param(2000, id="lease"),
     ],
 )
 def test_the_rest_of_a_timed_out_jobs_batch_runs_while_it_still_blocks(
@@ -391,9 +386,7 @@ def test_job_timeouts_per_type_override_the_default(
     enqueue_committed(backend, (patient, None), (bounded, None))
     with running(worker, threading.Event()):
         wait_until(lambda: len(backend.archived()) == 2, timeout=15, description="both ran")
-    assert sorted(backend.archived()) == sorted(
-        [(patient, "success", 1), (bounded, "failure", 1)]
-    )
+    assert sorted(backend.archived()) == sorted([(patient, "success", 1), (bounded, "failure", 1)])
     assert "JobTimedOut" in archived_error(backend, bounded)[2]
     assert [e["job_type"] for e in events.named("job_timed_out")] == [bounded]
     assert worker.summary()["timed_out"] == 1
