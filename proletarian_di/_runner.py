@@ -455,11 +455,9 @@ class JobRunner:
                     conn, dialect, raw_id, job, error, stage=stage, lease=token, back=back
                 )
                 return False
-            if not dialect.settle(conn, raw_id, token):
+            if not dialect.archive_leased(conn, raw_id, token, self.clock()):
                 self._lease_lost(job)
                 return False
-            dialect.archive(conn, [raw_id], "success", self.clock())
-            dialect.commit(conn)
         self.stats.add("succeeded")
         self.emit("job_finished", job, status="success")
         return True

@@ -411,6 +411,15 @@ class Dialect:
         self.rollback(conn)
         return False
 
+    def archive_leased(self, conn: Any, job_id: Any, token: str, finished_at: datetime) -> bool:
+        """Archive a leased job as a success and commit, if `token` still holds it; False
+        (nothing written) if the lease was lost."""
+        if not self.settle(conn, job_id, token):
+            return False
+        self.archive(conn, [job_id], "success", finished_at)
+        self.commit(conn)
+        return True
+
     def give_back(self, conn: Any, rows: Sequence[LeasedRow], token: str) -> None:
         """Undo a lease claim (the queue was paused meanwhile) and commit."""
         for row in rows:

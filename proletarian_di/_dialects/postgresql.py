@@ -96,6 +96,13 @@ class PostgresDialect(Dialect):
             "j.job_type, j.payload, j.attempts - 1, j.enqueued_at, claimed.process_at, "
             "j.last_error, j.priority, claimed.leased_by"
         )
+        # A leased job's success: the lease checked, the row moved, in one statement (the
+        # row already counts the attempt).
+        assert self.archive_select.count("attempts + 1") == 1
+        self.archive_leased_sql = (
+            f"WITH done AS (DELETE FROM {job} WHERE job_id = %s AND leased_by = %s "
+            "RETURNING *) " + self.archive_select.replace("attempts + 1", "attempts") + "FROM done"
+        )
         self.insert_many_sql = {
             priority: (
                 f"WITH job AS (INSERT INTO {job} ({self.columns}{', priority' * priority}) "
@@ -245,9 +252,15 @@ class PostgresDialect(Dialect):
         token: str,
     ) -> list[LeasedRow]:
         params = (*self.claim_params(queue, start, now, limit), until, token)
-        rows: list[LeasedRow] = self.fetchall(conn, self.lease_claim_sql, params)
-        self.commit(conn)
+        with _single_statement(conn):
+            rows: list[LeasedRow] = self.fetchall(conn, self.lease_claim_sql, params)
         return rows
+
+    def archive_leased(self, conn: Any, job_id: Any, token: str, finished_at: datetime) -> bool:
+        params = (job_id, token, "success", finished_at, None)
+        with _single_statement(conn):
+            moved = self.execute_count(conn, self.archive_leased_sql, params)
+        return moved == 1
 
     def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], until: datetime) -> int:
         sql = (
@@ -256,9 +269,8 @@ class PostgresDialect(Dialect):
         )
         ids = [job_id for job_id, _ in leases]
         tokens = sorted({token for _, token in leases})
-        count = self.execute_count(conn, sql, (until, ids, tokens))
-        self.commit(conn)
-        return count
+        with _single_statement(conn):
+            return self.execute_count(conn, sql, (until, ids, tokens))
 
     def count_claim(self, conn: Any, table: str, job_id: Any) -> int:
         sql = (
@@ -548,6 +560,22 @@ class _HotPath(NamedTuple):
     claim_many: str
     archive_one: str
     archive_many: str
+
+
+@contextlib.contextmanager
+def _single_statement(conn: Any) -> Iterator[None]:
+    """Run one statement as a transaction of its own: in autocommit on an idle connection,
+    which saves the COMMIT's round trip; else committed after it."""
+    if conn.autocommit or conn.info.transaction_status != _IDLE:
+        yield
+        if not conn.autocommit:
+            conn.commit()
+        return
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        conn.autocommit = False
 
 
 def _fill(sql: str, *values: str) -> str:
