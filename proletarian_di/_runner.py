@@ -256,6 +256,9 @@ class JobRunner:
                 job, error = self._job(row, conn, dialect)
                 if error is None and self.claims is not None:
                     error = self._crash_loop(dialect, raw_id, job)
+                    if error is not None:
+                        job = dataclasses.replace(job, attempts=job.attempts - 1 + error.crashes)
+                        dialect.count_attempts(conn, raw_id, job.attempts - 1)
                 if error is not None:
                     if isinstance(error, PayloadError):
                         self.emit("payload_decode_error", job, exception=error)
@@ -304,10 +307,12 @@ class JobRunner:
         if crashes < self.options.max_crashes:
             return None
         self.emit("crash_loop", job, crashes=crashes, max_crashes=self.options.max_crashes)
-        return CrashLoop(
+        error = CrashLoop(
             f"process died {crashes} times while running this job "
             f"(max_crashes={self.options.max_crashes}); not run again"
         )
+        error.crashes = crashes
+        return error
 
     def _job(
         self, row: JobRow | LeasedRow, conn: Any, dialect: Dialect

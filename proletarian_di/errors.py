@@ -102,4 +102,6 @@ class LeaseExpired(ProletarianError):
 
 class CrashLoop(ProletarianError):
     """A job's process died `max_crashes` times while running it: it is archived as failed
-    rather than run again."""
+    rather than run again (its archive counts the attempts that died)."""
+
+    crashes: int = 0

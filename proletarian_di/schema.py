@@ -17,6 +17,7 @@ from typing import Any
 
 from . import _ddl
 from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
+from ._dialects.base import claims_table_of
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from .errors import ConfigurationError, SchemaError
 
@@ -34,7 +35,6 @@ only the seeds' tables, unless asked for a newer step's feature (a priority, a u
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 PAUSED_TABLE_SUFFIX = "_paused"
-CLAIMS_TABLE_SUFFIX = "_claims"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
@@ -134,7 +134,7 @@ def paused_table(job_table: str) -> str:
 
 def claims_table(job_table: str) -> str:
     """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
-    return f"{job_table}{CLAIMS_TABLE_SUFFIX}"
+    return claims_table_of(job_table)
 
 
 def version_table(job_table: str) -> str:

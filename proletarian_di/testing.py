@@ -17,7 +17,14 @@ from ._types import DataSource, Handler, WorkerOptions
 from ._urls import url_dialect
 from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
-from .schema import check_schema, install_schema, paused_table, periodic_table, version_table
+from .schema import (
+    check_schema,
+    claims_table,
+    install_schema,
+    paused_table,
+    periodic_table,
+    version_table,
+)
 from .serializers import Serializer
 
 if TYPE_CHECKING:
@@ -189,6 +196,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {self.archived_job_table}")
         self.execute(f"DROP TABLE IF EXISTS {periodic_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {paused_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {claims_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 

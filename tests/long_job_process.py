@@ -2,10 +2,11 @@
 lease and crash-loop tests.
 
 Usage: python long_job_process.py EVENTS BEHAVIOUR [--lease-ms N] [--max-crashes K]
-[--retries R]; the database comes from the environment (see backends.Backend.env). Runs the
-default queue until it is empty. Each job appends "start <payload>" to the file EVENTS, then:
-"block" waits forever, "kill" sends SIGKILL to its own process, "exit" ends it with
-os._exit(3), "ok" returns. Without --lease-ms the worker runs in the held-transaction mode.
+[--retries R] [--batch-size B] [--only PAYLOAD]; the database comes from the environment
+(see backends.Backend.env). Runs the default queue until it is empty. Each job appends
+"start <payload>" to the file EVENTS, then: "block" waits forever, "kill" sends SIGKILL to
+its own process, "exit" ends it with os._exit(3), "ok" returns (with --only, jobs with
+another payload return too). Without --lease-ms the worker runs in the held-transaction mode.
 Prints how many jobs it ran to the end; reports worker errors on stderr.
 """
 
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--lease-ms", type=int, default=None)
     parser.add_argument("--max-crashes", type=int, default=None)
     parser.add_argument("--retries", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--only", default=None)
     args = parser.parse_args()
     backend = backend_from_env()
     ran: list[Any] = []
@@ -40,7 +43,9 @@ def main() -> None:
 
     def handler(job_type: str, payload: Any) -> None:
         note(args.events, f"start {payload}")
-        if args.behaviour == "block":
+        if args.only is not None and payload != args.only:
+            pass
+        elif args.behaviour == "block":
             forever.wait()
         elif args.behaviour == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -57,8 +62,10 @@ def main() -> None:
         source,
         handler,
         polling_interval_ms=20,
+        fallback_polling_interval_ms=50,
         lease_ms=args.lease_ms,
         max_crashes=args.max_crashes,
+        batch_size=args.batch_size,
         retry_strategy_fn=lambda job, exc: {"retries": args.retries},
         log=log,
     )

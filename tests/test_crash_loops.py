@@ -11,8 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from proletarian_di import admin, create_queue_worker, process_next_job
 from proletarian_di.schema import claims_table
 
@@ -36,6 +34,7 @@ def claims(backend: Backend, job_id: Any) -> list[int]:
 
 
 def last_error(backend: Backend, job_id: Any) -> str:
+    """The archived job's last error ("" while it is not archived)."""
     rows = backend.query(
         f"SELECT last_error FROM {backend.archived_job_table} WHERE job_id = %s",
         (stored(backend, job_id),),
@@ -44,6 +43,7 @@ def last_error(backend: Backend, job_id: Any) -> str:
 
 
 def starts(events: Path) -> list[str]:
+    """The "start <payload>" lines the worker processes wrote."""
     if not events.exists():
         return []
     return [line for line in events.read_text().splitlines() if line.startswith("start")]
@@ -82,8 +82,9 @@ def test_a_job_that_kills_its_process_is_archived_after_max_crashes(
         if archive_by_id(backend):
             break
         ended.append(run_process(backend, events, "kill", "--max-crashes", "2"))
-    [(status, _)] = archive_by_id(backend).values()
+    [(status, attempts)] = archive_by_id(backend).values()
     assert status == "failure", ended
+    assert attempts == 2, "the archive counts the two runs that died"
     assert "process died 2 times while running this job" in last_error(backend, job_id)
     assert "CrashLoop" in last_error(backend, job_id)
     assert starts(events) == ["start poison"] * 2
@@ -107,15 +108,13 @@ def test_without_max_crashes_a_crashed_job_is_claimed_again(
 
 
 def test_failures_by_exception_are_not_taken_for_crashes(backend: Backend) -> None:
-    """A job that fails by exception twice, then succeeds, is no crash loop even with
-    max_crashes=1: every claim is accounted for by a recorded attempt. The next job's
-    count starts at one on the same counting connection."""
+    """Failing by exception twice, then succeeding, is no crash loop with max_crashes=1: a
+    recorded attempt accounts for each claim. The next job's count starts at one."""
     [job_id] = enqueue_committed(backend, ("t", "flaky"))
     ids = {"flaky": job_id}
     ran: list[str] = []
     counted: list[list[int]] = []
     log = Events()
-
     known = threading.Event()
 
     def handler(job_type: str, payload: Any) -> None:
@@ -153,12 +152,6 @@ def test_failures_by_exception_are_not_taken_for_crashes(backend: Backend) -> No
     assert claims(backend, job_id) == claims(backend, ids["next"]) == [], "counts left with jobs"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a claim count outlives a job archived by a runner without max_crashes, and "
-    "admin.retry_jobs (dialect requeue) moves the job back under the same id without "
-    "deleting it, so the retried job is taken for a crash loop before it runs",
-)
 def test_a_failed_job_retried_by_an_operator_starts_with_no_crashes(
     backend: Backend, tmp_path: Path
 ) -> None:
@@ -187,4 +180,26 @@ def test_a_failed_job_retried_by_an_operator_starts_with_no_crashes(
 
 
 def failing(job_type: str, payload: Any) -> None:
+    """A handler that always fails."""
     raise RuntimeError("fails")
+
+
+def test_a_batch_mate_of_a_crashing_job_is_not_taken_for_a_crash_loop(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """With batch_size=2 a job that ran fine in the batch whose next job killed the process
+    is rolled back with it; run again, it is no crash loop: only the killer is."""
+    ids = enqueue_committed(backend, ("t", "innocent"), ("t", "poison"))
+    events = tmp_path / "events"
+    options = ("--max-crashes", "1", "--batch-size", "2", "--only", "poison")
+    ended = []
+    for _ in range(4):
+        if len(archive_by_id(backend)) == 2:
+            break
+        ended.append(run_process(backend, events, "kill", *options))
+    assert archive_by_id(backend) == {
+        as_uuid(ids[0]): ("success", 1),
+        as_uuid(ids[1]): ("failure", 1),
+    }, ended
+    assert "CrashLoop" in last_error(backend, ids[1])
+    assert starts(events).count("start poison") == 1

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
-
 from datetime import timedelta
+from typing import Any
 
 from proletarian_di import RetrySpec, create_queue_worker
 

@@ -17,9 +17,17 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import ConfigurationError, QueueWorker, create_queue_worker
+from proletarian_di import ConfigurationError, QueueWorker, admin, create_queue_worker
 
-from backends import Backend, Events, archive_by_id, as_uuid, enqueue_committed, wait_until
+from backends import (
+    Backend,
+    Events,
+    archive_by_id,
+    as_uuid,
+    enqueue_committed,
+    wait_until,
+    write_effect,
+)
 
 SCRIPT = str(Path(__file__).with_name("long_job_process.py"))
 RETRY_ONCE = {"retry_strategy_fn": lambda job, exc: {"retries": 1}}
@@ -89,6 +97,7 @@ def archived_row(backend: Backend, job_id: Any) -> tuple[Any, ...] | None:
 
 
 def last_error(backend: Backend, job_id: Any) -> str:
+    """The archived job's last error."""
     rows = backend.query(
         f"SELECT last_error FROM {backend.archived_job_table} WHERE job_id = %s",
         (stored(backend, job_id),),
@@ -97,6 +106,7 @@ def last_error(backend: Backend, job_id: Any) -> str:
 
 
 def waiting_jobs(backend: Backend) -> int:
+    """How many jobs are in the job table."""
     return int(backend.query(f"SELECT COUNT(*) FROM {backend.job_table}")[0][0])
 
 
@@ -104,7 +114,12 @@ def waiting_jobs(backend: Backend) -> int:
 def running(backend: Backend, handler: Callable[..., Any], **options: Any) -> Iterator[QueueWorker]:
     """A started worker on a pool of its own, stopped and its pool closed after the block."""
     source = backend.pool(4)
-    options = {"polling_interval_ms": 20, "log": lambda e, d: None, **options}
+    options = {
+        "polling_interval_ms": 20,
+        "fallback_polling_interval_ms": 50,  # PostgreSQL too polls often: expired leases seen
+        "log": lambda e, d: None,
+        **options,
+    }
     worker = create_queue_worker(source, handler, **options)
     try:
         with worker:
@@ -116,6 +131,7 @@ def running(backend: Backend, handler: Callable[..., Any], **options: Any) -> It
 def start_process(
     backend: Backend, events: Path, behaviour: str, *options: str
 ) -> subprocess.Popen[str]:
+    """Start tests/long_job_process.py on the backend's database."""
     return subprocess.Popen(
         [sys.executable, SCRIPT, str(events), behaviour, *options],
         env=backend.env(),
@@ -137,8 +153,8 @@ def starts(events: Path) -> list[str]:
 
 
 def test_a_leased_job_runs_with_no_lock_and_no_transaction(backend: Backend) -> None:
-    """While the handler runs, the row says who leases it until when, its attempt is
-    counted, and nothing holds it: another connection's SKIP LOCKED claim sees it."""
+    """While the handler runs, the row names its lease and when it ends and counts the
+    attempt, and nothing holds it: no lock (SKIP LOCKED sees it), no open transaction."""
     lease_ms = 3000
     [job_id] = enqueue_committed(backend, ("t", "long"))
     started, release = threading.Event(), threading.Event()
@@ -155,7 +171,7 @@ def test_a_leased_job_runs_with_no_lock_and_no_transaction(backend: Backend) -> 
         leased_by, attempts, lease_end = lease
         assert leased_by
         assert attempts == 1
-        # renewed every third of the lease: between two thirds of it and all of it ahead
+        # renewed every third of the lease: at least two thirds of it ahead, at most all
         assert now + timedelta(milliseconds=lease_ms / 2) < lease_end
         assert lease_end <= now + timedelta(milliseconds=lease_ms + 500)
         assert skip_locked_sees(backend, job_id)
@@ -168,7 +184,7 @@ def test_a_leased_job_runs_with_no_lock_and_no_transaction(backend: Backend) -> 
 
 def test_the_held_mode_holds_a_lock_and_a_transaction(backend: Backend) -> None:
     """For comparison (the checks above can fail): without lease_ms the running job's row is
-    locked, in a transaction open for as long as it runs, and carries no lease."""
+    locked by a transaction open while it runs, and carries no lease."""
     [job_id] = enqueue_committed(backend, ("t", "long"))
     started, release = threading.Event(), threading.Event()
 
@@ -255,11 +271,13 @@ def test_a_killed_process_job_runs_again_once_its_lease_expired(
 
 
 @pytest.mark.parametrize("late_outcome", ["raises", "returns"])
-def test_a_lost_lease_outcome_is_discarded(backend: Backend, late_outcome: str) -> None:
-    """Worker A's lease runs out while its handler runs; worker B records A's attempt and
-    runs the job to success. What A's handler then does changes nothing."""
+@pytest.mark.parametrize("when", ["after B's outcome", "while B runs"])
+def test_a_lost_lease_outcome_is_discarded(backend: Backend, late_outcome: str, when: str) -> None:
+    """A's lease runs out mid-run; B records A's attempt and runs the job to success. A's
+    late outcome, after B's or while B runs, changes nothing."""
     [job_id] = enqueue_committed(backend, ("t", "contested"))
     a_started, a_release = threading.Event(), threading.Event()
+    b_started, b_release = threading.Event(), threading.Event()
     a_log, b_log = Events(), Events()
     a_callbacks: list[str] = []
     b_ran: list[Any] = []
@@ -274,6 +292,11 @@ def test_a_lost_lease_outcome_is_discarded(backend: Backend, late_outcome: str) 
         a_callbacks.append("retry")
         return {"retries": 5}
 
+    def b_handler(job_type: str, payload: Any) -> None:
+        b_ran.append(payload)
+        b_started.set()
+        b_release.wait(30)
+
     a_options: dict[str, Any] = {
         "lease_ms": 60_000,
         "queue_worker_id": "A",
@@ -281,14 +304,22 @@ def test_a_lost_lease_outcome_is_discarded(backend: Backend, late_outcome: str) 
         "retry_strategy_fn": a_retry,
         "failed_job_fn": lambda job, exc: a_callbacks.append("failed"),
     }
+    b_options: dict[str, Any] = {"lease_ms": 60_000, "log": b_log, **RETRY_ONCE}
     with running(backend, a_handler, **a_options) as worker_a:
         assert a_started.wait(30)
         backend.execute(
             f"UPDATE {backend.job_table} SET process_at = %s WHERE job_id = %s",
             (expired(backend), stored(backend, job_id)),
         )
-        b_options: dict[str, Any] = {"lease_ms": 60_000, "log": b_log, **RETRY_ONCE}
-        with running(backend, lambda t, p: b_ran.append(p), **b_options):
+        with running(backend, b_handler, **b_options):
+            assert b_started.wait(30)
+            if when == "while B runs":
+                b_lease = lease_of(backend, job_id)
+                a_release.set()
+                wait_until(lambda: a_log.named("lease_lost"), description="A's lease_lost")
+                assert lease_of(backend, job_id) == b_lease, "B's lease untouched"
+                assert archived_row(backend, job_id) is None
+            b_release.set()
             wait_until(lambda: archived_row(backend, job_id), description="B's outcome")
         outcome = archived_row(backend, job_id)
         a_release.set()
@@ -352,8 +383,8 @@ def test_a_job_that_kills_its_process_every_time_ends_in_the_failure_archive(
 def test_a_long_leased_job_does_not_pin_the_vacuum_horizon(
     pg: Backend, lease_ms: int | None
 ) -> None:
-    """While a leased job runs, none of its worker's backends holds an xmin or an xid; the
-    held mode's running job does (so the check can fail)."""
+    """While a leased job runs no backend of its worker holds an xmin or an xid; the held
+    mode's running job does (so the check can fail)."""
     from psycopg_pool import ConnectionPool
 
     name = f"lease-test-{lease_ms}"
@@ -409,6 +440,7 @@ def test_a_long_leased_job_does_not_pin_the_vacuum_horizon(
 def test_options_lease_mode_cannot_honour_are_refused(
     backend: Backend, options: dict[str, Any], named: str
 ) -> None:
+    """A clear ConfigurationError naming lease_ms and the conflict; nothing is polled."""
     enqueue_committed(backend, ("t", None))
     ran: list[Any] = []
     source = backend.pool(2)
@@ -431,8 +463,6 @@ def test_failed_job_fn_writes_commit_with_the_failure(
 ) -> None:
     """In lease mode failed_job_fn gets the outcome transaction's connection as
     job.connection: its write commits with the job's failure."""
-    from backends import write_effect
-
     [job_id] = enqueue_committed(backend, ("t", "bad"))
     seen: list[Any] = []
 
@@ -450,17 +480,14 @@ def test_failed_job_fn_writes_commit_with_the_failure(
     assert effects() == ["failed bad ValueError"]
 
 
-# A paused queue gives claimed jobs back as they were -------------------------------------
+# Found while testing: a given-back lease, a retry's lease --------------------------------
 
 
 def test_an_expired_lease_given_back_by_a_paused_queue_is_still_recorded(
     backend: Backend,
 ) -> None:
-    """A paused queue's worker gives back the expired-lease job it claimed, lease marker
-    included: once resumed, the dead attempt is recorded (no retry: failure) and the job is
-    not run again, as without the pause."""
-    from proletarian_di import admin
-
+    """A paused queue's claim gives an expired lease back as it was: once resumed, the dead
+    attempt is recorded (no retry: failure) and the job does not run again."""
     [job_id] = enqueue_committed(backend, ("t", "orphan"))
     backend.execute(
         f"UPDATE {backend.job_table} SET attempts = 1, leased_by = %s, process_at = %s "
@@ -472,6 +499,7 @@ def test_an_expired_lease_given_back_by_a_paused_queue_is_still_recorded(
         conn.commit()
     ran: list[Any] = []
     with running(backend, lambda t, p: ran.append(p), lease_ms=1000) as worker:
+        # the worker saw the pause at a claim, which it gave back
         wait_until(lambda: worker._pauses.paused, description="the pause seen at a claim")
         time.sleep(0.2)  # claims given back again while paused
         with contextlib.closing(backend.connect()) as conn:
@@ -484,9 +512,8 @@ def test_an_expired_lease_given_back_by_a_paused_queue_is_still_recorded(
 
 
 def test_a_timed_out_job_retried_at_once_keeps_its_new_lease(backend: Backend) -> None:
-    """A timed-out job is retried on the same worker while its abandoned handler still runs;
-    when that handler returns, the retry's lease goes on being renewed: the retry runs to
-    success, once, and no other thread takes the job over."""
+    """A timed-out job's retry runs on the same worker; its lease stays renewed when the
+    abandoned first run's handler returns: no other thread takes it over."""
     [job_id] = enqueue_committed(backend, ("t", "slow"))
     runs: list[int] = []
     first_release, second_started = threading.Event(), threading.Event()
@@ -502,9 +529,8 @@ def test_a_timed_out_job_retried_at_once_keeps_its_new_lease(backend: Backend) -
 
     options: dict[str, Any] = {
         "lease_ms": 200,
-        "job_timeout_ms": 1500,
+        "job_timeout_ms": 2000,
         "worker_threads": 2,
-        "fallback_polling_interval_ms": 50,  # idle threads would see an unrenewed lease soon
         "retry_strategy_fn": lambda job, exc: {"retries": 3, "delays": [0]},
         "log": log,
     }

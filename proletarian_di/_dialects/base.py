@@ -38,6 +38,11 @@ FIRST_POSITION = (-(2**31), EARLIEST)
 """Where a claim from the beginning of a queue starts: before every (-priority, process_at)."""
 
 
+def claims_table_of(job_table: str) -> str:
+    """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
+    return f"{job_table}_claims"
+
+
 def check_table_name(name: Any, option: str = "job_table") -> str:
     """Return `name` if it is a plain `table` or `schema.table` identifier."""
     if not isinstance(name, str) or not _IDENTIFIER.match(name):
@@ -212,6 +217,7 @@ class Dialect:
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
         self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
+        self.claims_table = claims_table_of(self.job_table)
         job, archive = self.job_table, self.archived_job_table
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
         self._inserts: dict[tuple[str, ...], str] = {}
@@ -438,6 +444,11 @@ class Dialect:
         """Count one more claim of the job in `table`, on an autocommit connection: the
         claims so far, this one included."""
         raise NotImplementedError
+
+    def count_attempts(self, conn: Any, job_id: Any, attempts: int) -> None:
+        """Set the finished attempts of a job its worker holds (runs whose process died)."""
+        sql = f"UPDATE {self.job_table} SET attempts = %s WHERE job_id = %s"
+        self.execute(conn, sql, (attempts, job_id))
 
     def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
         """Drop the claim counts of jobs that left the queue, in their own transaction."""

@@ -286,6 +286,7 @@ class MySQLDialect(Dialect):
                 [self.encode_time(now), *chunk],
             )
             self.execute(conn, f"DELETE FROM {archive} WHERE job_id IN ({marks})", chunk)
+            self.forget_claims(conn, self.claims_table, chunk)
         return len(ids)
 
     def abort(self, conn: Any) -> None:
@@ -406,6 +407,7 @@ class MySQLDialect(Dialect):
             insert = self.cancel_insert() + f"FROM {job} FORCE INDEX (PRIMARY) "
             self.execute(conn, insert + f"WHERE job_id IN ({marks})", [finished, *chunk])
             self.execute(conn, self._delete_many_sql(len(chunk)), chunk)
+            self.forget_claims(conn, self.claims_table, chunk)
         return len(ids)
 
 

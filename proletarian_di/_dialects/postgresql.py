@@ -355,7 +355,9 @@ class PostgresDialect(Dialect):
     def requeue(self, conn: Any, where: str, params: Sequence[Any], now: datetime) -> int:
         rows = self.fetchall(
             conn,
-            f"WITH moved AS (DELETE FROM {self.archived_job_table} WHERE {where} RETURNING *) "
+            f"WITH moved AS (DELETE FROM {self.archived_job_table} WHERE {where} RETURNING *), "
+            f"forgotten AS (DELETE FROM {self.claims_table} WHERE job_id IN "
+            "(SELECT job_id FROM moved)) "
             f"INSERT INTO {self.job_table} ({self.columns}, last_error, priority) "
             "SELECT job_id, queue, job_type, payload, 0, enqueued_at, %s, last_error, priority "
             "FROM moved "
@@ -407,9 +409,9 @@ class PostgresDialect(Dialect):
         job = self.job_table
         sql = (
             f"WITH gone AS (DELETE FROM {job} WHERE job_id IN (SELECT job_id FROM {job} "
-            f"WHERE {where} FOR UPDATE SKIP LOCKED) RETURNING *) "
-            + self.cancel_insert()
-            + "FROM gone"
+            f"WHERE {where} FOR UPDATE SKIP LOCKED) RETURNING *), "
+            f"forgotten AS (DELETE FROM {self.claims_table} WHERE job_id IN "
+            "(SELECT job_id FROM gone)) " + self.cancel_insert() + "FROM gone"
         )
         return self.execute_count(conn, sql, [*params, finished_at])
 
