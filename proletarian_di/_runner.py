@@ -20,7 +20,15 @@ from typing import Any
 from ._async import EventLoops, is_awaitable
 from ._crashes import ClaimCounter
 from ._datasource import ConnectionFactory
-from ._dialects import Dialect, JobRow, LeasedRow, Session, TransactionLost, dialect_for
+from ._dialects import (
+    Dialect,
+    JobRow,
+    LeasedRow,
+    Session,
+    TransactionLost,
+    dialect_for,
+    is_transient,
+)
 from ._dialects.base import running_slots
 from ._frontier import Frontier
 from ._leases import Leases, holding, lease_token
@@ -453,19 +461,42 @@ class JobRunner:
             finally:
                 if slot is not None and not slot.abandoned:
                     slot.clear()
-        with connect() as conn:
+        failure = error
+
+        def write(conn: Any) -> bool:
             dialect = self.dialect(conn)
-            if error is not None:
+            if failure is not None:
                 self.record_attempt(
-                    conn, dialect, raw_id, job, error, stage=stage, lease=token, back=back
+                    conn, dialect, raw_id, job, failure, stage=stage, lease=token, back=back
                 )
                 return False
             if not dialect.archive_leased(conn, raw_id, token, self.clock()):
                 self._lease_lost(job)
                 return False
+            return True
+
+        if not self._while_leased(connect, write):
+            return False
         self.stats.add("succeeded")
         self.emit("job_finished", job, status="success")
         return True
+
+    def _while_leased(self, connect: ConnectionFactory, write: Callable[[Any], bool]) -> bool:
+        """Write a leased job's outcome; a lost connection or a server away is tried again
+        (backing off) for up to half the lease, which still holds the job meanwhile."""
+        assert self.options.lease_ms is not None
+        deadline = time.monotonic() + self.options.lease_ms / 2000
+        delay = 0.05
+        while True:
+            try:
+                with connect() as conn:
+                    return write(conn)
+            except Exception as exc:
+                if not is_transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                self.emit("polling_error", exception=exc, retrying_in_ms=round(delay * 1000))
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def _lease_expired(self, job: Job) -> LeaseExpired:
         """A claimed job was under a lease that ran out: attempt `job.attempts` never ended."""

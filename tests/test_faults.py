@@ -221,6 +221,33 @@ def test_server_outage_then_back_mid_run(target: Target) -> None:
 
 
 @pytest.mark.db
+def test_lease_mode_outcomes_wait_out_a_server_outage(target: Target) -> None:
+    """Lease mode: handlers return while the server is away; their outcomes are written once
+    it is back, well within the lease, so no job counts a lost attempt or runs twice."""
+    runs, log = Runs(), EventLog()
+    ids = target.enqueue(6)
+    runs.close_gate()
+    with (
+        proxied_pool(target, 3, timeout=1.0) as (proxy, pool),
+        running(worker(pool, counting_handler(runs), worker_threads=2, log=log, lease_ms=30_000)),
+    ):
+        wait_for(lambda: len(runs.waiting) == 2, what="two jobs in flight")
+        proxy.down()
+        runs.release()
+        wait_for(
+            lambda: sum("retrying_in_ms" in e for e in log.named("polling_error")) >= 2,
+            what="both outcomes tried again",
+        )
+        proxy.up()
+        assert_all_archived_once(target, ids)
+    assert runs.duplicates() == {}
+    assert set(runs.counts) == set(ids)
+    assert log.named("lease_expired") == [] and log.named("lease_lost") == []
+    attempts = {row[0] for row in target.backend.query(f"SELECT attempts FROM {ARCHIVE_TABLE}")}
+    assert attempts == {1}
+
+
+@pytest.mark.db
 def test_worker_backend_killed_mid_job_and_mid_poll(target: Target) -> None:
     runs, log = Runs(), EventLog()
     seen: dict[int, int] = {}
