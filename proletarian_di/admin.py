@@ -480,6 +480,8 @@ def _info(
     times."""
     raw_id, queue, job_type, text, attempts, enqueued, due, status, finished, error = row[:10]
     priority = row[11]
+    if len(row) > 12 and row[12]:
+        attempts -= 1  # a live lease's row counts the attempt in progress: finished ones only
     process_at = _utc(dialect.decode_time(due))
     if status is not None:
         state = _STATE_OF_STATUS.get(status, status)

@@ -126,6 +126,7 @@ def test_a_leased_job_is_running_and_its_worker_is_never_held_up(
             assert [job.job_id for job in list_jobs(conn, state="scheduled")] == [later]
             job = get_job(conn, leased)
             assert job is not None and job.state == "running"
+            assert job.attempts == 0, "finished attempts, as for a row-locked running job"
             assert job.process_at > datetime.now(timezone.utc)  # when the lease runs out
 
             stats = {row.queue: row for row in queue_stats(conn)}
