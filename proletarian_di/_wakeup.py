@@ -21,6 +21,9 @@ from typing import Any
 from ._dialects import NOTIFY_CHANNEL, read_wake_payload
 from ._pauses import STATE_CHANNEL
 
+WAKE_LATE_S = 0.005
+"""How long after a known due time the poller claims: a timed wait may end early, and the
+wall clock may step back a little."""
 MAX_KNOWN_TIMES = 1_000
 """The most due times of future jobs an idle worker remembers (the earliest are kept)."""
 
@@ -86,8 +89,9 @@ class Wakeup:
         return passed
 
     def due_at(self, epoch: float) -> None:
-        """A job falls due at `epoch` (wall-clock seconds): the poller wakes then."""
-        at = time.monotonic() + (epoch - time.time())
+        """A job falls due at `epoch` (wall-clock seconds): the poller wakes then (a little
+        after, so that its claim, by the wall clock, finds the job due)."""
+        at = time.monotonic() + (epoch - time.time()) + WAKE_LATE_S
         with self._condition:
             if len(self._due) >= MAX_KNOWN_TIMES:
                 if at >= max(self._due):

@@ -143,7 +143,7 @@ def server_statements(backend: Backend) -> int:
     return int(value)
 
 
-def test_the_server_counts_one_claim_per_interval_for_an_idle_worker(
+def test_mysql_counts_one_claim_per_interval_for_an_idle_worker(
     mysql_backend: Backend,
 ) -> None:
     """From the server's own counter: an idle 8-thread worker at 100 ms runs about 10 claims

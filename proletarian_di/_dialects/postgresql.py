@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -426,7 +427,7 @@ def wake_payload(queue: str, enqueued_at: datetime, process_at: datetime) -> str
     so that idle workers can sleep until then."""
     if process_at <= enqueued_at:
         return queue
-    return f"{queue}{WAKE_AT}{process_at.timestamp():.3f}"
+    return f"{queue}{WAKE_AT}{math.ceil(process_at.timestamp() * 1000) / 1000:.3f}"
 
 
 def read_wake_payload(payload: str, queue: str) -> tuple[bool, float | None]:
