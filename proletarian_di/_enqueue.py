@@ -7,10 +7,11 @@ commits (the outbox pattern).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from ._connections import async_driver_connection, async_statements, driver_connection
 from ._dialects import Dialect, check_table_name, connection_kind, dialect_named
 from ._dialects.base import UNIQUE_TRIES
 from ._options import (
@@ -66,7 +67,8 @@ def _due(now: datetime, process_at: datetime | None, process_in: timedelta | Non
 
 def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
     """The dialect of `conn`, checked before anything is written: a synchronous psycopg 3
-    or PyMySQL connection for `enqueue`, a psycopg `AsyncConnection` for `enqueue_async`."""
+    or PyMySQL connection for `enqueue`, a psycopg `AsyncConnection` or an asyncpg
+    connection for `enqueue_async` (SQLAlchemy's are unwrapped before)."""
     name, is_async = connection_kind(conn)
     kind = f"{type(conn).__module__}.{type(conn).__qualname__}"
     if is_async and not asynchronous:
@@ -76,7 +78,8 @@ def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
         )
     if asynchronous and not is_async:
         raise ArgumentTypeError(
-            f"enqueue_async needs a psycopg AsyncConnection, got {kind}: "
+            f"enqueue_async needs a psycopg AsyncConnection, an asyncpg connection or a "
+            f"SQLAlchemy AsyncSession/AsyncConnection, got {kind}: "
             "use `enqueue(conn, ...)` with it"
         )
     return dialect_named(name, check_table_name(job_table, "job_table"), DEFAULT_ARCHIVED_JOB_TABLE)
@@ -128,7 +131,12 @@ class _Prepared:
 def enqueue(
     conn: Connection, job_type: str, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> uuid.UUID:
-    """Insert a job on `conn` (psycopg 3 or PyMySQL) and return its id; never commits.
+    """Insert a job on `conn` and return its id; never commits.
+
+    `conn` is a psycopg 3 or PyMySQL connection, or a SQLAlchemy `Session` or
+    `Connection` on one (`postgresql+psycopg://`, `mysql+pymysql://`): the job is
+    written in its current transaction, begun as SQLAlchemy would if none is open,
+    and a transaction that has already failed is a `TransactionAborted` error.
 
     Options (`EnqueueOptions`): `queue` (default "default"), `process_at` (aware
     datetime) which wins over `process_in` (timedelta) (a time in the past or a
@@ -141,6 +149,7 @@ def enqueue(
     retried or runs: if one does, nothing is written and its id is returned, and the
     caller's transaction stays usable (no error is raised and caught).
     """
+    conn = driver_connection(conn)
     prepared = _Prepared(conn, [(job_type, payload)], options)
     if prepared.unique_key is None:
         prepared.dialect.insert_one(conn, prepared.rows[0])
@@ -162,6 +171,7 @@ def enqueue_many(
             "enqueue_many takes no unique_key (one key is for one job): enqueue each job "
             "with its own key"
         )
+    conn = driver_connection(conn)
     prepared = _Prepared(conn, jobs, options)
     for start in range(0, len(prepared.rows), BATCH_SIZE):
         prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
@@ -171,26 +181,26 @@ def enqueue_many(
 async def enqueue_async(
     aconn: Connection, job_type: str, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> uuid.UUID:
-    """`enqueue` for a psycopg `AsyncConnection`, in the caller's transaction."""
+    """`enqueue` for an async connection, in the caller's transaction; never commits.
+
+    `aconn` is a psycopg `AsyncConnection`, an asyncpg connection (inside its
+    `transaction()`), or a SQLAlchemy `AsyncSession`/`AsyncConnection` on either
+    (`postgresql+psycopg://`, `postgresql+asyncpg://`). Same options, ids and
+    notifications as `enqueue`.
+    """
+    aconn = await async_driver_connection(aconn)
     prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
     row, key, dialect = prepared.rows[0], prepared.unique_key, prepared.dialect
+    statements = async_statements(aconn, dialect)
     if key is None:
-        await aconn.execute(*dialect.insert_statement(row))
+        await statements.execute(*dialect.insert_statement(row))
         return prepared.ids[0]
     for _ in range(UNIQUE_TRIES):
-        if await _fetchone(aconn, *dialect.insert_statement(row, key)) is not None:
+        if await statements.fetchone(*dialect.insert_statement(row, key)) is not None:
             return prepared.ids[0]
-        holder = await _fetchone(aconn, dialect.holder_sql, (row[1], key))
+        holder = await statements.fetchone(dialect.holder_sql, (row[1], key))
         if holder is not None:
             return prepared.strategy.decode(holder[0])
     raise ConfigurationError(  # pragma: no cover - as in Dialect.insert_unique
         f"enqueue: the job holding unique key {key!r} kept leaving the queue; enqueue it again"
     )
-
-
-async def _fetchone(aconn: Any, sql: str, params: Sequence[Any]) -> Any:
-    from psycopg.rows import tuple_row
-
-    async with aconn.cursor(row_factory=tuple_row) as cursor:
-        await cursor.execute(sql, params)
-        return await cursor.fetchone()

@@ -11,7 +11,8 @@
     ├── UnsupportedDatabase               the server is too old, or the driver unsupported
     ├── EmbeddedPostgresUnavailable (RuntimeError)   the embedded server cannot run
     ├── WorkerStateError (RuntimeError)   a worker asked to start twice
-    ├── TransactionAborted                a callback left the job's transaction unusable
+    ├── TransactionAborted                a callback broke the job's transaction, or
+    │                                     enqueue was given a transaction that had failed
     ├── JobAbandoned                      a job outlived the stop timeout
     ├── JobTimedOut (TimeoutError)        a job outlived its job timeout
     ├── LeaseExpired                      lease mode: a job's worker stopped renewing its lease
@@ -83,6 +84,10 @@ class TransactionAborted(ProletarianError):
     statement until a rollback), or the server rolled the transaction back (a
     MySQL deadlock), or it committed or rolled back `job.connection` itself.
     The worker undoes the callback's writes and counts the attempt as failed.
+
+    `enqueue` raises it too, writing nothing, when the transaction it is given has
+    already failed (a SQLAlchemy session after an error that was not rolled back, a
+    PostgreSQL transaction after a failed statement): roll back first.
     """
 
 

@@ -92,3 +92,19 @@ def test_fastapi_app_under_uvicorn(pg):
     assert server.returncode == 0, output
     assert pg.archived() == [("send_email", "success", 1)]
     assert pg.query("SELECT email FROM app_account") == [("u@example.com",)]
+
+
+def test_fastapi_sqlalchemy_own_tests_pass_on_both_async_drivers(pg):
+    """The example's tests (real lifespan, stub mailer) on psycopg 3 async and on asyncpg."""
+    from sqlalchemy.engine import make_url
+
+    for driver in ("psycopg", "asyncpg"):
+        url = make_url(pg.url).set(drivername=f"postgresql+{driver}")
+        result = run(
+            ["-m", "pytest", "examples/fastapi_sqlalchemy", "-q", "-p", "no:cacheprovider"],
+            pg,
+            DATABASE_URL=url.render_as_string(hide_password=False),
+        )
+        assert result.returncode == 0, f"{driver}:\n{result.stdout}{result.stderr}"
+        assert "2 passed" in result.stdout, f"{driver}:\n{result.stdout}"
+        assert "skipped" not in result.stdout, f"{driver}:\n{result.stdout}"

@@ -64,14 +64,18 @@ def unwrap_connection(conn: Any) -> Any:
     return conn
 
 
-_DRIVERS = {"psycopg": "postgresql", "pymysql": "mysql"}
+_DRIVERS = {"psycopg": "postgresql", "pymysql": "mysql", "asyncpg": "postgresql"}
+_ASYNC_CONNECTIONS = frozenset(
+    {("psycopg", "AsyncConnection"), ("asyncpg", "Connection"), ("asyncpg", "PoolConnectionProxy")}
+)
+"""(driver, class name) of the async connections `enqueue_async` takes; an asyncpg pool's
+connections (`pool.acquire()`) are proxies."""
 _UNSUPPORTED = {
     "psycopg2": "psycopg2 is not supported: use psycopg 3 (pip install psycopg)",
     "MySQLdb": "mysqlclient (MySQLdb) is not supported: use PyMySQL (pip install PyMySQL)",
     "mysql": "mysql-connector is not supported: use PyMySQL (pip install PyMySQL)",
     "aiomysql": "aiomysql is not supported: use PyMySQL (pip install PyMySQL)",
     "asyncmy": "asyncmy is not supported: use PyMySQL (pip install PyMySQL)",
-    "asyncpg": "asyncpg connections are not supported: use a psycopg 3 AsyncConnection",
     "sqlite3": "SQLite has no SELECT … FOR UPDATE SKIP LOCKED: use PostgreSQL or MySQL",
 }
 _KINDS: dict[type, tuple[str, bool]] = {}
@@ -92,11 +96,15 @@ def _classify(conn: Any) -> tuple[str, bool]:
     name = f"{cls.__module__}.{cls.__qualname__}"
     root = _driver(cls)
     if root in _DRIVERS:
-        if root == "psycopg" and any(
-            k.__name__ == "AsyncConnection" and k.__module__.startswith("psycopg")
-            for k in cls.__mro__
+        if any(
+            (k.__module__.partition(".")[0], k.__name__) in _ASYNC_CONNECTIONS for k in cls.__mro__
         ):
-            return "postgresql", True
+            return _DRIVERS[root], True
+        if root == "asyncpg":
+            raise ArgumentTypeError(
+                f"got {name} where an asyncpg connection is needed: pass one of its connections, "
+                "e.g. `async with pool.acquire() as conn: await enqueue_async(conn, ...)`"
+            )
         if hasattr(conn, "cursor"):
             return _DRIVERS[root], False
     if root in _UNSUPPORTED:

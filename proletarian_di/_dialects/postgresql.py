@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import math
+import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -27,6 +29,8 @@ from .base import (
 )
 
 NOTIFY_CHANNEL = "proletarian_di"
+_PLACEHOLDER = re.compile(r"%[sbt%]")
+"""psycopg's placeholders (text, binary, either) and its escaped `%`."""
 
 
 class PostgresDialect(Dialect):
@@ -45,6 +49,7 @@ class PostgresDialect(Dialect):
         )
         self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
         self._quoted: dict[str, str] = {}
+        self._numbered: dict[str, str] = {}
         claim = "BEGIN; " + _fill(
             self.claim_sql, "{queue}", "{rank}", "{start}", "{now}", "{limit}"
         )
@@ -125,6 +130,18 @@ class PostgresDialect(Dialect):
             f"WITH job AS ({sql} ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL "
             f"DO NOTHING RETURNING job_id){_NOTIFY} FROM job"
         )
+
+    def numbered(self, sql: str) -> str:
+        """`sql` with `$1`, `$2`, … for its `%s` placeholders (and `%` for `%%`): the form
+        asyncpg takes, from the same statements psycopg runs."""
+        text = self._numbered.get(sql)
+        if text is None:
+            count = itertools.count(1)
+            text = _PLACEHOLDER.sub(
+                lambda mark: "%" if mark.group() == "%%" else f"${next(count)}", sql
+            )
+            self._numbered[sql] = text
+        return text
 
     def cursor(self, conn: Any) -> Any:
         from psycopg.rows import tuple_row
