@@ -10,7 +10,6 @@ drivers apart.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -23,14 +22,16 @@ _SUPPORTED_URLS = "postgresql+psycopg:// (psycopg 3) or mysql+pymysql:// (PyMySQ
 _SUPPORTED_ASYNC_URLS = "postgresql+psycopg:// (psycopg 3) or postgresql+asyncpg://"
 
 
+_ROOTS: dict[type, frozenset[str]] = {}
+
+
 def _roots(obj: Any) -> frozenset[str]:
-    """The top-level packages of the classes in `obj`'s type's MRO."""
-    return _class_roots(type(obj))
-
-
-@functools.lru_cache(maxsize=256)
-def _class_roots(cls: type) -> frozenset[str]:
-    return frozenset(klass.__module__.partition(".")[0] for klass in cls.__mro__)
+    """The top-level packages of the classes in `obj`'s type's MRO (cached per class)."""
+    cls = type(obj)
+    roots = _ROOTS.get(cls)
+    if roots is None:
+        roots = _ROOTS[cls] = frozenset(k.__module__.partition(".")[0] for k in cls.__mro__)
+    return roots
 
 
 def _kind(obj: Any) -> str:
