@@ -15,11 +15,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .worker import QueueWorker
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -94,6 +97,43 @@ class Signals:
             self._event.set()
         elif self.on_second is not None:
             self.on_second(signum, frame)
+
+
+def exit_now(signum: int, frame: FrameType | None) -> None:
+    """A second signal: say so with a plain write (nothing reentrant) and exit at once."""
+    message = (
+        f"second {signal.Signals(signum).name}: exiting now; jobs still running are "
+        "rolled back by the database and will run again\n"
+    )
+    with contextlib.suppress(OSError):
+        os.write(2, message.encode())
+    os._exit(128 + signum)
+
+
+def stop_all(workers: Sequence[QueueWorker]) -> bool:
+    """Stop every worker at the same time (so all stop polling now); True if none abandoned."""
+    results: dict[str, bool] = {}
+
+    def stop(worker: QueueWorker) -> None:
+        results[worker.queue_worker_id] = worker.stop()
+
+    threads = [
+        threading.Thread(target=stop, args=(w,), name=f"stop-{w.queue_worker_id}") for w in workers
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return all(results.values())
+
+
+def total_summary(workers: Sequence[QueueWorker]) -> tuple[dict[str, int], str]:
+    """The workers' job outcomes added up, and as a line ("3 succeeded, 0 failed, …")."""
+    totals: dict[str, int] = {}
+    for worker in workers:
+        for outcome, count in worker.summary().items():
+            totals[outcome] = totals.get(outcome, 0) + count
+    return totals, ", ".join(f"{count} {outcome}" for outcome, count in totals.items())
 
 
 class ShutdownHook:

@@ -8,21 +8,19 @@ import enum
 import importlib
 import importlib.util
 import inspect
-import os
-import signal
 import sys
-import threading
 import traceback
-from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Annotated, Any
 
 import typer
 
 from ..._containers import as_container, container_workers, init_resources, shutdown_resources
 from ..._logging import describe
-from ..._signals import Signals
+from ..._signals import Signals, total_summary
+from ..._signals import exit_now as _exit_now
+from ..._signals import stop_all as _stop_all
 from ...worker import QueueWorker
 from ._app import (
     EXIT_CODES_HELP,
@@ -147,34 +145,6 @@ def load_target(spec: str) -> Target:
         ) from None
 
 
-def _exit_now(signum: int, frame: FrameType | None) -> None:
-    """A second signal: say so with a plain write (nothing reentrant) and exit at once."""
-    message = (
-        f"second {signal.Signals(signum).name}: exiting now; jobs still running are "
-        "rolled back by the database and will run again\n"
-    )
-    with contextlib.suppress(OSError):
-        os.write(2, message.encode())
-    os._exit(128 + signum)
-
-
-def _stop_all(workers: Sequence[QueueWorker]) -> bool:
-    """Stop every worker at the same time (so all stop polling now); True if none abandoned."""
-    results: dict[str, bool] = {}
-
-    def stop(worker: QueueWorker) -> None:
-        results[worker.queue_worker_id] = worker.stop()
-
-    threads = [
-        threading.Thread(target=stop, args=(w,), name=f"stop-{w.queue_worker_id}") for w in workers
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return all(results.values())
-
-
 def _start(target: Target) -> list[QueueWorker]:
     if target.worker is not None:
         if not target.worker.running:
@@ -269,11 +239,7 @@ def worker(
             clean = _stop_all(workers)
             if loaded.container is not None:
                 shutdown_resources(loaded.container)
-        totals: dict[str, int] = {}
-        for w in workers:
-            for outcome, count in w.summary().items():
-                totals[outcome] = totals.get(outcome, 0) + count
-        summary = ", ".join(f"{count} {outcome}" for outcome, count in totals.items())
+        totals, summary = total_summary(workers)
         if stopped_alone:
             _error(f"{'; '.join(map(_why_stopped, stopped_alone))}; {summary}")
             raise typer.Exit(ExitCode.ERROR)

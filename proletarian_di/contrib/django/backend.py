@@ -1,0 +1,164 @@
+"""`ProletarianBackend`: Django tasks as proletarian-di jobs, enqueued in Django's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from django.db import transaction
+from django.utils import timezone as django_timezone
+from django.utils.module_loading import import_string
+
+from ... import admin
+from ..._enqueue import enqueue
+from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ._compat import (
+    BaseTaskBackend,
+    Status,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    task_enqueued,
+)
+from ._connections import driver_connection
+from .results import MAX_RESULT_BYTES, check_limit, read_result, results_table
+
+T = TypeVar("T")
+
+_STATUS = {
+    "queued": Status.READY,
+    "scheduled": Status.READY,
+    "retrying": Status.READY,
+    "running": Status.RUNNING,
+    "succeeded": Status.SUCCESSFUL,
+    "failed": Status.FAILED,
+    "cancelled": Status.FAILED,
+}
+
+
+class TaskCancelled(Exception):
+    """The error class of a task whose job was cancelled (`admin.cancel_jobs`)."""
+
+
+class JobFailed(Exception):
+    """The error class of a job that failed before its task ran (e.g. a payload it could not
+    decode), whose error text is the archive's."""
+
+
+class ProletarianBackend(BaseTaskBackend):
+    """A `django.tasks` backend that stores tasks as proletarian-di jobs.
+
+    OPTIONS: `DATABASE` (Django alias, default "default"), `JOB_TABLE`,
+    `ARCHIVED_JOB_TABLE`, `MAX_RESULT_BYTES` (default 65536).
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options = dict(self.options)
+        self.database: str = options.pop("DATABASE", "default")
+        self.job_table: str = options.pop("JOB_TABLE", DEFAULT_JOB_TABLE)
+        self.archived_job_table: str = options.pop("ARCHIVED_JOB_TABLE", DEFAULT_ARCHIVED_JOB_TABLE)
+        self.max_result_bytes = check_limit(options.pop("MAX_RESULT_BYTES", MAX_RESULT_BYTES))
+        results_table(self.job_table)  # validates the table names now
+        admin.Tables(self.job_table, self.archived_job_table)
+        if options:
+            raise ValueError(
+                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {', '.join(sorted(options))}; "
+                "valid: DATABASE, JOB_TABLE, ARCHIVED_JOB_TABLE, MAX_RESULT_BYTES"
+            )
+
+    def enqueue(self, task: Task[Any, T], args: Any, kwargs: Any) -> TaskResult[T]:
+        """Insert the task's job on Django's connection, in the current atomic block (or in
+        one of its own, committed at once, when Django is in autocommit)."""
+        self.validate_task(task)
+        payload = {"task": task.module_path, "args": list(args), "kwargs": dict(kwargs)}
+        run_after = task.run_after
+        if run_after is not None and django_timezone.is_naive(run_after):
+            run_after = django_timezone.make_aware(run_after)
+        enqueued_at = datetime.now(timezone.utc)
+        with transaction.atomic(using=self.database, savepoint=False):
+            job_id = enqueue(
+                driver_connection(self.database),
+                task.module_path,
+                payload,
+                queue=task.queue_name,
+                priority=task.priority,
+                process_at=run_after,
+                job_table=self.job_table,
+            )
+        result: TaskResult[T] = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=Status.READY,
+            enqueued_at=enqueued_at,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any]:
+        """The task's status, return value and errors, read from the queue tables and the
+        results table; `TaskResultDoesNotExist` for an unknown id."""
+        try:
+            job_id = uuid.UUID(str(result_id))
+        except ValueError:
+            raise TaskResultDoesNotExist(result_id) from None
+        tables = admin.Tables(self.job_table, self.archived_job_table)
+        with transaction.atomic(using=self.database, savepoint=False):
+            conn = driver_connection(self.database)
+            info = admin.get_job(conn, job_id, tables=tables)
+            stored = None
+            if info is not None and info.finished_at is not None:
+                stored = read_result(conn, self.job_table, job_id)
+        if info is None or not isinstance(info.payload, dict) or "task" not in info.payload:
+            raise TaskResultDoesNotExist(result_id)
+        task = import_string(info.payload["task"])
+        if not isinstance(task, Task):
+            raise TaskResultDoesNotExist(f"{result_id}: {info.payload['task']} is not a task")
+        task = task.using(queue_name=info.queue, priority=max(-100, min(100, info.priority)))
+        status = _STATUS[info.state]
+        errors: list[TaskError] = []
+        if stored is not None:
+            status = Status(stored.status)
+            errors = [TaskError(**error) for error in stored.errors]
+        elif info.state == "cancelled":
+            errors = [_error(TaskCancelled, info.error or "cancelled")]
+        elif info.state == "failed":
+            errors = [_error(JobFailed, info.error or "failed")]
+        attempts = stored.attempts if stored is not None else info.attempts
+        worker = stored.worker_id if stored is not None and stored.worker_id else "proletarian"
+        result: TaskResult[Any] = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=status,
+            enqueued_at=info.enqueued_at,
+            started_at=stored.started_at if stored is not None else None,
+            last_attempted_at=stored.started_at if stored is not None else None,
+            finished_at=info.finished_at,
+            args=info.payload.get("args", []),
+            kwargs=info.payload.get("kwargs", {}),
+            backend=self.alias,
+            errors=errors,
+            worker_ids=[worker] * attempts,
+        )
+        if stored is not None and status == Status.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", stored.return_value)
+        return result
+
+
+def _error(cls: type[BaseException], text: str) -> TaskError:
+    return TaskError(exception_class_path=f"{cls.__module__}.{cls.__qualname__}", traceback=text)

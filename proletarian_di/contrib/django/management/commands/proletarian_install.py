@@ -1,0 +1,29 @@
+"""`python manage.py proletarian_install`: create the queue tables and the results table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ...results import install
+from ...worker import backend_named
+
+
+class Command(BaseCommand):
+    """Install or upgrade the tables of a TASKS backend; safe to run any number of times."""
+
+    help = "Create (or upgrade) the proletarian-di queue tables and the Django results table."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--backend", default="default", help="The TASKS alias (default: 'default')."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        backend = backend_named(options["backend"])
+        install(backend.database, backend.job_table, backend.archived_job_table)
+        self.stdout.write(
+            f"installed {backend.job_table}, {backend.archived_job_table} and "
+            f"{backend.job_table}_results on database {backend.database!r}"
+        )

@@ -1,0 +1,53 @@
+"""`python manage.py proletarian_worker --queue NAME`: run the TASKS backend's workers."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...worker import run_workers
+
+
+class Command(BaseCommand):
+    """Run workers for Django tasks until SIGTERM/SIGINT, then drain and exit 0."""
+
+    help = (
+        "Run proletarian-di workers for Django tasks until SIGTERM or SIGINT. The first "
+        "signal drains in-flight tasks and exits 0; a second one exits at once (tasks still "
+        "running are rolled back by the database and run again)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="Queue to work (repeatable; default: 'default').",
+        )
+        parser.add_argument("--threads", type=int, default=1, help="Worker threads per queue.")
+        parser.add_argument(
+            "--polling-interval-ms",
+            type=int,
+            default=100,
+            help="How long an idle worker waits between polls (ms).",
+        )
+        parser.add_argument(
+            "--backend", default="default", help="The TASKS alias to run (default: 'default')."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            code = run_workers(
+                options["backend"],
+                options["queues"] or ["default"],
+                threads=options["threads"],
+                polling_interval_ms=options["polling_interval_ms"],
+                out=sys.stderr,
+            )
+        except (TypeError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+        if code:
+            raise CommandError("workers did not stop cleanly", returncode=code)

@@ -1,0 +1,240 @@
+"""The worker side: a handler that runs Django tasks and records their results, and the
+loop behind `manage.py proletarian_worker` (the signal semantics of `proletarian-di worker`)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+
+from ..._signals import Signals, exit_now, stop_all, total_summary
+from ...jobs import Job
+from ...worker import QueueWorker, create_queue_worker
+from ._compat import (
+    Status,
+    Task,
+    TaskContext,
+    TaskResult,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from ._connections import data_source
+from .backend import ProletarianBackend
+from .results import create_results_table, encode_errors, encode_return_value, write_result
+
+EXIT_ABANDONED = 7
+"""The exit status when jobs were abandoned at shutdown (as `proletarian-di worker`)."""
+
+
+def _class_path(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+class TaskHandler:
+    """An advanced-mode handler (`handler(job)`) that runs a job's Django task and writes its
+    result on the job's connection; `failed` is its `failed_job_fn`."""
+
+    def __init__(self, backend: ProletarianBackend) -> None:
+        self.backend = backend
+        self._started: dict[Any, datetime] = {}
+        self._lock = threading.Lock()
+
+    def _result(self, job: Job, task: Task[Any, Any], status: Any) -> TaskResult[Any]:
+        worker = threading.current_thread().name
+        return TaskResult(
+            task=task,
+            id=str(job.job_id),
+            status=status,
+            enqueued_at=job.enqueued_at,
+            started_at=self._started.get(job.job_id),
+            last_attempted_at=self._started.get(job.job_id),
+            finished_at=None,
+            args=job.payload.get("args", []),
+            kwargs=job.payload.get("kwargs", {}),
+            backend=self.backend.alias,
+            errors=[],
+            worker_ids=[worker] * job.attempts,
+        )
+
+    def __call__(self, job: Job) -> None:
+        started = datetime.now(timezone.utc)
+        with self._lock:
+            self._started[job.job_id] = started
+        task = import_string(job.payload["task"])
+        if not isinstance(task, Task):
+            raise TypeError(f"{job.payload['task']} is not a Django task")
+        args, kwargs = job.payload.get("args", []), job.payload.get("kwargs", {})
+        result = self._result(job, task, Status.RUNNING)
+        task_started.send(type(self.backend), task_result=result)
+        close_old_connections()
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = task.call(*args, **kwargs)
+        finally:
+            close_old_connections()
+        encoded = encode_return_value(value, self.backend.max_result_bytes)
+        finished = datetime.now(timezone.utc)
+        write_result(
+            job.connection,
+            self.backend.job_table,
+            job.job_id,
+            status=Status.SUCCESSFUL.value,
+            return_value=encoded,
+            errors=None,
+            attempts=job.attempts,
+            worker_id=threading.current_thread().name,
+            started_at=started,
+            finished_at=finished,
+        )
+        with self._lock:
+            self._started.pop(job.job_id, None)
+        object.__setattr__(result, "status", Status.SUCCESSFUL)
+        object.__setattr__(result, "finished_at", finished)
+        task_finished.send(type(self.backend), task_result=result)
+
+    def failed(self, job: Job, exc: BaseException) -> None:
+        """Record the task as FAILED with its error, in the job's transaction."""
+        with self._lock:
+            started = self._started.pop(job.job_id, None)
+        error = {
+            "exception_class_path": _class_path(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        }
+        write_result(
+            job.connection,
+            self.backend.job_table,
+            job.job_id,
+            status=Status.FAILED.value,
+            return_value=None,
+            errors=encode_errors([error], self.backend.max_result_bytes),
+            attempts=job.attempts,
+            worker_id=threading.current_thread().name,
+            started_at=started,
+            finished_at=datetime.now(timezone.utc),
+        )
+
+
+def backend_named(alias: str) -> ProletarianBackend:
+    """The TASKS backend `alias`, which must be a `ProletarianBackend`."""
+    backend = task_backends[alias]
+    if not isinstance(backend, ProletarianBackend):
+        raise TypeError(
+            f"TASKS[{alias!r}] is {type(backend).__module__}.{type(backend).__qualname__}, "
+            "not proletarian_di.contrib.django.ProletarianBackend"
+        )
+    return backend
+
+
+def create_workers(
+    backend: ProletarianBackend,
+    source: Any,
+    queues: Sequence[str],
+    **options: Any,
+) -> list[QueueWorker]:
+    """One advanced-mode worker per queue, running the backend's tasks (not started)."""
+    handler = TaskHandler(backend)
+    return [
+        create_queue_worker(
+            source,
+            handler,
+            queue=queue,
+            handler_fn_mode="advanced",
+            failed_job_fn=handler.failed,
+            job_table=backend.job_table,
+            archived_job_table=backend.archived_job_table,
+            **options,
+        )
+        for queue in queues
+    ]
+
+
+def run_workers(
+    backend_alias: str,
+    queues: Sequence[str],
+    *,
+    threads: int = 1,
+    polling_interval_ms: int = 100,
+    out: TextIO,
+    **options: Any,
+) -> int:
+    """Run workers for `queues` until SIGTERM or SIGINT; drain and return the exit status
+    (0, or EXIT_ABANDONED). A second signal exits at once."""
+    backend = backend_named(backend_alias)
+    unknown = [q for q in queues if backend.queues and q not in backend.queues]
+    if unknown:
+        raise ValueError(
+            f"queue(s) {', '.join(unknown)} not in TASKS[{backend_alias!r}]['QUEUES'] "
+            f"({', '.join(sorted(backend.queues))})"
+        )
+    source = data_source(backend.database, size=threads * len(queues) + 2)
+    try:
+        with source.connection() as conn:
+            create_results_table(conn, backend.job_table)
+            conn.commit()
+        return _run(backend, source, queues, threads, polling_interval_ms, out, options)
+    finally:
+        source.close()
+
+
+def _run(
+    backend: ProletarianBackend,
+    source: Any,
+    queues: Sequence[str],
+    threads: int,
+    polling_interval_ms: int,
+    out: TextIO,
+    options: dict[str, Any],
+) -> int:
+    say: Callable[[str], None] = lambda line: print(line, file=out, flush=True)  # noqa: E731
+    with Signals(on_second=exit_now) as signals:
+        workers = create_workers(
+            backend,
+            source,
+            queues,
+            worker_threads=threads,
+            polling_interval_ms=polling_interval_ms,
+            **options,
+        )
+        started: list[QueueWorker] = []
+        try:
+            for worker in workers:
+                worker.start()
+                started.append(worker)
+            say(
+                f"proletarian_worker: running {', '.join(w.queue_worker_id for w in workers)} "
+                f"({threads} thread{'s' if threads != 1 else ''} each) for TASKS"
+                f"[{backend.alias!r}] on database {backend.database!r}"
+            )
+            say("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
+            stopped_alone: list[QueueWorker] = []
+            while signals.wait(0.2) is None:
+                stopped_alone = [w for w in workers if not w.running]
+                if stopped_alone:
+                    break
+            if not stopped_alone:
+                say(
+                    f"{signals.first} received: draining in-flight jobs, then shutting down "
+                    "(send it again to exit at once)"
+                )
+        finally:
+            clean = stop_all(started)
+    totals, summary = total_summary(workers)
+    if stopped_alone:
+        failure = next((w.failure for w in stopped_alone if w.failure is not None), None)
+        with contextlib.suppress(Exception):
+            say(f"stopped on its own ({failure!r}); {summary}")
+        return 1
+    if not clean:
+        say(f"stopped: {totals.get('abandoned', 0)} abandoned (they run again); {summary}")
+        return EXIT_ABANDONED
+    say(f"stopped cleanly: {summary}")
+    return 0

@@ -1,0 +1,237 @@
+"""The Django tasks backend and `manage.py proletarian_worker`, on both databases.
+
+Django's settings are process-wide, so the test project (tests/django_project) runs in
+subprocesses: `client.py` enqueues and reads results, `manage.py` runs the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends import Backend, as_uuid, wait_until
+
+pytest.importorskip("django")
+pytest.importorskip("django.tasks" if sys.version_info >= (3, 12) else "django_tasks")
+
+PROJECT = Path(__file__).resolve().parent / "django_project"
+RESULTS = "proletarian.job_results"
+_installed: set[str] = set()
+
+
+def env(backend: Backend) -> dict[str, str]:
+    return {**backend.env(), "DJANGO_SETTINGS_MODULE": "djdemo.settings", "PYTHONPATH": ""}
+
+
+def manage(backend: Backend, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT,
+        env=env(backend),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def client(backend: Backend, *steps: dict[str, Any]) -> list[Any]:
+    """Run steps in the Django project (see client.py); their answers."""
+    done = subprocess.run(
+        [sys.executable, "client.py", json.dumps(steps)],
+        cwd=PROJECT,
+        env=env(backend),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    answers: list[Any] = json.loads(done.stdout)
+    return answers
+
+
+class Worker:
+    """`manage.py proletarian_worker` in a subprocess, its output in a file."""
+
+    def __init__(self, backend: Backend, log: Path, *args: str) -> None:
+        self.log = log
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "manage.py",
+                "proletarian_worker",
+                "--polling-interval-ms",
+                "20",
+                *args,
+            ],
+            cwd=PROJECT,
+            env=env(backend),
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+        )
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(30)
+
+
+@pytest.fixture
+def django_db(backend: Backend) -> Backend:
+    """The backend with the results table installed (by `manage.py proletarian_install`)."""
+    if backend.name not in _installed:
+        done = manage(backend, "proletarian_install")
+        assert done.returncode == 0, done.stderr
+        assert "proletarian.job_results" in done.stdout
+        _installed.add(backend.name)
+    backend.execute(f"DELETE FROM {RESULTS}")
+    return backend
+
+
+@pytest.fixture
+def workers(django_db: Backend, tmp_path: Path) -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        if worker.process.poll() is None:
+            worker.stop(signal.SIGKILL)
+
+
+def finished(db: Backend, count: int) -> bool:
+    return len(db.query(f"SELECT job_id FROM {RESULTS}")) >= count
+
+
+def test_atomic_blocks_and_results(
+    django_db: Backend, workers: list[Worker], tmp_path: Path
+) -> None:
+    rolled_back, committed, autocommitted, failing, too_big = client(
+        django_db,
+        {"do": "enqueue", "task": "add", "args": [2, 3], "atomic": "rollback"},
+        {"do": "enqueue", "task": "add", "args": [4, 5], "atomic": "commit"},
+        {"do": "enqueue", "task": "add", "args": [1, 1]},
+        {"do": "enqueue", "task": "fail", "args": ["boom"]},
+        {"do": "enqueue", "task": "big", "args": [2000]},
+    )
+    waiting = {
+        str(as_uuid(row[0])) for row in django_db.query("SELECT job_id FROM proletarian.job")
+    }
+    assert rolled_back not in waiting
+    assert waiting == {committed, autocommitted, failing, too_big}
+    [ready] = client(django_db, {"do": "result", "id": committed})
+    assert (ready["status"], ready["finished"], ready["args"]) == ("READY", False, [4, 5])
+
+    workers.append(Worker(django_db, tmp_path / "worker.log", "--queue", "default"))
+    wait_until(lambda: finished(django_db, 4), description="four results written")
+    ok, auto, failed, big = client(
+        django_db,
+        *({"do": "result", "id": i} for i in (committed, autocommitted, failing, too_big)),
+    )
+    assert (ok["status"], ok["return_value"], ok["task"]) == ("SUCCESSFUL", 9, "djdemo.tasks.add")
+    assert (auto["status"], auto["return_value"]) == ("SUCCESSFUL", 2)
+    assert failed["status"] == "FAILED"
+    [(path, trace)] = failed["errors"]
+    assert path == "builtins.ValueError" and "ValueError: boom" in trace
+    assert big["status"] == "FAILED"
+    assert big["errors"][0][0].endswith("ResultTooLarge")
+    assert django_db.query("SELECT job_id FROM proletarian.job") == []
+    assert workers[0].stop() == 0
+    assert "stopped cleanly: 2 succeeded, 2 failed" in workers[0].output()
+
+
+def test_queue_priority_and_run_after(
+    django_db: Backend, workers: list[Worker], tmp_path: Path
+) -> None:
+    notes = str(tmp_path / "notes.txt")
+    low, high, mid, later = client(
+        django_db,
+        {"do": "enqueue", "task": "note", "args": [notes, "low"], "using": {"priority": -10}},
+        {"do": "enqueue", "task": "note", "args": [notes, "high"], "using": {"priority": 100}},
+        {"do": "enqueue", "task": "note", "args": [notes, "mid"]},
+        {"do": "enqueue", "task": "note", "args": [notes, "later"], "using": {"run_after_s": 3600}},
+    )
+    rows = {
+        str(as_uuid(job_id)): (queue, priority, process_at)
+        for job_id, queue, priority, process_at in django_db.query(
+            "SELECT job_id, queue, priority, process_at FROM proletarian.job"
+        )
+    }
+    assert {rows[i][:2] for i in (low, high, mid)} == {("notes", -10), ("notes", 100), ("notes", 0)}
+    process_at = rows[later][2]
+    process_at = process_at if process_at.tzinfo else process_at.replace(tzinfo=timezone.utc)
+    assert process_at > datetime.now(timezone.utc) + timedelta(minutes=50)
+
+    workers.append(Worker(django_db, tmp_path / "worker.log", "--queue", "notes"))
+    wait_until(lambda: finished(django_db, 3), description="three notes written")
+    assert Path(notes).read_text().split() == ["high", "mid", "low"]
+    done, deferred = client(
+        django_db, {"do": "result", "id": high, "task": "note"}, {"do": "result", "id": later}
+    )
+    assert (done["status"], done["queue"], done["priority"]) == ("SUCCESSFUL", "notes", 100)
+    assert (deferred["status"], deferred["queue"]) == ("READY", "notes")
+    assert workers[0].stop() == 0
+
+
+def test_killed_worker_runs_the_task_again(
+    django_db: Backend, workers: list[Worker], tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    [held] = client(django_db, {"do": "enqueue", "task": "hold", "args": [str(tmp_path)]})
+    first = Worker(django_db, tmp_path / "first.log")
+    workers.append(first)
+    wait_until(lambda: starts.exists() and len(starts.read_text().split()) == 1)
+    [running] = client(django_db, {"do": "result", "id": held})
+    assert running["status"] == "RUNNING"
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    second = Worker(django_db, tmp_path / "second.log")
+    workers.append(second)
+    wait_until(lambda: len(starts.read_text().split()) == 2, description="the task ran again")
+    (tmp_path / "release").touch()
+    wait_until(lambda: finished(django_db, 1), description="the task finished")
+    [result] = client(django_db, {"do": "result", "id": held})
+    assert (result["status"], result["return_value"]) == ("SUCCESSFUL", 2)
+    pids = starts.read_text().split()
+    assert pids == [str(first.process.pid), str(second.process.pid)]
+    assert second.stop() == 0
+
+
+def test_sigterm_drains_and_exits_0(
+    django_db: Backend, workers: list[Worker], tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    [held] = client(django_db, {"do": "enqueue", "task": "hold", "args": [str(tmp_path)]})
+    worker = Worker(django_db, tmp_path / "worker.log")
+    workers.append(worker)
+    wait_until(lambda: starts.exists(), description="the task started")
+    worker.process.send_signal(signal.SIGTERM)
+    wait_until(lambda: "draining" in worker.output(), description="the worker drains")
+    assert worker.process.poll() is None  # still running the task
+    (tmp_path / "release").touch()
+    assert worker.process.wait(30) == 0
+    assert "stopped cleanly: 1 succeeded" in worker.output()
+    [result] = client(django_db, {"do": "result", "id": held})
+    assert (result["status"], result["return_value"]) == ("SUCCESSFUL", 1)
+
+
+def test_unknown_result_id_and_queue(django_db: Backend) -> None:
+    done = subprocess.run(
+        [sys.executable, "client.py", json.dumps([{"do": "result", "id": "not-a-job"}])],
+        cwd=PROJECT,
+        env=env(django_db),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "TaskResultDoesNotExist" in done.stderr
+    bad = manage(django_db, "proletarian_worker", "--queue", "nowhere")
+    assert bad.returncode != 0 and "queue(s) nowhere not in TASKS" in bad.stderr
