@@ -5,8 +5,13 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Django 6 (its built-in django.tasks) needs Python 3.12+: `make test-django6` tests the
+# Django backend on it, in a venv of its own.
+PYTHON312 ?= python3.12
+VENV_DJANGO6 ?= .venv-django6
+BIN_DJANGO6 := $(VENV_DJANGO6)/bin
 
-.PHONY: demo test test-fast lint bench docs clean
+.PHONY: demo test test-fast test-django6 lint bench docs clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +24,17 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+$(BIN_DJANGO6)/.installed: pyproject.toml
+	$(PYTHON312) -m venv $(VENV_DJANGO6)
+	$(BIN_DJANGO6)/pip install -q --upgrade pip
+	$(BIN_DJANGO6)/pip install -q -e '.[django,postgres,binary,mysql,embedded]' \
+		'pytest>=8' 'pytest-timeout>=2.3'
+	touch $@
+
+test-django6: $(BIN_DJANGO6)/.installed
+	@$(BIN_DJANGO6)/python -c 'import django, django.tasks; print("Django", django.__version__)'
+	$(BIN_DJANGO6)/pytest tests/test_django.py $(PYTEST_ARGS)
 
 test-fast: $(BIN)/.installed
 	$(BIN)/pytest -m "not db" $(PYTEST_ARGS)
@@ -39,4 +55,4 @@ bench: $(BIN)/.bench-installed
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) site build *.egg-info
+	rm -rf $(VENV) $(VENV_DJANGO6) site build *.egg-info

@@ -19,16 +19,24 @@ import pytest
 
 from backends import Backend, as_uuid, wait_until
 
-pytest.importorskip("django")
-pytest.importorskip("django.tasks" if sys.version_info >= (3, 12) else "django_tasks")
+django = pytest.importorskip("django")
+try:  # Django 6's own tasks framework, else the backport
+    import django.tasks
+except ImportError:
+    pytest.importorskip("django_tasks")
 
 PROJECT = Path(__file__).resolve().parent / "django_project"
 RESULTS = "proletarian.job_results"
 _installed: set[str] = set()
 
 
-def env(backend: Backend) -> dict[str, str]:
-    return {**backend.env(), "DJANGO_SETTINGS_MODULE": "djdemo.settings", "PYTHONPATH": ""}
+def env(backend: Backend, **extra: str) -> dict[str, str]:
+    return {
+        **backend.env(),
+        "DJANGO_SETTINGS_MODULE": "djdemo.settings",
+        "PYTHONPATH": "",
+        **extra,
+    }
 
 
 def manage(backend: Backend, *args: str) -> subprocess.CompletedProcess[str]:
@@ -60,7 +68,7 @@ def client(backend: Backend, *steps: dict[str, Any]) -> list[Any]:
 class Worker:
     """`manage.py proletarian_worker` in a subprocess, its output in a file."""
 
-    def __init__(self, backend: Backend, log: Path, *args: str) -> None:
+    def __init__(self, backend: Backend, log: Path, *args: str, **extra_env: str) -> None:
         self.log = log
         self.process = subprocess.Popen(
             [
@@ -72,7 +80,7 @@ class Worker:
                 *args,
             ],
             cwd=PROJECT,
-            env=env(backend),
+            env=env(backend, **extra_env),
             stdout=subprocess.DEVNULL,
             stderr=log.open("w"),
         )
@@ -130,7 +138,12 @@ def test_atomic_blocks_and_results(
     [ready] = client(django_db, {"do": "result", "id": committed})
     assert (ready["status"], ready["finished"], ready["args"]) == ("READY", False, [4, 5])
 
-    workers.append(Worker(django_db, tmp_path / "worker.log", "--queue", "default"))
+    signals = tmp_path / "signals.jsonl"
+    workers.append(
+        Worker(
+            django_db, tmp_path / "worker.log", "--queue", "default", DJDEMO_SIGNALS=str(signals)
+        )
+    )
     wait_until(lambda: finished(django_db, 4), description="four results written")
     ok, auto, failed, big = client(
         django_db,
@@ -146,6 +159,16 @@ def test_atomic_blocks_and_results(
     assert django_db.query("SELECT job_id FROM proletarian.job") == []
     assert workers[0].stop() == 0
     assert "stopped cleanly: 2 succeeded, 2 failed" in workers[0].output()
+    # task_started, then task_finished with the outcome (failures sent inside the except).
+    sent = [json.loads(line) for line in signals.read_text().splitlines()]
+    by_id = {i: [s for s in sent if s["id"] == i] for i in (committed, failing, too_big)}
+    started, done = by_id[committed]
+    assert (started["signal"], started["status"]) == ("started", "RUNNING")
+    assert (done["signal"], done["status"], done["return_value"]) == ("finished", "SUCCESSFUL", 9)
+    for i, error in ((failing, "builtins.ValueError"), (too_big, "ResultTooLarge")):
+        [_, done] = by_id[i]
+        assert (done["signal"], done["status"], done["in_except"]) == ("finished", "FAILED", True)
+        assert done["errors"][0].endswith(error)
 
 
 def test_queue_priority_and_run_after(
@@ -235,3 +258,11 @@ def test_unknown_result_id_and_queue(django_db: Backend) -> None:
     assert done.returncode != 0 and "TaskResultDoesNotExist" in done.stderr
     bad = manage(django_db, "proletarian_worker", "--queue", "nowhere")
     assert bad.returncode != 0 and "queue(s) nowhere not in TASKS" in bad.stderr
+
+
+def test_the_tasks_framework_in_use() -> None:
+    """Django 6 runs on its own `django.tasks`; older Django on the `django_tasks` backport."""
+    from proletarian_di.contrib.django import _compat
+
+    expected = "django.tasks.base" if django.VERSION >= (6,) else "django_tasks.base"
+    assert _compat.Task.__module__ == expected

@@ -4,6 +4,7 @@ loop behind `manage.py proletarian_worker` (the signal semantics of `proletarian
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from ._compat import (
     Status,
     Task,
     TaskContext,
+    TaskError,
     TaskResult,
     task_backends,
     task_finished,
@@ -33,8 +35,12 @@ EXIT_ABANDONED = 7
 """The exit status when jobs were abandoned at shutdown (as `proletarian-di worker`)."""
 
 
-def _class_path(exc: BaseException) -> str:
-    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+def _error(exc: BaseException) -> dict[str, str]:
+    """A `TaskError`'s fields for `exc`: its class path and formatted traceback."""
+    return {
+        "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    }
 
 
 class TaskHandler:
@@ -75,13 +81,19 @@ class TaskHandler:
         task_started.send(type(self.backend), task_result=result)
         close_old_connections()
         try:
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = task.call(*args, **kwargs)
-        finally:
-            close_old_connections()
-        encoded = encode_return_value(value, self.backend.max_result_bytes)
+            try:
+                if task.takes_context:
+                    value = task.call(TaskContext(task_result=result), *args, **kwargs)
+                else:
+                    value = task.call(*args, **kwargs)
+            finally:
+                close_old_connections()
+            encoded = encode_return_value(value, self.backend.max_result_bytes)
+        except Exception as exc:
+            # Sent inside the handler, as Django's backends do: receivers see sys.exc_info().
+            error = TaskError(**_error(exc))
+            self._finished(result, Status.FAILED, datetime.now(timezone.utc), errors=[error])
+            raise
         finished = datetime.now(timezone.utc)
         write_result(
             job.connection,
@@ -97,18 +109,29 @@ class TaskHandler:
         )
         with self._lock:
             self._started.pop(job.job_id, None)
-        object.__setattr__(result, "status", Status.SUCCESSFUL)
+        self._finished(result, Status.SUCCESSFUL, finished, return_value=json.loads(encoded))
+
+    def _finished(
+        self,
+        result: TaskResult[Any],
+        status: Any,
+        finished: datetime,
+        *,
+        return_value: Any = None,
+        errors: Sequence[TaskError] = (),
+    ) -> None:
+        """Send `task_finished` for `result`, set to its outcome (the stored return value)."""
+        object.__setattr__(result, "status", status)
         object.__setattr__(result, "finished_at", finished)
+        object.__setattr__(result, "_return_value", return_value)
+        result.errors.extend(errors)
         task_finished.send(type(self.backend), task_result=result)
 
     def failed(self, job: Job, exc: BaseException) -> None:
         """Record the task as FAILED with its error, in the job's transaction."""
         with self._lock:
             started = self._started.pop(job.job_id, None)
-        error = {
-            "exception_class_path": _class_path(exc),
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        }
+        error = _error(exc)
         write_result(
             job.connection,
             self.backend.job_table,
