@@ -24,7 +24,7 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import horizon, measure, peers, pgbench
+from . import django_tasks, horizon, measure, peers, pgbench
 from .db import Database, MySQL, Postgres
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
@@ -333,9 +333,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument(
         "--scenario",
-        choices=("throughput", "pinned-horizon"),
+        choices=("throughput", "pinned-horizon", "django"),
         default="throughput",
-        help="throughput (the table of drains and enqueues) or pinned-horizon (bench/horizon.py)",
+        help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
+        "or django (our Django tasks backend against django-tasks-db, bench/django_tasks.py)",
     )
     horizon.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -346,6 +347,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.latency_samples = 30 if args.quick else 200
     args.memory_jobs = 3_000 if args.quick else 100_000
     args.idle_seconds = 3.0 if args.quick else 10.0
+    args.django_jobs = 2_000 if args.quick else 10_000
     return args
 
 
@@ -372,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.scenario == "pinned-horizon":
         return pinned_horizon(args)
+    if args.scenario == "django":
+        return django(args)
     per_run = 8 * measure.deadline_for(args.jobs)
     watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
     results = Results()
@@ -431,6 +435,15 @@ def pinned_horizon(args: argparse.Namespace) -> int:
                 dbs.append(MySQL(args.mysql_url))
         console.print(f"machine: {machine(dbs)}")
         return horizon.main(dbs, args)
+
+
+def django(args: argparse.Namespace) -> int:
+    """The django scenario on PostgreSQL: both Django task backends, throughput and a kill."""
+    watchdog(900)
+    with postgres_url(args.database_url) as url:
+        host = machine([Postgres(url)])
+        console.print(f"machine: {host}")
+        return django_tasks.main(url, args.django_jobs, host)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Settings and tasks for `python -m bench --scenario django` (see bench/django_tasks.py)."""
