@@ -54,7 +54,7 @@ class Leases:
             return list(self._held.items())
 
 
-class Heartbeat:
+class Heartbeat(threading.Thread):
     """A worker's thread that renews its leases every third of `lease_s`, on a connection
     taken for each renewal; errors are reported and the next beat tries again."""
 
@@ -72,15 +72,9 @@ class Heartbeat:
         self.connect, self.dialect, self.leases = connect, dialect, leases
         self.lease_s, self.clock, self.stopping, self.on_error = lease_s, clock, stopping, on_error
         self.renewals = 0
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        super().__init__(name=name, daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-
-    def _run(self) -> None:
+    def run(self) -> None:
         every = self.lease_s / RENEWALS_PER_LEASE
         while not self.stopping.wait(every):
             self.beat()

@@ -124,7 +124,7 @@ class Wakeup:
             self._condition.notify_all()
 
 
-class Listener:
+class Listener(threading.Thread):
     """A thread that LISTENs on one connection and wakes the worker for its queue."""
 
     def __init__(
@@ -145,15 +145,9 @@ class Listener:
         falls due)."""
         self.listening = threading.Event()
         """Set while its connection LISTENs."""
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        super().__init__(name=name, daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-
-    def _run(self) -> None:
+    def run(self) -> None:
         delay = 0.1
         while not self.stopping.is_set():
             try:

@@ -25,7 +25,7 @@ Overdue = Callable[[Slot, Job, Any, "str | None", float], None]
 """Called with the slot, its job, the job's raw id, its lease and how long it ran (s)."""
 
 
-class Watchdog:
+class Watchdog(threading.Thread):
     """Looks at every slot's deadline every `CHECK_EVERY_S` until `done` is set."""
 
     def __init__(
@@ -36,15 +36,9 @@ class Watchdog:
         name: str,
     ) -> None:
         self.slots, self.on_overdue, self.done = slots, on_overdue, done
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        super().__init__(name=name, daemon=True)
 
-    def start(self) -> None:
-        self.thread.start()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
-
-    def _run(self) -> None:
+    def run(self) -> None:
         while not self.done.wait(CHECK_EVERY_S):
             now = time.monotonic()
             for slot in self.slots():

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from proletarian_di import enqueue
@@ -77,6 +77,25 @@ def enqueue_committed(backend: QueueDatabase, *jobs: tuple[str, Any], **options:
         ids = [enqueue(conn, job_type, payload, **options) for job_type, payload in jobs]
         conn.commit()
     return ids
+
+
+@contextlib.contextmanager
+def connection(backend: QueueDatabase) -> Iterator[Any]:
+    """An admin connection; whatever the test left open is rolled back."""
+    conn = backend.connect()
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def committed(backend: QueueDatabase, action: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run an admin function on a connection of its own and commit."""
+    with connection(backend) as conn:
+        result = action(conn, *args, **kwargs)
+        conn.commit()
+    return result
 
 
 def as_uuid(value: Any) -> uuid.UUID:

@@ -15,16 +15,30 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from proletarian_di import create_queue_worker
 
-from backends import backend_from_env
+from backends import Backend, backend_from_env
 
 ERRORS = {"worker_thread_died", "polling_error", "heartbeat_error", "attempt_not_recorded"}
+
+
+def start(backend: Backend, events: Path, behaviour: str, *options: str) -> subprocess.Popen[str]:
+    """Start this script on the backend's database (for the tests)."""
+    return subprocess.Popen(
+        [sys.executable, __file__, str(events), behaviour, *options],
+        env=backend.env(),
+        cwd=Path(__file__).parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def main() -> None:

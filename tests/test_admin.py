@@ -8,7 +8,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -33,7 +32,14 @@ from proletarian_di.admin import (
     retry_jobs,
 )
 
-from backends import archive_by_id, enqueue_committed, store_raw_payload, wait_until
+from backends import (
+    archive_by_id,
+    committed,
+    connection,
+    enqueue_committed,
+    store_raw_payload,
+    wait_until,
+)
 
 LATER = {"retry_strategy_fn": lambda job, exc: RetrySpec(retries=3, delays=[3_600_000])}
 
@@ -44,25 +50,6 @@ def ok(job_type: str, payload: Any) -> None:
 
 def boom(job_type: str, payload: Any) -> None:
     raise RuntimeError(f"boom {payload}")
-
-
-@contextlib.contextmanager
-def connection(backend: Any) -> Iterator[Any]:
-    """An admin connection; whatever the test left open is rolled back."""
-    conn = backend.connect()
-    try:
-        yield conn
-    finally:
-        conn.rollback()
-        conn.close()
-
-
-def committed(backend: Any, action: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run an admin function on a connection of its own and commit."""
-    with connection(backend) as conn:
-        result = action(conn, *args, **kwargs)
-        conn.commit()
-    return result
 
 
 def by_type(jobs: list[JobInfo]) -> dict[str, JobInfo]:

@@ -18,28 +18,16 @@ from test_cli import run
 from proletarian_di import QueueWorker, create_queue_worker
 from proletarian_di.admin import cancel_jobs, get_job, list_jobs, queue_stats
 
-from backends import Backend, archive_by_id, enqueue_committed, wait_until
+from backends import (
+    Backend,
+    archive_by_id,
+    committed,
+    connection,
+    enqueue_committed,
+    wait_until,
+)
 
 WAITING_STATES = ("queued", "scheduled", "retrying")
-
-
-@contextlib.contextmanager
-def connection(backend: Backend) -> Iterator[Any]:
-    """An admin connection; whatever the test left open is rolled back."""
-    conn = backend.connect()
-    try:
-        yield conn
-    finally:
-        conn.rollback()
-        conn.close()
-
-
-def committed(backend: Backend, action: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run an admin function on a connection of its own and commit."""
-    with connection(backend) as conn:
-        result = action(conn, *args, **kwargs)
-        conn.commit()
-    return result
 
 
 def hold(backend: Backend, conn: Any) -> None:

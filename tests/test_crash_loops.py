@@ -5,18 +5,16 @@ often it can kill a worker process."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
+
+import long_job_process
 
 from proletarian_di import admin, create_queue_worker, process_next_job
 from proletarian_di.schema import claims_table
 
 from backends import Backend, Events, archive_by_id, as_uuid, enqueue_committed, wait_until
-
-SCRIPT = str(Path(__file__).with_name("long_job_process.py"))
 
 
 def stored(backend: Backend, job_id: Any) -> Any:
@@ -54,14 +52,7 @@ def run_process(
 ) -> tuple[int, str, str]:
     """Run a worker process until it ends (it dies, or it emptied the queue): (returncode,
     stdout, stderr)."""
-    process = subprocess.Popen(
-        [sys.executable, SCRIPT, str(events), behaviour, *options],
-        env=backend.env(),
-        cwd=Path(__file__).parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = long_job_process.start(backend, events, behaviour, *options)
     try:
         out, err = process.communicate(timeout=30)
     finally:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import long_job_process
 import pytest
 
 from proletarian_di import ConfigurationError, QueueWorker, admin, create_queue_worker
@@ -29,7 +28,6 @@ from backends import (
     write_effect,
 )
 
-SCRIPT = str(Path(__file__).with_name("long_job_process.py"))
 RETRY_ONCE = {"retry_strategy_fn": lambda job, exc: {"retries": 1}}
 
 
@@ -128,20 +126,6 @@ def running(backend: Backend, handler: Callable[..., Any], **options: Any) -> It
         source.close()
 
 
-def start_process(
-    backend: Backend, events: Path, behaviour: str, *options: str
-) -> subprocess.Popen[str]:
-    """Start tests/long_job_process.py on the backend's database."""
-    return subprocess.Popen(
-        [sys.executable, SCRIPT, str(events), behaviour, *options],
-        env=backend.env(),
-        cwd=Path(__file__).parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def starts(events: Path) -> list[str]:
     """The "start <payload>" lines the worker processes wrote."""
     if not events.exists():
@@ -236,7 +220,9 @@ def test_a_killed_process_job_runs_again_once_its_lease_expired(
     another worker counts the dead attempt (LeaseExpired), retries and runs it."""
     [job_id] = enqueue_committed(backend, ("t", "doomed"))
     events = tmp_path / "events"
-    process = start_process(backend, events, "block", "--lease-ms", "1000", "--retries", "1")
+    process = long_job_process.start(
+        backend, events, "block", "--lease-ms", "1000", "--retries", "1"
+    )
     try:
         wait_until(lambda: starts(events), timeout=30, description="the job started")
         process.send_signal(signal.SIGKILL)
@@ -363,7 +349,9 @@ def test_a_job_that_kills_its_process_every_time_ends_in_the_failure_archive(
     for _ in range(6):
         if archived_row(backend, job_id):
             break
-        process = start_process(backend, events, behaviour, "--lease-ms", "300", "--retries", "1")
+        process = long_job_process.start(
+            backend, events, behaviour, "--lease-ms", "300", "--retries", "1"
+        )
         try:
             outputs.append(process.communicate(timeout=30))
         finally:
