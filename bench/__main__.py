@@ -24,7 +24,7 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import django_tasks, horizon, measure, peers, pgbench
+from . import dashboard, django_tasks, horizon, measure, peers, pgbench
 from .db import Database, MySQL, Postgres
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
@@ -333,10 +333,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument(
         "--scenario",
-        choices=("throughput", "pinned-horizon", "django"),
+        choices=("throughput", "pinned-horizon", "django", "dashboard"),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
-        "or django (our Django tasks backend against django-tasks-db, bench/django_tasks.py)",
+        "django (our Django tasks backend against django-tasks-db, bench/django_tasks.py) or "
+        "dashboard (the overview on 100,000 waiting and 1,000,000 archived jobs, "
+        "bench/dashboard.py)",
     )
     horizon.add_arguments(parser)
     args = parser.parse_args(argv)
@@ -376,18 +378,14 @@ def main(argv: list[str] | None = None) -> int:
         return pinned_horizon(args)
     if args.scenario == "django":
         return django(args)
+    if args.scenario == "dashboard":
+        return dashboard_overview(args)
     per_run = 8 * measure.deadline_for(args.jobs)
     watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
     results = Results()
     started = time.perf_counter()
     with postgres_url(args.database_url) as url:
-        dbs: list[Database] = [Postgres(url)]
-        if args.mysql_url:
-            reason = mysql_unreachable_reason(args.mysql_url)
-            if reason:
-                console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
-            else:
-                dbs.append(MySQL(args.mysql_url))
+        dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
         args.peers = [] if args.no_peers else [p for p in peers.PEERS if report(peers.available(p))]
         for peer in args.peers:
             peers.install(dbs[0], peer)
@@ -418,6 +416,17 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if results.errors else 0
 
 
+def reachable_mysql(args: argparse.Namespace) -> list[Database]:
+    """The MySQL/MariaDB of `--mysql-url`, or none (saying why) when it is unreachable."""
+    if not args.mysql_url:
+        return []
+    reason = mysql_unreachable_reason(args.mysql_url)
+    if reason:
+        console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
+        return []
+    return [MySQL(args.mysql_url)]
+
+
 def pinned_horizon(args: argparse.Namespace) -> int:
     """The pinned-horizon scenario on PostgreSQL and, if reachable, MySQL/MariaDB."""
     phases = args.clean + args.hold + args.recover
@@ -427,12 +436,8 @@ def pinned_horizon(args: argparse.Namespace) -> int:
         dbs: list[Database] = []
         if "postgresql" in args.on:
             dbs.append(Postgres(stack.enter_context(postgres_url(args.database_url))))
-        if "mysql" in args.on and args.mysql_url:
-            reason = mysql_unreachable_reason(args.mysql_url)
-            if reason:
-                console.print(f"[yellow]MySQL/MariaDB skipped: {reason}[/]")
-            else:
-                dbs.append(MySQL(args.mysql_url))
+        if "mysql" in args.on:
+            dbs += reachable_mysql(args)
         console.print(f"machine: {machine(dbs)}")
         return horizon.main(dbs, args)
 
@@ -444,6 +449,14 @@ def django(args: argparse.Namespace) -> int:
         host = machine([Postgres(url)])
         console.print(f"machine: {host}")
         return django_tasks.main(url, args.django_jobs, host)
+
+
+def dashboard_overview(args: argparse.Namespace) -> int:
+    """The dashboard scenario on PostgreSQL and, if reachable, MySQL/MariaDB."""
+    watchdog(1800)
+    with postgres_url(args.database_url) as url:
+        dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
+        return dashboard.main(dbs, machine(dbs))
 
 
 if __name__ == "__main__":

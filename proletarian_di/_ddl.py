@@ -1,10 +1,10 @@
 """The schema's SQL, per database: the full current schema and the numbered steps to it.
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
-{unique_index}, {version_table}, {periodic_table}, {paused_table}, {claims_table} and,
-on MySQL, {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
-Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
-(Clojure) is at version 1.
+{unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
+{claims_table} and, on MySQL, {collation} (a `COLLATE` clause that each server reads for
+itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so a database
+created by Proletarian (Clojure) is at version 1.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
     unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
-    leased_by   TEXT                  -- lease mode: the claim running it (NULL: none)
+    leased_by   TEXT,                 -- lease mode: the claim running it (NULL: none)
+    trace_context TEXT                -- the enqueuer's trace context, JSON (NULL: none)
 );
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -39,6 +40,9 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     last_error  TEXT,                 -- a failure's error; the last failed attempt's otherwise
     priority    INTEGER NOT NULL DEFAULT 0
 );
+
+-- the archive by time (the dashboard's overview)
+CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at, queue, status);
 
 -- the claim's order: priority (higher first), then process_at
 CREATE INDEX IF NOT EXISTS {claim_index} ON {job_table} (queue, (-priority), process_at);
@@ -83,6 +87,7 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
+    trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
     UNIQUE INDEX {unique_index} (queue, unique_key),
     INDEX {claim_index} (queue, priority_rank, process_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
@@ -98,7 +103,8 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
     last_error  TEXT NULL,              -- a failure's error; the last failed attempt's otherwise
-    priority    INTEGER NOT NULL DEFAULT 0
+    priority    INTEGER NOT NULL DEFAULT 0,
+    INDEX {finished_index} (finished_at, queue, status) -- the archive by time (dashboard)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {periodic_table} (
@@ -271,6 +277,19 @@ MYSQL_8 = "ALTER TABLE {job_table} ADD COLUMN leased_by VARCHAR(255) NULL;\n" + 
     MYSQL, "CREATE TABLE IF NOT EXISTS {claims_table}"
 )
 
+# Observability: the trace context captured at enqueue (tracing links a job's run to the
+# request that enqueued it), and the archive by time for the dashboard's overview. IF NOT
+# EXISTS: on a large archive, build the index beforehand with CREATE INDEX CONCURRENTLY.
+POSTGRESQL_8 = """\
+ALTER TABLE {job_table} ADD COLUMN trace_context TEXT;
+CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at, queue, status);
+"""
+
+MYSQL_9 = """\
+ALTER TABLE {job_table} ADD COLUMN trace_context TEXT NULL;
+ALTER TABLE {archived_job_table} ADD INDEX {finished_index} (finished_at, queue, status);
+"""
+
 STEPS: dict[str, tuple[tuple[str, str], ...]] = {
     "postgresql": (
         ("proletarian", POSTGRESQL_1),
@@ -280,6 +299,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("priorities", POSTGRESQL_5),
         ("paused_queues", POSTGRESQL_6),
         ("long_jobs", POSTGRESQL_7),
+        ("observability", POSTGRESQL_8),
     ),
     "mysql": (
         ("proletarian", MYSQL_1),
@@ -290,6 +310,7 @@ STEPS: dict[str, tuple[tuple[str, str], ...]] = {
         ("priorities", MYSQL_6),
         ("paused_queues", MYSQL_7),
         ("long_jobs", MYSQL_8),
+        ("observability", MYSQL_9),
     ),
 }
 """Each database's migrations in order: (name, template); the version is the position + 1."""

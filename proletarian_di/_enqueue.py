@@ -23,8 +23,9 @@ from ._options import (
     check_priority,
     check_queue,
 )
+from ._tracing import current_trace_context, missing_column
 from ._types import Connection, EnqueueOptions
-from .errors import ArgumentTypeError, ConfigurationError
+from .errors import ArgumentTypeError, ConfigurationError, SchemaError
 from .jobs import DEFAULT_QUEUE
 from .serializers import check_serializer
 
@@ -118,6 +119,8 @@ class _Prepared:
         priority = check_priority(options.get("priority", 0))
         now = check_clock(options.get("clock"))()
         due = _due(now, options.get("process_at"), options.get("process_in"))
+        self.job_table = job_table
+        self.trace_context = trace = current_trace_context()
         self.ids: list[uuid.UUID] = []
         self.rows: list[tuple[Any, ...]] = []
         for job_type, payload in jobs:
@@ -125,7 +128,11 @@ class _Prepared:
             job_id = strategy.generate()
             self.ids.append(job_id)
             raw_id, encoded = strategy.encode(job_id), codec.encode(payload)
-            self.rows.append((raw_id, queue, job_type, encoded, now, due, priority))
+            self.rows.append((raw_id, queue, job_type, encoded, now, due, priority, trace))
+
+    def schema_error(self, exc: BaseException) -> SchemaError | None:
+        """The clear error for a traced INSERT the schema has no column for, else None."""
+        return None if self.trace_context is None else missing_column(exc, self.job_table)
 
 
 def enqueue(
@@ -148,13 +155,22 @@ def enqueue(
     With `unique_key`, at most one job of the queue holds the key while it waits, is
     retried or runs: if one does, nothing is written and its id is returned, and the
     caller's transaction stays usable (no error is raised and caught).
+
+    Inside an OpenTelemetry span, the span's trace context is kept with the job, so that
+    its run joins the trace (`proletarian_di.contrib.opentelemetry`).
     """
     conn = driver_connection(conn)
     prepared = _Prepared(conn, [(job_type, payload)], options)
-    if prepared.unique_key is None:
-        prepared.dialect.insert_one(conn, prepared.rows[0])
-        return prepared.ids[0]
-    holder = prepared.dialect.insert_unique(conn, prepared.rows[0], prepared.unique_key)
+    try:
+        if prepared.unique_key is None:
+            prepared.dialect.insert_one(conn, prepared.rows[0])
+            return prepared.ids[0]
+        holder = prepared.dialect.insert_unique(conn, prepared.rows[0], prepared.unique_key)
+    except Exception as exc:
+        error = prepared.schema_error(exc)
+        if error is None:
+            raise
+        raise error from exc
     return prepared.ids[0] if holder is None else prepared.strategy.decode(holder)
 
 
@@ -173,8 +189,14 @@ def enqueue_many(
         )
     conn = driver_connection(conn)
     prepared = _Prepared(conn, jobs, options)
-    for start in range(0, len(prepared.rows), BATCH_SIZE):
-        prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
+    try:
+        for start in range(0, len(prepared.rows), BATCH_SIZE):
+            prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
+    except Exception as exc:
+        error = prepared.schema_error(exc)
+        if error is None:
+            raise
+        raise error from exc
     return prepared.ids
 
 
@@ -192,15 +214,21 @@ async def enqueue_async(
     prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
     row, key, dialect = prepared.rows[0], prepared.unique_key, prepared.dialect
     statements = async_statements(aconn, dialect)
-    if key is None:
-        await statements.execute(*dialect.insert_statement(row))
-        return prepared.ids[0]
-    for _ in range(UNIQUE_TRIES):
-        if await statements.fetchone(*dialect.insert_statement(row, key)) is not None:
+    try:
+        if key is None:
+            await statements.execute(*dialect.insert_statement(row))
             return prepared.ids[0]
-        holder = await statements.fetchone(dialect.holder_sql, (row[1], key))
-        if holder is not None:
-            return prepared.strategy.decode(holder[0])
+        for _ in range(UNIQUE_TRIES):
+            if await statements.fetchone(*dialect.insert_statement(row, key)) is not None:
+                return prepared.ids[0]
+            holder = await statements.fetchone(dialect.holder_sql, (row[1], key))
+            if holder is not None:
+                return prepared.strategy.decode(holder[0])
+    except Exception as exc:
+        error = prepared.schema_error(exc)
+        if error is None:
+            raise
+        raise error from exc
     raise ConfigurationError(  # pragma: no cover - as in Dialect.insert_unique
         f"enqueue: the job holding unique key {key!r} kept leaving the queue; enqueue it again"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from ._types import (
 from .errors import ConfigurationError
 from .job_ids import JobIdStrategy
 from .jobs import DEFAULT_QUEUE
+from .observers import Observer, check_observers
 from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
 
 T = TypeVar("T")
@@ -128,6 +129,7 @@ class WorkerSettings:
     job_timeouts: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
     max_crashes: int | None = None
     fallback_polling_interval_ms: int = 5_000
+    observers: Sequence[Observer] = ()
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -165,6 +167,7 @@ class WorkerSettings:
         check_id_strategy(self.job_id_strategy)
         check_clock(self.clock)
         check_log(self.log)
+        object.__setattr__(self, "observers", check_observers(self.observers))
 
     def timeout_s(self, job_type: str) -> float | None:
         """How long a job of this type may run, in seconds, or None for no bound."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -32,10 +32,10 @@ from ._dialects import (
 from ._dialects.base import running_slots
 from ._frontier import Frontier
 from ._leases import Leases, holding, lease_token
-from ._logging import describe, error_text, safe_log, wanted
+from ._logging import default_log, describe, error_text, safe_log, wanted
 from ._options import WorkerSettings
 from ._pauses import PauseWatch
-from ._types import Handler
+from ._types import Handler, LogFn
 from .errors import (
     ArgumentTypeError,
     CrashLoop,
@@ -46,21 +46,26 @@ from .errors import (
     TransactionAborted,
 )
 from .jobs import Job
+from .observers import Observer, notify
 from .retry import to_retry_spec
 
 _LOCK_POLL = 0.05
 
 
 class Stats:
-    """Counts of job outcomes, safe to update from many threads."""
+    """Counts of job outcomes, safe to update from many threads; each count is told to the
+    worker's observers."""
 
-    def __init__(self) -> None:
+    def __init__(self, observers: Sequence[Observer] = (), log: LogFn = default_log) -> None:
         self._lock = threading.Lock()
         self.succeeded = self.failed = self.retried = self.abandoned = self.timed_out = 0
+        self.observers, self.log = list(observers), log
 
-    def add(self, outcome: str, count: int = 1) -> None:
+    def add(self, outcome: str, job: Job) -> None:
         with self._lock:
-            setattr(self, outcome, getattr(self, outcome) + count)
+            setattr(self, outcome, getattr(self, outcome) + 1)
+        if self.observers:
+            notify(self.observers, self.log, "job_counted", job, outcome)
 
     def as_dict(self) -> dict[str, int]:
         with self._lock:
@@ -76,6 +81,10 @@ class Stats:
 ASYNC_GRACE_S = 1.0
 """How long past its timeout an async handler gets to end after being cancelled, before the
 worker gives up on its thread as on a sync handler's."""
+
+
+HAND_OVER_WAIT_S = 60.0
+"""The longest an abandoned job's thread waits for its job's attempt to be recorded."""
 
 
 class Replaced(Exception):
@@ -98,14 +107,28 @@ class Slot:
         self.started = 0.0
         self.deadline: float | None = None
         self.abandoned = False
+        self.handed_over = threading.Event()
+        """Set once whoever abandoned the job is done with this slot's connection: the
+        thread, when its handler returns at last, waits for it before it lets go of the
+        connection (whose rollback would undo the attempt being recorded on it)."""
         self.behind: Any = None
         self.lock = threading.Lock()
+        self.activity = "connecting"
+        """What the thread does: "connecting" or "polling" (a claim or a settle: waiting on
+        the database), "idle", "running" (a handler) or "backing_off" (after an error);
+        health checks read it with `since`."""
+        self.since = time.monotonic()
+
+    def mark(self, activity: str) -> None:
+        """The thread moves on to `activity` now."""
+        self.activity, self.since = activity, time.monotonic()
 
     def begin(self, job: Job, raw_id: Any, timeout_s: float | None, lease: str | None) -> None:
         """A job starts running here, to be abandoned `timeout_s` from now (None: never)."""
         with self.lock:
             self.job, self.raw_id, self.lease = job, raw_id, lease
-            self.started = time.monotonic()
+            self.started = self.since = time.monotonic()
+            self.activity = "running"
             self.deadline = None if timeout_s is None else self.started + timeout_s
 
     def extend(self, seconds: float) -> None:
@@ -118,8 +141,11 @@ class Slot:
         `Replaced` if it was abandoned meanwhile."""
         with self.lock:
             self.deadline = None
-            if self.abandoned:
-                raise Replaced
+            self.activity, self.since = "polling", time.monotonic()
+            abandoned = self.abandoned
+        if abandoned:
+            self.handed_over.wait(HAND_OVER_WAIT_S)
+            raise Replaced
 
     def clear(self) -> None:
         with self.lock:
@@ -164,7 +190,7 @@ class JobRunner:
             raise ArgumentTypeError(f"handler must be callable, got {handler!r}")
         self.handler = handler
         self.options = options
-        self.stats = stats or Stats()
+        self.stats = stats or Stats(options.observers, options.log)
         self.advanced = options.handler_fn_mode == "advanced"
         self.log = options.log
         self.clock = options.clock
@@ -253,7 +279,7 @@ class JobRunner:
         outcomes: list[bool] = []
         succeeded: list[Any] = []
         finished: list[Job] = []
-        settled: list[str] = []
+        settled: list[tuple[str, Job]] = []
         failed: list[Any] = []
         job: Job | None = None
         raw_id: Any = None
@@ -270,7 +296,7 @@ class JobRunner:
                 if error is not None:
                     if isinstance(error, PayloadError):
                         self.emit("payload_decode_error", job, exception=error)
-                    settled.append(self._fail(conn, dialect, raw_id, job, error))
+                    settled.append((self._fail(conn, dialect, raw_id, job, error), job))
                     failed.append(raw_id)
                     outcomes.append(False)
                     continue
@@ -284,8 +310,9 @@ class JobRunner:
                     finished.append(job)
                     outcomes.append(True)
                 else:
-                    settled.append(self._retry_or_fail(conn, dialect, raw_id, job, error))
-                    if settled[-1] == "failed":
+                    outcome = self._retry_or_fail(conn, dialect, raw_id, job, error)
+                    settled.append((outcome, job))
+                    if outcome == "failed":
                         failed.append(raw_id)
                     outcomes.append(False)
             if self.claims is not None:
@@ -301,10 +328,10 @@ class JobRunner:
         finally:
             if slot is not None:
                 slot.clear()
-        for outcome in settled:
-            self.stats.add(outcome)
+        for outcome, job in settled:
+            self.stats.add(outcome, job)
         for job in finished:
-            self.stats.add("succeeded")
+            self.stats.add("succeeded", job)
             self.emit("job_finished", job, status="success")
         return outcomes
 
@@ -348,6 +375,7 @@ class JobRunner:
             last_error=last_error,
             priority=priority,
             connection=conn,
+            trace_context=row[-1],
         )
         return job, error
 
@@ -368,17 +396,25 @@ class JobRunner:
             return self.loops.run(result, timeout)
 
         error: BaseException | None = None
-        if self.advanced:
-            _, error = self._guarded(conn, dialect, "handler", handle, job)
-        else:
-            try:
-                handle(job.job_type, job.payload)
-            except BaseException as exc:
-                if _interrupts(exc):
-                    raise
-                error = exc
+        observers = self.stats.observers
+        if observers:
+            notify(observers, self.log, "job_started", job)
+            began = time.perf_counter()
+        try:
+            if self.advanced:
+                _, error = self._guarded(conn, dialect, "handler", handle, job)
+            else:
+                try:
+                    handle(job.job_type, job.payload)
+                except BaseException as exc:
+                    if _interrupts(exc):
+                        raise
+                    error = exc
+        finally:
+            if observers:
+                notify(observers, self.log, "job_ended", job, error, time.perf_counter() - began)
         if isinstance(error, JobTimedOut):
-            self.stats.add("timed_out")
+            self.stats.add("timed_out", job)
             assert timeout is not None
             self.emit(
                 "job_timed_out",
@@ -477,7 +513,7 @@ class JobRunner:
 
         if not self._while_leased(connect, write):
             return False
-        self.stats.add("succeeded")
+        self.stats.add("succeeded", job)
         self.emit("job_finished", job, status="success")
         return True
 
@@ -700,5 +736,5 @@ class JobRunner:
             return self.record_attempt(
                 conn, dialect, raw_id, job, failure, stage=later, lease=lease, back=back
             )
-        self.stats.add(outcome)
+        self.stats.add(outcome, job)
         return True

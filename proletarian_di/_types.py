@@ -6,15 +6,18 @@ Typing only: nothing here needs a database driver, and `Unpack` (for
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol, TypedDict, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Union
 
 from .job_ids import JobIdStrategy
 from .jobs import Job
 from .retry import RetrySpec
 from .serializers import Serializer
+
+if TYPE_CHECKING:
+    from .observers import Observer
 
 Connection = Any
 """An open DB-API connection: psycopg 3 (PostgreSQL) or PyMySQL (MySQL/MariaDB)."""
@@ -94,3 +97,4 @@ class WorkerOptions(TypedDict, total=False):
     job_timeouts: Mapping[str, int | None] | None
     max_crashes: int | None
     fallback_polling_interval_ms: int | None
+    observers: Sequence[Observer] | None

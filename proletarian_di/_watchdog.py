@@ -44,4 +44,7 @@ class Watchdog(threading.Thread):
             for slot in self.slots():
                 taken = slot.take_overdue(now)
                 if taken is not None:
-                    self.on_overdue(slot, *taken)
+                    try:
+                        self.on_overdue(slot, *taken)
+                    finally:
+                        slot.handed_over.set()

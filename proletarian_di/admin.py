@@ -20,7 +20,7 @@ from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._types import Connection
-from .errors import ConfigurationError, SchemaError
+from .errors import ArgumentTypeError, ConfigurationError, SchemaError
 from .periodic import Schedule, next_tick
 from .schema import UPGRADE_HINT, check_schema, periodic_table
 from .serializers import Serializer, check_serializer
@@ -30,8 +30,10 @@ __all__ = [
     "MAX_LIMIT",
     "STATES",
     "JobInfo",
+    "QueueOverview",
     "QueueStats",
     "Tables",
+    "ThroughputBucket",
     "cancel_jobs",
     "check",
     "delete_archived",
@@ -39,11 +41,13 @@ __all__ = [
     "list_jobs",
     "list_schedules",
     "missing_columns",
+    "overview",
     "purge_archive",
     "queue_stats",
     "recent_failures",
     "retry_failed",
     "retry_jobs",
+    "throughput",
     "waiting",
 ]
 
@@ -194,6 +198,169 @@ def queue_stats(
     for queue in _pauses.paused_queues(conn, dialect):
         by_queue.setdefault(queue, QueueStats(queue)).paused = True
     return [by_queue[name] for name in sorted(by_queue)]
+
+
+@dataclasses.dataclass
+class QueueOverview:
+    """One queue at a glance, as a dashboard shows it: its waiting jobs by state, its
+    outcomes over the last 24 hours, and whether it is paused."""
+
+    queue: str
+    queued: int = 0
+    scheduled: int = 0
+    retrying: int = 0
+    running: int = 0
+    succeeded_last_day: int = 0
+    failed_last_day: int = 0
+    oldest_due: timedelta | None = None
+    paused: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        oldest = data.pop("oldest_due")
+        data["oldest_due_seconds"] = None if oldest is None else round(oldest.total_seconds(), 3)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class ThroughputBucket:
+    """Jobs archived in [start, start + the bucket's length): succeeded and failed."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+
+
+_PROBED_PER_QUEUE = 200
+"""Where the database cannot list held rows, the overview probes this many of each queue's
+due rows, first in claim order: workers claim there, so that is where running jobs are."""
+
+
+def overview(
+    conn: Connection, *, now: datetime | None = None, tables: Tables = DEFAULT_TABLES
+) -> list[QueueOverview]:
+    """Per queue: queued, scheduled, retrying and running jobs, successes and failures in the
+    last 24 hours, the oldest due job's wait, and whether it is paused; by name.
+
+    It reads the job table once, the archive's last day through its `finished_at` index,
+    and probes only rows a worker may hold, so it stays quick on large tables."""
+    dialect = tables.dialect(conn)
+    now = _utc(now or datetime.now(timezone.utc))
+    at = dialect.encode_time(now)
+    by_queue: dict[str, QueueOverview] = {}
+
+    def entry(queue: str) -> QueueOverview:
+        return by_queue.setdefault(queue, QueueOverview(queue))
+
+    with dialect.admin_read(conn):
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT queue, "
+            f"SUM(CASE WHEN {_LEASED} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
+            f"THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN attempts = 0 AND process_at <= %s THEN 1 ELSE 0 END), "
+            f"MIN(CASE WHEN process_at <= %s THEN process_at END) "
+            f"FROM {tables.job_table} GROUP BY queue",
+            (at, at, at, at, at),
+        )
+        for queue, leased, retrying, scheduled, queued, oldest in rows:
+            item = entry(queue)
+            item.running, item.retrying = int(leased or 0), int(retrying or 0)
+            item.scheduled, item.queued = int(scheduled or 0), int(queued or 0)
+            if oldest is not None:
+                item.oldest_due = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
+        due_queues = [row[0] for row in rows if row[4] or row[2]]
+        for queue, attempts in _held(conn, dialect, tables, now, due_queues):
+            item = entry(queue)
+            item.running += 1
+            if attempts:
+                item.retrying -= 1
+            else:
+                item.queued -= 1
+        since = dialect.encode_time(now - timedelta(days=1))
+        for queue, status, count in dialect.fetchall(
+            conn,
+            f"SELECT queue, status, COUNT(*) FROM {tables.archived_job_table} "
+            "WHERE finished_at >= %s GROUP BY queue, status",
+            (since,),
+        ):
+            if status == "success":
+                entry(queue).succeeded_last_day = int(count)
+            elif status == "failure":
+                entry(queue).failed_last_day = int(count)
+        for queue in _pauses.paused_queues(conn, dialect):
+            entry(queue).paused = True
+    return [by_queue[name] for name in sorted(by_queue)]
+
+
+def _held(
+    conn: Connection, dialect: Dialect, tables: Tables, now: datetime, queues: list[str]
+) -> list[tuple[str, int]]:
+    """(queue, attempts) of each due row a worker holds locked now, not under a lease."""
+    held = dialect.held_rows(conn)
+    at = dialect.encode_time(now)
+    if held.narrowed:
+        candidates = dialect.fetchall(
+            conn,
+            f"SELECT job_id, queue, attempts FROM {tables.job_table} "
+            f"WHERE process_at <= %s AND leased_by IS NULL AND {held.condition}",
+            (at, *held.params),
+        )
+    else:
+        head = dialect.claim_statement("leased_by IS NULL AND ", "job_id, queue, attempts")
+        head = head.removesuffix(" FOR UPDATE SKIP LOCKED")
+        candidates = []
+        for queue in queues:
+            params = dialect.claim_params(queue, None, now, _PROBED_PER_QUEUE)
+            candidates += dialect.fetchall(conn, head, params)
+    ids = [row[0] for row in candidates]
+    locked = set(ids) if held.exact else dialect.probe_held(conn, ids)
+    return [(queue, int(attempts)) for job_id, queue, attempts in candidates if job_id in locked]
+
+
+def throughput(
+    conn: Connection,
+    *,
+    hours: int = 24,
+    buckets: int = 24,
+    queue: str | None = None,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> list[ThroughputBucket]:
+    """Jobs archived as succeeded and failed over the last `hours`, in `buckets` equal
+    slices, oldest first (every slice listed, empty ones as zeros); of one queue if given."""
+    for name, value in (("hours", hours), ("buckets", buckets)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ArgumentTypeError(f"{name} must be a positive int, got {value!r}")
+    dialect = tables.dialect(conn)
+    end = _utc(now or datetime.now(timezone.utc))
+    start = end - timedelta(hours=hours)
+    width = timedelta(hours=hours) / buckets
+    at = dialect.encode_time(start)
+    where = (
+        _Where()
+        .add("finished_at >= %s", at)
+        .add("finished_at < %s", dialect.encode_time(end))
+        .given("queue = %s", queue)
+    )
+    slot = dialect.seconds_since("finished_at")
+    sql = (
+        f"SELECT FLOOR({slot} / %s) AS slot, status, COUNT(*) FROM {tables.archived_job_table} "
+        f"WHERE {where.sql} GROUP BY 1, 2"
+    )
+    seconds = width.total_seconds()
+    rows = dialect.fetchall(conn, sql, (at, seconds, *where.params))
+    counts = [[0, 0] for _ in range(buckets)]
+    for index, status, count in rows:
+        n = min(int(index), buckets - 1)
+        if status in ("success", "failure"):
+            counts[n][status == "failure"] += int(count)
+    return [
+        ThroughputBucket(start + width * n, succeeded, failed)
+        for n, (succeeded, failed) in enumerate(counts)
+    ]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,9 @@ class Job:
     is the previous failed attempt's error (type, message and traceback), None on a
     first attempt. `priority` is the one it was enqueued with. `connection` is the
     connection of the job's own transaction (advanced mode and callbacks): writes made
-    through it commit or roll back together with the job's archive.
+    through it commit or roll back together with the job's archive. `trace_context` is the
+    OpenTelemetry context of the span that enqueued it (the propagator's fields as JSON),
+    None when it was enqueued outside a span.
     """
 
     job_id: uuid.UUID
@@ -32,3 +34,4 @@ class Job:
     last_error: str | None = None
     priority: int = 0
     connection: Any = dataclasses.field(default=None, repr=False, compare=False)
+    trace_context: str | None = dataclasses.field(default=None, repr=False)

@@ -27,11 +27,11 @@ NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
 OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
 
-WORKERS_NEED = "long_jobs"
+WORKERS_NEED = "observability"
 """The schema step workers, `process_next_job` and the admin queries need: their claim runs in
-the order of the priorities step's index, they read the paused queues, and they clear a
-job's lease. `enqueue` needs
-only the seeds' tables, unless asked for a newer step's feature (a priority, a unique key)."""
+the order of the priorities step's index, they read the paused queues, they clear a
+job's lease, and they read the job's trace context. `enqueue` needs only the seeds' tables,
+unless asked for a newer step's feature (a priority, a unique key, a trace context to keep)."""
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 PAUSED_TABLE_SUFFIX = "_paused"
@@ -103,6 +103,7 @@ def _render(
         index=f"{name}_queue_process_at",
         claim_index=f"{name}_queue_priority_process_at",
         unique_index=unique_index(job_table),
+        finished_index=finished_index(archived_job_table),
         collation=collation,
         version_table=version_table(job_table),
         periodic_table=periodic_table(job_table),
@@ -120,6 +121,11 @@ def _render(
 def unique_index(job_table: str) -> str:
     """The index that keeps one job per queue and key: `<job table name>_queue_unique_key`."""
     return f"{job_table.rpartition('.')[2]}_queue_unique_key"
+
+
+def finished_index(archived_job_table: str) -> str:
+    """The archive's index by time (the dashboard's overview): `<archive name>_finished_at`."""
+    return f"{archived_job_table.rpartition('.')[2]}_finished_at"
 
 
 def periodic_table(job_table: str) -> str:
@@ -194,7 +200,9 @@ def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
         return _step(dialect.name, "priorities")
     if "leased_by" not in columns:
         return _step(dialect.name, "paused_queues")
-    return _step(dialect.name, "long_jobs")
+    if "trace_context" not in columns:
+        return _step(dialect.name, "long_jobs")
+    return _step(dialect.name, "observability")
 
 
 def _step(dialect: str, name: str) -> int:

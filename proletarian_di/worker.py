@@ -24,6 +24,7 @@ from ._wakeup import Listener, Wakeup
 from ._watchdog import Watchdog
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
 from .jobs import Job
+from .observers import Observer, check_observers, observers_everywhere
 from .schema import check_schema
 
 if TYPE_CHECKING:
@@ -58,8 +59,9 @@ class QueueWorker:
 
     def __init__(self, data_source: DataSource, handler: Handler, options: WorkerSettings) -> None:
         self.options = options
+        self.data_source = data_source
         self.queue_worker_id = options.queue_worker_id
-        self.stats = Stats()
+        self.stats = Stats(options.observers, options.log)
         self._connect = connection_factory(data_source)
         self._direct_connect = direct_connect(data_source)
         self._listener: Listener | None = None
@@ -111,6 +113,36 @@ class QueueWorker:
         and timed-out attempts are also counted as retried or failed)."""
         return self.stats.as_dict()
 
+    def add_observer(self, observer: Observer) -> None:
+        """Tell `observer` about every job from now on (the CLI adds its metrics this way)."""
+        self.stats.observers.append(check_observers([observer])[0])
+
+    def threads(self) -> list[tuple[str, str, float]]:
+        """Each worker thread as (name, activity, seconds in it): "connecting" or "polling"
+        (waiting on the database), "idle", "running" (a handler) or "backing_off"."""
+        now = time.monotonic()
+        with self._cond:
+            threads = [(t.name, self._slots[t.name]) for t in self._threads if t.is_alive()]
+        return [(name, slot.activity, max(0.0, now - slot.since)) for name, slot in threads]
+
+    def ping(self) -> None:
+        """Run `SELECT 1` on a new connection beside the pool, whose connections the worker's
+        own threads may all hold (readiness checks); in the pool if it gives no other way."""
+        if self._direct_connect is None:
+            with self._connect() as conn:
+                self._select_one(conn)
+            return
+        conn = self._direct_connect()
+        try:
+            self._select_one(conn)
+        finally:
+            conn.close()
+
+    def _select_one(self, conn: Any) -> None:
+        dialect = self._runner.dialect(conn)
+        dialect.fetchall(conn, "SELECT 1")
+        dialect.rollback(conn)
+
     def check(self) -> str:
         """Check the server version, the tables and their schema version; raise a clear
         error if unfit. Returns the dialect name, 'postgresql' or 'mysql'."""
@@ -140,6 +172,9 @@ class QueueWorker:
             if self._state != "new":
                 raise WorkerStateError(f"{self!r} cannot be started twice")
             self._state = "starting"
+        for observer in observers_everywhere():
+            if observer not in self.stats.observers:
+                self.stats.observers.append(observer)
         try:
             if self._hook is not None:
                 self._hook.install()
@@ -223,7 +258,7 @@ class QueueWorker:
         """The watchdog gave up on a job: cut its transaction, let another thread take its
         place, and record its attempt as timed out."""
         timeout = self.options.timeout_s(job.job_type) or 0.0
-        self.stats.add("timed_out")
+        self.stats.add("timed_out", job)
         self._runner.emit(
             "job_timed_out",
             job,
@@ -376,7 +411,7 @@ class QueueWorker:
             f"(await_termination_timeout_ms={self.options.await_termination_timeout_ms}); "
             "rolled back"
         )
-        self.stats.add("abandoned")
+        self.stats.add("abandoned", job)
         self._runner.emit(
             "job_abandoned",
             job,
@@ -388,6 +423,7 @@ class QueueWorker:
                 dialect.abort(conn)
             except Exception as exc:
                 self._emit("polling_error", exception=exc)
+        slot.handed_over.set()
         return job, raw_id, lease, failure
 
     def _record(self, job: Job, raw_id: Any, lease: str | None, failure: Exception) -> None:
@@ -442,6 +478,7 @@ class QueueWorker:
         interval = self.options.polling_interval_ms / 1000
         batch_size = self.options.batch_size
         while not self._stopping.is_set():
+            slot.mark("connecting")
             try:
                 with self._connect() as conn:
                     dialect = self._runner.dialect(conn)
@@ -449,10 +486,11 @@ class QueueWorker:
                     with dialect.attached(conn) as session:
                         while not self._stopping.is_set():
                             self._emit("polling_for_jobs")
+                            slot.mark("polling")
                             ran = self._runner.run_batch(session, slot, batch_size)
                             backoff.reset()
                             if not ran:
-                                self._idle(interval)
+                                self._idle(slot, interval)
             except Exception as exc:
                 if not self._polling_failed(slot, exc, backoff):
                     break
@@ -466,18 +504,20 @@ class QueueWorker:
         while not self._stopping.is_set():
             try:
                 self._emit("polling_for_jobs")
+                slot.mark("polling")
                 ran = self._runner.run_leased(self._connect, slot, self.options.batch_size)
                 backoff.reset()
                 if not ran:
-                    self._idle(interval)
+                    self._idle(slot, interval)
             except Exception as exc:
                 if not self._polling_failed(slot, exc, backoff):
                     break
 
-    def _idle(self, interval: float) -> None:
+    def _idle(self, slot: Slot, interval: float) -> None:
         """Wait for work: with a listener up (and no `max_running`, whose slots free up
         unannounced), until the next known due time or the fallback polling interval; else
         one polling interval."""
+        slot.mark("idle")
         listener = self._listener
         if listener is None or not listener.listening.is_set() or self.options.max_running:
             self._wakeup.idle(interval)
@@ -502,6 +542,7 @@ class QueueWorker:
         if self._should_stop(exc):
             self.stop()
             return False
+        slot.mark("backing_off")
         self._stopping.wait(backoff.next())
         return True
 

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 8) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 9) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
+    trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
     UNIQUE INDEX job_queue_unique_key (queue, unique_key),
     INDEX job_queue_priority_process_at (queue, priority_rank, process_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
@@ -35,7 +36,8 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     status      VARCHAR(16) NOT NULL,   -- success / failure / cancelled
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
     last_error  TEXT NULL,              -- a failure's error; the last failed attempt's otherwise
-    priority    INTEGER NOT NULL DEFAULT 0
+    priority    INTEGER NOT NULL DEFAULT 0,
+    INDEX archived_job_finished_at (finished_at, queue, status) -- the archive by time (dashboard)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.job_periodic (

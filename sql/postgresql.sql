@@ -1,4 +1,4 @@
--- proletarian-di schema (version 7) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 8) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     last_error  TEXT,                 -- the last failed attempt's error (type, message, trace)
     unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
-    leased_by   TEXT                  -- lease mode: the claim running it (NULL: none)
+    leased_by   TEXT,                 -- lease mode: the claim running it (NULL: none)
+    trace_context TEXT                -- the enqueuer's trace context, JSON (NULL: none)
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -31,6 +32,9 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     last_error  TEXT,                 -- a failure's error; the last failed attempt's otherwise
     priority    INTEGER NOT NULL DEFAULT 0
 );
+
+-- the archive by time (the dashboard's overview)
+CREATE INDEX IF NOT EXISTS archived_job_finished_at ON proletarian.archived_job (finished_at, queue, status);
 
 -- the claim's order: priority (higher first), then process_at
 CREATE INDEX IF NOT EXISTS job_queue_priority_process_at ON proletarian.job (queue, (-priority), process_at);

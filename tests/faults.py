@@ -32,6 +32,8 @@ class TCPProxy:
         self._pairs: set[tuple[socket.socket, socket.socket]] = set()
         self._accepting = True
         self._closed = False
+        self._flowing = threading.Event()
+        self._flowing.set()
         self.accepted = 0
         self.peak = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -73,7 +75,15 @@ class TCPProxy:
         with self._lock:
             self._accepting = True
 
+    def stall(self) -> None:
+        """Hold every byte in both directions (a hung server or network), until `flow()`."""
+        self._flowing.clear()
+
+    def flow(self) -> None:
+        self._flowing.set()
+
     def close(self) -> None:
+        self._flowing.set()
         self._closed = True
         with contextlib.suppress(OSError):
             self._listener.close()
@@ -117,6 +127,7 @@ class TCPProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

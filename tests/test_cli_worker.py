@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from cli_fixtures.cli_db import ARCHIVE, ENV, JOB, CliDB
 from typer.testing import CliRunner
@@ -129,12 +132,14 @@ def test_a_worker_whose_thread_dies_exits_1_naming_it(db):
 class WorkerProcess:
     """`proletarian-di worker workerapp:Container` in a subprocess, stderr collected."""
 
-    def __init__(self, db, marks: Path, target: str = "workerapp:Container") -> None:
+    def __init__(
+        self, db, marks: Path, target: str = "workerapp:Container", args: tuple[str, ...] = ()
+    ) -> None:
         script = Path(sys.executable).with_name("proletarian-di")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "proletarian_di.cli"]
         env = {**db.env(), "CLI_TEST_MARKS": str(marks), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [*command, "worker", target, "--path", str(FIXTURES)],
+            [*command, "worker", target, "--path", str(FIXTURES), *args],
             env=env,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
@@ -222,3 +227,44 @@ def test_real_process_imports_from_cwd_and_reports_a_bad_target_in_one_line(tmp_
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "cwdapp:TARGET is str" in lines[0]
+
+
+def test_metrics_and_health_ports_serve_on_localhost_while_the_worker_runs(db, tmp_path):
+    db.enqueue(("sleep", {"n": 1, "seconds": 0}), ("sleep", {"n": 2, "seconds": 0}))
+    worker = WorkerProcess(db, tmp_path, args=("--metrics-port", "0", "--health-port", "0"))
+    worker.wait_for(lambda: "health checks at" in worker.output, "the servers to start")
+    worker.wait_for(lambda: len(db.archived()) == 2, "both jobs to run")
+    metrics = re.search(r"metrics at http://127\.0\.0\.1:(\d+)/metrics", worker.output)
+    health = re.search(r"health checks at http://127\.0\.0\.1:(\d+)/livez", worker.output)
+    assert metrics and health, worker.output
+    scraped = httpx.get(f"http://127.0.0.1:{metrics[1]}/metrics").text
+    assert 'proletarian_jobs_total{job_type="sleep",outcome="succeeded",queue="default"}' in scraped
+    assert "proletarian_database_up 1.0" in scraped
+    assert httpx.get(f"http://127.0.0.1:{health[1]}/livez").status_code == 200
+    ready = httpx.get(f"http://127.0.0.1:{health[1]}/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    with socket.socket() as other:  # not listening on the machine's other addresses
+        assert other.connect_ex((_outward_address(), int(health[1]))) != 0
+    worker.signal(signal.SIGTERM)
+    assert worker.finish() == 0, worker.output
+
+
+def _outward_address() -> str:
+    """This machine's address on its default route (or a non-loopback stand-in)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            return probe.getsockname()[0]
+        except OSError:
+            return "127.0.0.2"
+
+
+def test_metrics_port_in_use_is_a_clear_error(db, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        worker = WorkerProcess(db, tmp_path, args=("--metrics-port", str(port)))
+        code = worker.finish()
+    assert code == 2, worker.output
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in worker.output

@@ -154,3 +154,50 @@ def test_signup_writes_the_account_and_its_email_job_in_one_transaction(signup_a
     assert pg.query("SELECT email FROM app_account") == [("a@example.com",)]
     assert pg.archived() == [("send_email", "success", 1)]
     assert pg.jobs() == []  # the rolled-back duplicate left no job behind
+
+
+def test_health_routes_and_metrics_mount_follow_the_containers_workers(backend):
+    from prometheus_client import REGISTRY
+
+    from proletarian_di.contrib.fastapi import health_router, metrics_app
+    from proletarian_di.contrib.prometheus import metrics_observer
+    from proletarian_di.di import mysql_data_source
+
+    source = (
+        providers.Resource(mysql_data_source, backend.url, max_connections=2)
+        if backend.name == "mysql"
+        else providers.Resource(postgres_pool, backend.url, min_size=1, max_size=2)
+    )
+
+    class Container(containers.DeclarativeContainer):
+        pool = source
+        worker = providers.Resource(
+            queue_worker,
+            pool,
+            lambda job_type, payload: None,
+            queue="health",
+            polling_interval_ms=10,
+            observers=[metrics_observer()],
+        )
+
+    container = Container()
+    app = FastAPI(lifespan=worker_lifespan(container))
+    app.include_router(health_router(container), prefix="/health")
+    app.mount("/metrics", metrics_app())
+    labels = {"queue": "health", "job_type": "ping", "outcome": "succeeded"}
+    before = REGISTRY.get_sample_value("proletarian_jobs_total", labels) or 0
+    with TestClient(app) as client:
+        live, ready = client.get("/health/livez"), client.get("/health/readyz")
+        assert (live.status_code, ready.status_code) == (200, 200), ready.text
+        [worker] = ready.json()["workers"]
+        assert worker["queue_worker_id"] == "proletarian[health]" and worker["ready"]
+        enqueue_committed(backend, ("ping", None), queue="health")
+        wait_until(
+            lambda: REGISTRY.get_sample_value("proletarian_jobs_total", labels) == before + 1
+        )
+        scraped = client.get("/metrics/").text
+        assert (
+            'proletarian_jobs_total{job_type="ping",outcome="succeeded",queue="health"}' in scraped
+        )
+    # After shutdown the container has no running worker: nothing to be ready with.
+    assert client.get("/health/readyz").status_code == 503

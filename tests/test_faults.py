@@ -26,6 +26,7 @@ from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many
 from proletarian_di._dialects import unwrap_connection
+from proletarian_di.health import check_health
 from proletarian_di.mysql import MySQLDataSource
 from proletarian_di.schema import install_schema
 
@@ -484,3 +485,48 @@ def test_postgres_server_restarted_mid_run(own_postgres: Any) -> None:
     assert runs.duplicates() == dict.fromkeys(runs.waiting, 2)
     assert set(runs.counts) == set(ids)
     assert log.named("polling_error")
+
+
+# Health checks ---------------------------------------------------------------------------
+
+
+@pytest.mark.db
+def test_health_tells_a_database_away_from_a_worker_stuck_on_it(target: Target) -> None:
+    with proxied_pool(target, 2, timeout=2) as (proxy, pool):
+        w = worker(pool, lambda job_type, payload: None, worker_threads=2)
+        with running(w):
+            healthy = check_health([w])
+            assert (healthy.alive, healthy.ready) == (True, True), healthy
+            idle = wait_for(
+                lambda: (lambda h: h if h.workers[0].threads[0]["activity"] == "idle" else None)(
+                    check_health([w])
+                ),
+                what="a thread to be idle",
+            )
+            assert len(idle.workers[0].threads) == 2
+
+            proxy.down()  # refused: the worker backs off, alive; not ready
+            away = wait_for(
+                lambda: (lambda h: h if not h.ready else None)(check_health([w])),
+                what="readiness to fail",
+            )
+            assert away.alive and "the database did not answer" in away.workers[0].problems[0]
+
+            proxy.up()
+            wait_for(lambda: check_health([w]).ready, what="readiness to come back")
+
+            proxy.stall()  # hung: a claim waits on the database, and the thread is stuck
+            w.wake()
+            stuck = wait_for(
+                lambda: (lambda h: h if not h.alive else None)(
+                    check_health([w], stuck_after_s=0.5, ping_timeout_s=0.2)
+                ),
+                what="liveness to fail",
+            )
+            assert not stuck.ready
+            assert any("waited" in problem for problem in stuck.workers[0].problems)
+            proxy.flow()
+            wait_for(lambda: check_health([w], stuck_after_s=0.5).alive, what="it to recover")
+    after = check_health([w])
+    assert (after.alive, after.ready) == (False, False)
+    assert after.workers[0].problems == ["worker is stopped"]

@@ -224,7 +224,7 @@ def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_every_step(scrat
     source = backend.pool(2)
     try:
         enqueue_committed(backend, ("t", 1), job_table=f"{OLD}.job")
-        with pytest.raises(SchemaError, match=r"missing steps: \d+ \(long jobs\)"):
+        with pytest.raises(SchemaError, match=r"missing steps: \d+ \(observability\)"):
             process_next_job(source, lambda t, p: None, **tables(OLD))
         upgrade(backend)
         ran = []

@@ -504,3 +504,30 @@ def test_bad_timeouts_are_refused_naming_the_option(
     with pytest.raises(ConfigurationError, match=named.replace("[", r"\[")):
         process_next_job(pool, lambda t, p: None, **options)
     assert backend.jobs() == [("t", 0, "default")], "nothing ran"
+
+
+def test_a_handler_returning_while_its_timeout_is_recorded_does_not_undo_the_record(
+    backend: Backend, pool: Any
+) -> None:
+    """Held mode records a timed-out attempt on the job's own connection: the handler that
+    returns meanwhile waits for the record before its thread lets go of that connection."""
+    release = threading.Event()
+    ran: list[int] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        ran.append(1)
+        release.wait(10)
+
+    def retry_later(job: Any, exc: BaseException) -> RetrySpec:
+        release.set()  # the handler returns while the attempt is being recorded
+        time.sleep(0.3)
+        return RetrySpec(1, [3_600_000])
+
+    worker = make_worker(pool, handler, None, job_timeout_ms=200, retry_strategy_fn=retry_later)
+    enqueue_committed(backend, ("racing", None))
+    with running(worker, release):
+        wait_until(lambda: worker.summary()["retried"] == 1, timeout=15, description="retry")
+        wait_until(lambda: worker.state == "running" and len(worker.threads()) == 1)
+        attempts, error, _ = waiting_row(backend, "racing")
+    assert attempts == 1 and "JobTimedOut" in error
+    assert ran == [1]

@@ -23,12 +23,15 @@ from ..job_ids import JobIdStrategy
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
-JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int]
+JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None"]
 """A claimed job: id, queue, type, payload, attempts, enqueued_at, process_at, last_error,
-priority (times as the driver returns them)."""
-LeasedRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None"]
-"""A job claimed in lease mode: a `JobRow` (attempts and process_at as they were before the
-claim) and the lease it was under, if any: a lease that expired, whose run never finished."""
+priority, trace_context (times as the driver returns them)."""
+LeasedRow = tuple[
+    Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None", "str | None"
+]
+"""A job claimed in lease mode: a `JobRow`'s first nine columns (attempts and process_at as
+they were before the claim), the lease it was under, if any (a lease that expired, whose run
+never finished), and the trace context: the trace context is last in both."""
 UNIQUE_TRIES = 3
 """How often `insert_unique` tries again when the job holding the key left in between."""
 
@@ -236,7 +239,7 @@ class Dialect:
             "WHERE job_id = %s"
         )
         self.lease_select_sql = self.claim_statement(
-            columns=f"{self.columns}, last_error, priority, leased_by"
+            columns=f"{self.columns}, last_error, priority, leased_by, trace_context"
         )
         # A leased job's row counts its attempt from the claim on; settling it takes that
         # back, so that the outcome is written as in the held-transaction mode.
@@ -264,14 +267,16 @@ class Dialect:
         """The claim, with an extra `condition` first in its WHERE clause, selecting
         `columns` (default: a `JobRow`)."""
         return (
-            f"SELECT {columns or self.columns + ', last_error, priority'} FROM {self.job_table} "
+            f"SELECT {columns or self.columns + ', last_error, priority, trace_context'} "
+            f"FROM {self.job_table} "
             f"WHERE {condition}{self.claim_queue} AND {self.claim_from} AND process_at <= %s "
             f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
         )
 
     def insert_into(self, extra: tuple[str, ...]) -> str:
         """The INSERT of one job with the seeds' columns and `extra` ones (a priority, a
-        unique key): a job without them writes only what the seeds' tables have."""
+        unique key, a trace context): a job without them writes only what the seeds' tables
+        have."""
         columns = ", ".join((self.columns, *extra))
         marks = ", ".join(["%s"] * (7 + len(extra)))
         return f"INSERT INTO {self.job_table} ({columns}) VALUES ({marks})"
@@ -293,6 +298,10 @@ class Dialect:
 
     def decode_time(self, value: datetime) -> datetime:
         return value
+
+    def seconds_since(self, column: str) -> str:
+        """SQL for the seconds from a time parameter (`%s`) to `column`'s time."""
+        return f"EXTRACT(EPOCH FROM ({column} - %s::timestamptz))"
 
     # Statements --------------------------------------------------------------
 
@@ -472,14 +481,16 @@ class Dialect:
         self, row: Sequence[Any], key: str | None = None
     ) -> tuple[str, tuple[Any, ...]]:
         """The INSERT for one enqueued row `(id, queue, type, payload, enqueued_at, due,
-        priority)`, with its unique `key` if it has one."""
-        job_id, queue, job_type, payload, enqueued_at, process_at, priority = row
+        priority, trace_context)`, with its unique `key` if it has one."""
+        job_id, queue, job_type, payload, enqueued_at, process_at, priority, trace = row
         extra: tuple[str, ...] = ()
         values: tuple[Any, ...] = ()
         if priority:
             extra, values = ("priority",), (priority,)
         if key is not None:
             extra, values = (*extra, "unique_key"), (*values, key)
+        if trace is not None:
+            extra, values = (*extra, "trace_context"), (*values, trace)
         sql = self._inserts.get(extra)
         if sql is None:
             sql = self._inserts[extra] = self.insert_into(extra)
@@ -632,7 +643,7 @@ class Dialect:
     def held_rows(self, conn: Any) -> HeldRows:
         """Which job rows other transactions hold locked now (running jobs), told without
         taking locks: every row, to be probed, where the database cannot narrow them."""
-        return HeldRows("1 = 1", [], exact=False)
+        return HeldRows(_EVERY_ROW, [], exact=False)
 
     def probe_held(self, conn: Any, job_ids: Sequence[Any]) -> set[Any]:
         """Of these job rows (ids as stored), those another transaction holds locked now:
@@ -666,6 +677,9 @@ class Dialect:
         return self.execute_count(conn, sql, params)
 
 
+_EVERY_ROW = "1 = 1"
+
+
 class HeldRows(NamedTuple):
     """An SQL condition on a job row (with its parameters) that is true for every row
     another transaction holds locked: exactly those when `exact`, else a superset whose
@@ -674,3 +688,8 @@ class HeldRows(NamedTuple):
     condition: str
     params: list[Any]
     exact: bool
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether the condition picks rows out (else every row is a candidate)."""
+        return self.exact or self.condition != _EVERY_ROW

@@ -64,6 +64,9 @@ class MySQLDialect(Dialect):
     def decode_time(self, value: datetime) -> datetime:
         return value.replace(tzinfo=timezone.utc)
 
+    def seconds_since(self, column: str) -> str:
+        return f"TIMESTAMPDIFF(MICROSECOND, %s, {column}) / 1000000"
+
     def cursor(self, conn: Any) -> Any:
         return conn.cursor(_tuple_cursor())
 
@@ -192,7 +195,8 @@ class MySQLDialect(Dialect):
         if not rows:
             return
         enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
-        given = (rows[0][6],) if rows[0][6] else ()
+        priority, trace = rows[0][6:8]
+        given = ((priority,) if priority else ()) + (() if trace is None else (trace,))
         params = [
             (row[0], row[1], row[2], row[3], 0, enqueued_at, process_at, *given) for row in rows
         ]

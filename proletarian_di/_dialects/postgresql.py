@@ -100,7 +100,7 @@ class PostgresDialect(Dialect):
             f"UPDATE {job} AS j SET attempts = j.attempts + 1, process_at = %s, leased_by = %s "
             "FROM claimed WHERE j.job_id = claimed.job_id RETURNING j.job_id, j.queue, "
             "j.job_type, j.payload, j.attempts - 1, j.enqueued_at, claimed.process_at, "
-            "j.last_error, j.priority, claimed.leased_by"
+            "j.last_error, j.priority, claimed.leased_by, j.trace_context"
         )
         # A leased job's success: the lease checked, the row moved, in one statement (the
         # row already counts the attempt).
@@ -110,13 +110,15 @@ class PostgresDialect(Dialect):
             "RETURNING *) " + self.archive_select.replace("attempts + 1", "attempts") + "FROM done"
         )
         self.insert_many_sql = {
-            priority: (
-                f"WITH job AS (INSERT INTO {job} ({self.columns}{', priority' * priority}) "
-                f"SELECT u.job_id, %s, u.job_type, u.payload, 0, %s, %s{', %s' * priority} "
+            (priority, traced): (
+                f"WITH job AS (INSERT INTO {job} ({self.columns}{', priority' * priority}"
+                f"{', trace_context' * traced}) SELECT u.job_id, %s, u.job_type, u.payload, 0, "
+                f"%s, %s{', %s' * priority}{', %s' * traced} "
                 "FROM unnest(%b::uuid[], %b::text[], %b::text[]) AS u(job_id, job_type, payload))"
                 + _NOTIFY
             )
             for priority in (False, True)
+            for traced in (False, True)
         }
 
     def insert_into(self, extra: tuple[str, ...]) -> str:
@@ -322,13 +324,13 @@ class PostgresDialect(Dialect):
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
-        _, queue, _, _, enqueued_at, process_at, priority = rows[0]
+        _, queue, _, _, enqueued_at, process_at, priority, trace = rows[0]
         ids = [r[0] for r in rows]
         types = [r[2] for r in rows]
         payloads = [r[3] for r in rows]
-        given = (priority,) if priority else ()
+        given = ((priority,) if priority else ()) + (() if trace is None else (trace,))
         conn.execute(
-            self.insert_many_sql[bool(priority)],
+            self.insert_many_sql[bool(priority), trace is not None],
             (
                 queue,
                 enqueued_at,

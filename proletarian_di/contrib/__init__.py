@@ -5,6 +5,7 @@
 - `contrib.cli`: the `proletarian-di` command (extra `cli`)
 - `contrib.embedded`: a throwaway PostgreSQL server (extra `embedded`)
 - `contrib.demo`: the system `proletarian-di demo` runs (extras `di` and `embedded`)
+- `contrib.opentelemetry`: a span per job run, in the enqueuer's trace (extra `tracing`)
 
 The short paths `proletarian_di.di`, `proletarian_di.fastapi`, `proletarian_di.cli`
 and `proletarian_di.embedded` re-export them.

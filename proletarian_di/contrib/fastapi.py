@@ -15,12 +15,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
-from .._containers import init_resources, is_container, shutdown_resources
+from .._containers import container_workers, init_resources, is_container, shutdown_resources
+from ..health import check_health
+from ..worker import QueueWorker
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 from ..errors import ArgumentTypeError
 
 Lifespan = Callable[[Any], AbstractAsyncContextManager[Any]]
@@ -63,3 +68,44 @@ def worker_lifespan(
                 await anyio.to_thread.run_sync(stop)
 
     return run
+
+
+def health_router(source: Any, **options: Any) -> APIRouter:
+    """GET `/livez` and `/readyz` for `source`'s workers (a container, a QueueWorker, a list
+    of them, or a function returning one): 200 or 503 with `check_health`'s details.
+    `options` go to `check_health` (`stuck_after_s`, `ping_timeout_s`)."""
+    from fastapi import APIRouter
+    from fastapi.responses import JSONResponse
+
+    def workers() -> list[QueueWorker]:
+        found = source() if callable(source) and not is_container(source) else source
+        if is_container(found):
+            return container_workers(found)
+        return [found] if isinstance(found, QueueWorker) else list(found)
+
+    async def answer(database: bool) -> JSONResponse:
+        health = await anyio.to_thread.run_sync(
+            lambda: check_health(workers, database=database, **options)
+        )
+        ok = health.alive and (health.ready or not database)
+        return JSONResponse(health.as_dict(), status_code=200 if ok else 503)
+
+    router = APIRouter()
+
+    @router.get("/livez", summary="Liveness: no worker thread is stuck")
+    async def livez() -> JSONResponse:
+        return await answer(database=False)
+
+    @router.get("/readyz", summary="Readiness: the workers run and their database answers")
+    async def readyz() -> JSONResponse:
+        return await answer(database=True)
+
+    return router
+
+
+def metrics_app(registry: Any = None) -> Any:
+    """Prometheus's ASGI app (extra `metrics`): `app.mount("/metrics", metrics_app())`."""
+    from .prometheus import REGISTRY
+    from .prometheus import metrics_app as asgi_app
+
+    return asgi_app(registry or REGISTRY)

@@ -10,17 +10,21 @@ import importlib.util
 import inspect
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
 
 import typer
 
+from ... import admin
 from ..._containers import as_container, container_workers, init_resources, shutdown_resources
 from ..._logging import describe
 from ..._signals import Signals, total_summary
 from ..._signals import exit_now as _exit_now
 from ..._signals import stop_all as _stop_all
+from ...health import serve_health
+from ...observers import observing_all
 from ...worker import QueueWorker
 from ._app import (
     EXIT_CODES_HELP,
@@ -195,6 +199,36 @@ def worker(
         LogLevel,
         typer.Option("--log-level", envvar="PROLETARIAN_LOG_LEVEL", help="Worker log level."),
     ] = LogLevel.info,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            envvar="PROLETARIAN_METRICS_PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics (extra `metrics`).",
+            show_default=False,
+        ),
+    ] = None,
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            "--health-port",
+            envvar="PROLETARIAN_HEALTH_PORT",
+            min=0,
+            max=65535,
+            help="Answer liveness at http://HOST:PORT/livez and readiness at /readyz.",
+            show_default=False,
+        ),
+    ] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            envvar="PROLETARIAN_LISTEN_HOST",
+            help="Address the metrics and health ports listen on.",
+        ),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the workers of TARGET until SIGTERM or SIGINT.
 
@@ -205,8 +239,11 @@ def worker(
     """
     for folder in reversed(path or [Path.cwd()]):
         sys.path.insert(0, str(folder.resolve()))
+    servers = contextlib.ExitStack()
     with _log_level(log_level.value), Signals(on_second=_exit_now) as signals:
         loaded = load_target(target)
+        if metrics_port is not None:
+            servers.enter_context(observing_all(_metrics_observer()))
         try:
             workers = _start(loaded)
         except CLIError:
@@ -223,9 +260,10 @@ def worker(
             for w in workers
         )
         err.print(_escape(f"proletarian-di worker {target}: running {described}"))
-        err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
         stopped_alone: list[QueueWorker] = []
         try:
+            servers.enter_context(_observing(workers, metrics_port, health_port, host))
+            err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
             while signals.wait(0.2) is None:
                 stopped_alone = [w for w in workers if not w.running]
                 if stopped_alone:
@@ -237,6 +275,7 @@ def worker(
                 )
         finally:
             clean = _stop_all(workers)
+            servers.close()
             if loaded.container is not None:
                 shutdown_resources(loaded.container)
         totals, summary = total_summary(workers)
@@ -247,6 +286,57 @@ def worker(
             err.print(f"stopped: {totals['abandoned']} abandoned (they run again); {summary}")
             raise typer.Exit(ExitCode.ABANDONED)
         err.print(f"stopped cleanly: {summary}")
+
+
+@contextlib.contextmanager
+def _observing(
+    workers: list[QueueWorker], metrics_port: int | None, health_port: int | None, host: str
+) -> Iterator[None]:
+    """Serve the workers' metrics and health checks while they run, as asked."""
+    with contextlib.ExitStack() as stack:
+        if metrics_port is not None:
+            server = _serve_metrics(workers, metrics_port, host)
+            stack.callback(server.shutdown)
+            stack.callback(server.server_close)
+            err.print(f"metrics at http://{_hostport(host, server.server_address[1])}/metrics")
+        if health_port is not None:
+            health = serve_health(workers, port=health_port, host=host)
+            stack.callback(health.close)
+            err.print(f"health checks at http://{_hostport(host, health.port)}/livez and /readyz")
+        yield
+
+
+def _metrics_observer() -> Any:
+    try:
+        from ..prometheus import metrics_observer
+    except ImportError:
+        raise CLIError(
+            "--metrics-port needs prometheus-client: pip install 'proletarian-di[metrics]'",
+            ExitCode.USAGE,
+        ) from None
+    return metrics_observer()
+
+
+def _serve_metrics(workers: list[QueueWorker], port: int, host: str) -> Any:
+    from ..prometheus import register_queue_depth, serve_metrics
+
+    by_source: dict[int, tuple[Any, list[admin.Tables]]] = {}
+    for worker in workers:
+        pair = admin.Tables(worker.options.job_table, worker.options.archived_job_table)
+        by_source.setdefault(id(worker.data_source), (worker.data_source, []))[1].append(pair)
+    (first, tables), *others = by_source.values()
+    collector = register_queue_depth(first, tables)
+    for data_source, more in others:
+        collector.add(data_source, more)
+    try:
+        server, _ = serve_metrics(port, host)
+    except OSError as exc:
+        raise CLIError(f"cannot serve metrics on {host}:{port}: {exc}", ExitCode.USAGE) from None
+    return server
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _why_stopped(worker: QueueWorker) -> str:

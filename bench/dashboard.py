@@ -1,0 +1,164 @@
+"""The dashboard scenario: how long the overview takes on a large queue.
+
+It fills the benchmark's tables with 100,000 waiting jobs (four queues) and 1,000,000
+archived ones (finished over the last 30 days, one in ten failed), then times what the
+dashboard's overview page runs (`admin.overview` and a 24-hour `admin.throughput`) and the
+page itself, served by the dashboard app in-process. It times them again without the
+archive's `finished_at` index, to show what that index is for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from proletarian_di import admin
+
+from .db import ARCHIVED_JOB_TABLE, JOB_TABLE, Database
+
+console = Console(highlight=False)
+WAITING, ARCHIVED, QUEUES = 100_000, 1_000_000, 4
+REPEATS = 20
+TABLES = admin.Tables(JOB_TABLE, ARCHIVED_JOB_TABLE)
+FINISHED_INDEX = f"{ARCHIVED_JOB_TABLE.rpartition('.')[2]}_finished_at"
+
+_POSTGRES_FILL = (
+    f"INSERT INTO {JOB_TABLE} (job_id, queue, job_type, payload, attempts, enqueued_at, "
+    "process_at) SELECT gen_random_uuid(), 'queue' || (n % {queues}), 'type' || (n % 10), "
+    "'{{}}', n % 3 / 2, now() - interval '1 hour', now() - (n % 7) * interval '1 minute' "
+    "+ (n % 5 / 4) * interval '1 day' FROM generate_series(1, {waiting}) AS n",
+    f"INSERT INTO {ARCHIVED_JOB_TABLE} (job_id, queue, job_type, payload, attempts, "
+    "enqueued_at, process_at, status, finished_at) SELECT gen_random_uuid(), "
+    "'queue' || (n % {queues}), 'type' || (n % 10), '{{}}', 1, at, at, CASE WHEN n % 10 = 0 "
+    "THEN 'failure' ELSE 'success' END, at FROM (SELECT n, now() - n * interval '30 days' "
+    "/ {archived} AS at FROM generate_series(1, {archived}) AS n) AS s",
+)
+_MYSQL_SEQUENCE = (
+    "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {count}) "
+)
+_MYSQL_FILL = (
+    f"INSERT INTO {JOB_TABLE} (job_id, queue, job_type, payload, attempts, enqueued_at, "
+    "process_at) " + _MYSQL_SEQUENCE.format(count="{waiting}") + "SELECT "
+    "UNHEX(REPLACE(UUID(), '-', '')), CONCAT('queue', n % {queues}), CONCAT('type', n % 10), "
+    "'{{}}', (n % 3) DIV 2, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL "
+    "(n % 7) MINUTE + INTERVAL ((n % 5) DIV 4) DAY FROM seq",
+    f"INSERT INTO {ARCHIVED_JOB_TABLE} (job_id, queue, job_type, payload, attempts, "
+    "enqueued_at, process_at, status, finished_at) "
+    + _MYSQL_SEQUENCE.format(count="{archived}")
+    + "SELECT UNHEX(REPLACE(UUID(), '-', '')), CONCAT('queue', n % {queues}), "
+    "CONCAT('type', n % 10), '{{}}', 1, at, at, IF(n % 10 = 0, 'failure', 'success'), at "
+    "FROM (SELECT n, UTC_TIMESTAMP(6) - INTERVAL (n * 2592) DIV 1000 SECOND AS at FROM seq) AS s",
+)
+
+
+def fill(db: Database) -> float:
+    """Load the tables; the seconds it took."""
+    began = time.perf_counter()
+    db.recreate()
+    mysql = db.name == "mysql"
+    sizes = {"waiting": WAITING, "archived": ARCHIVED, "queues": QUEUES}
+    with contextlib.closing(db.connect()) as conn:
+        cursor = conn.cursor()
+        if mysql:
+            for setting in ("cte_max_recursion_depth", "max_recursive_iterations"):
+                with contextlib.suppress(Exception):
+                    cursor.execute(f"SET SESSION {setting} = {ARCHIVED + 1}")
+        for statement in _MYSQL_FILL if mysql else _POSTGRES_FILL:
+            cursor.execute(statement.format(**sizes))
+        conn.commit()
+        for table in (JOB_TABLE, ARCHIVED_JOB_TABLE):
+            cursor.execute(f"ANALYZE TABLE {table}" if mysql else f"ANALYZE {table}")
+            if mysql:
+                cursor.fetchall()
+        conn.commit()
+    return time.perf_counter() - began
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, float]:
+    """(median, worst) milliseconds of `REPEATS` runs, after one to warm the caches."""
+    action()
+    runs = []
+    for _ in range(REPEATS):
+        began = time.perf_counter()
+        action()
+        runs.append((time.perf_counter() - began) * 1000)
+    return statistics.median(runs), max(runs)
+
+
+def queries(db: Database) -> Callable[[], Any]:
+    """What the overview page asks the database, on one connection, rolled back."""
+    conn = db.connect()
+
+    def run() -> None:
+        admin.overview(conn, tables=TABLES)
+        admin.throughput(conn, tables=TABLES)
+        conn.rollback()
+
+    return run
+
+
+def page(db: Database) -> Callable[[], Any] | None:
+    """GET of the dashboard's overview page, through the app in-process (None without it)."""
+    try:
+        import httpx
+
+        from proletarian_di.contrib.dashboard import dashboard
+    except ImportError:
+        return None
+    app = dashboard(db.pool(2), tables=TABLES)
+    transport = httpx.ASGITransport(app=app)
+
+    def run() -> None:
+        import asyncio
+
+        async def get() -> None:
+            async with httpx.AsyncClient(transport=transport, base_url="http://dashboard") as c:
+                response = await c.get("/")
+                response.raise_for_status()
+
+        asyncio.run(get())
+
+    return run
+
+
+def drop_index(db: Database) -> bool:
+    """Drop the archive's finished_at index; False if there is none."""
+    sql = (
+        f"ALTER TABLE {ARCHIVED_JOB_TABLE} DROP INDEX {FINISHED_INDEX}"
+        if db.name == "mysql"
+        else f"DROP INDEX {ARCHIVED_JOB_TABLE.rpartition('.')[0]}.{FINISHED_INDEX}"
+    )
+    try:
+        db.execute(sql)
+    except Exception:
+        return False
+    return True
+
+
+def main(dbs: list[Database], host: str) -> int:
+    table = Table(title=f"Dashboard overview: {WAITING:,} waiting jobs, {ARCHIVED:,} archived")
+    for column in ("database", "what", "index", "median ms", "worst ms"):
+        table.add_column(column, justify="right" if "ms" in column else "left")
+    for db in dbs:
+        console.print(f"[bold]{db.label}[/]: loading…")
+        console.print(f"loaded in {fill(db):.0f} s")
+        checks = [("admin.overview + throughput", queries(db)), ("overview page (GET /)", page(db))]
+        for indexed in (True, False):
+            if not indexed and not drop_index(db):
+                console.print(f"[yellow]{db.label}: no {FINISHED_INDEX} index to drop[/]")
+                break
+            label = f"{FINISHED_INDEX}" if indexed else "none"
+            for what, action in checks:
+                if action is not None:
+                    median, worst = timed(action)
+                    table.add_row(db.label, what, label, f"{median:.1f}", f"{worst:.1f}")
+        db.recreate()
+    console.print(table)
+    console.print(f"machine: {host}")
+    return 0

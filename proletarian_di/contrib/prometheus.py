@@ -1,0 +1,193 @@
+"""Prometheus metrics (extra `metrics`): job outcomes, run times and pickup delays counted as
+workers run jobs, and queue depths read from the database when Prometheus scrapes.
+
+    observer = metrics_observer()                 # one per registry, shared by workers
+    worker = create_queue_worker(pool, handler, observers=[observer])
+    register_queue_depth(pool)                    # gauges, one query set per scrape
+    serve_metrics(port=9100)                      # or mount metrics_app() in FastAPI
+
+Nothing here runs a query per job: the gauges are read by the collector at scrape time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .. import admin
+from .._datasource import connection_factory
+from .._logging import describe
+from .._secrets import scrub
+from .._types import DataSource
+from ..jobs import Job
+from ..observers import Observer
+
+logger = logging.getLogger("proletarian_di.metrics")
+
+RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+"""Run time buckets, seconds: from no-op jobs to half-hour ones."""
+DELAY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600)
+"""Pickup delay buckets, seconds: from a listening worker's milliseconds to an hour behind."""
+DEPTH_STATES = ("queued", "scheduled", "retrying", "running")
+
+
+class PrometheusObserver(Observer):
+    """Counts every job outcome and times every run, labelled by queue and job type."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY, namespace: str = "proletarian"):
+        labels = ("queue", "job_type")
+        self.jobs = Counter(
+            "jobs",
+            "Job outcomes counted by workers (timed out and abandoned attempts are also "
+            "counted as retried or failed).",
+            (*labels, "outcome"),
+            namespace=namespace,
+            registry=registry,
+        )
+        self.run_seconds = Histogram(
+            "job_run_seconds",
+            "How long handlers ran, whatever their outcome.",
+            labels,
+            namespace=namespace,
+            registry=registry,
+            buckets=RUN_BUCKETS,
+        )
+        self.pickup_delay = Histogram(
+            "job_pickup_delay_seconds",
+            "From a job's process_at (when it fell due) to its handler's start.",
+            labels,
+            namespace=namespace,
+            registry=registry,
+            buckets=DELAY_BUCKETS,
+        )
+
+    def job_started(self, job: Job) -> None:
+        delay = (datetime.now(timezone.utc) - job.process_at).total_seconds()
+        self.pickup_delay.labels(job.queue, job.job_type).observe(max(0.0, delay))
+
+    def job_ended(self, job: Job, error: BaseException | None, seconds: float) -> None:
+        self.run_seconds.labels(job.queue, job.job_type).observe(seconds)
+
+    def job_counted(self, job: Job, outcome: str) -> None:
+        self.jobs.labels(job.queue, job.job_type, outcome).inc()
+
+
+_observers: dict[int, PrometheusObserver] = {}
+_observers_lock = threading.Lock()
+
+
+def metrics_observer(registry: CollectorRegistry = REGISTRY) -> PrometheusObserver:
+    """The observer of `registry`, made on first use: every worker of a process shares it,
+    since a registry takes each metric name once."""
+    with _observers_lock:
+        observer = _observers.get(id(registry))
+        if observer is None:
+            observer = _observers[id(registry)] = PrometheusObserver(registry)
+        return observer
+
+
+class QueueDepthCollector(Collector):
+    """At each scrape, `admin.overview` of the given tables: jobs per queue and state, the
+    oldest due job's wait, paused queues, and whether the database answered."""
+
+    def __init__(
+        self,
+        data_source: DataSource,
+        tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
+        namespace: str = "proletarian",
+    ) -> None:
+        self._sources: list[tuple[Any, tuple[admin.Tables, ...]]] = []
+        self._namespace = namespace
+        self.add(data_source, tables)
+
+    def add(self, data_source: DataSource, tables: Sequence[admin.Tables]) -> None:
+        """Also read these tables, on this data source (workers on several databases)."""
+        self._sources.append((connection_factory(data_source), tuple(dict.fromkeys(tables))))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        name = self._namespace
+        depth = GaugeMetricFamily(
+            f"{name}_queue_jobs",
+            "Jobs waiting or running, per queue and state.",
+            labels=["queue", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            f"{name}_queue_oldest_due_seconds",
+            "How long the oldest due job of the queue has waited.",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            f"{name}_queue_paused", "1 while the queue is paused.", labels=["queue"]
+        )
+        up = GaugeMetricFamily(
+            f"{name}_database_up", "1 when the depth query answered at this scrape."
+        )
+        try:
+            queues = self._overview()
+        except Exception as exc:
+            logger.warning("queue depth scrape failed: %s", scrub(describe(exc)))
+            up.add_metric([], 0)
+            yield up
+            return
+        totals: dict[tuple[str, str], int] = {}
+        for item in queues:
+            for state in DEPTH_STATES:
+                key = (item.queue, state)
+                totals[key] = totals.get(key, 0) + getattr(item, state)
+            if item.oldest_due is not None:
+                oldest.add_metric([item.queue], item.oldest_due.total_seconds())
+            paused.add_metric([item.queue], int(item.paused))
+        for (queue, state), count in totals.items():
+            depth.add_metric([queue, state], count)
+        up.add_metric([], 1)
+        yield from (depth, oldest, paused, up)
+
+    def describe(self) -> list[Any]:
+        """Nothing at registration: collecting then would query the database."""
+        return []
+
+    def _overview(self) -> list[admin.QueueOverview]:
+        queues: list[admin.QueueOverview] = []
+        for connect, pairs in self._sources:
+            with connect() as conn:
+                try:
+                    for tables in pairs:
+                        queues += admin.overview(conn, tables=tables)
+                finally:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
+        return queues
+
+
+def register_queue_depth(
+    data_source: DataSource,
+    tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
+    registry: CollectorRegistry = REGISTRY,
+) -> QueueDepthCollector:
+    """Add the queue depth gauges of these tables to `registry`, read at each scrape."""
+    collector = QueueDepthCollector(data_source, tables)
+    registry.register(collector)
+    return collector
+
+
+def serve_metrics(
+    port: int, host: str = "127.0.0.1", registry: CollectorRegistry = REGISTRY
+) -> tuple[Any, threading.Thread]:
+    """Serve `registry` at http://host:port/metrics in a daemon thread (prometheus-client's
+    own server); 127.0.0.1 unless told otherwise. Returns (server, thread)."""
+    return start_http_server(port, addr=host, registry=registry)
+
+
+def metrics_app(registry: CollectorRegistry = REGISTRY) -> Any:
+    """An ASGI app serving `registry`, to mount: `app.mount("/metrics", metrics_app())`."""
+    from prometheus_client import make_asgi_app
+
+    return make_asgi_app(registry)

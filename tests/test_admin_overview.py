@@ -1,0 +1,119 @@
+"""`admin.overview` and `admin.throughput` on both databases: every waiting state counted
+once, a running job told apart, the last day's outcomes, and the archive bucketed by
+`finished_at`."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from proletarian_di import ArgumentTypeError, RetrySpec, create_queue_worker, process_next_job
+from proletarian_di.admin import overview, pause_queue, throughput
+
+from backends import committed, connection, enqueue_committed
+
+NOW = datetime(2030, 5, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def boom(job_type: str, payload: Any) -> None:
+    raise RuntimeError("boom")
+
+
+def archive_at(backend: Any, queue: str, status: str, finished_at: datetime) -> None:
+    """Enqueue a job and move it to the archive as finished at `finished_at`."""
+    [job_id] = enqueue_committed(backend, ("done", None), queue=queue)
+    with connection(backend) as conn:
+        key = job_id.bytes if backend.name == "mysql" else job_id
+        at = finished_at.replace(tzinfo=None) if backend.name == "mysql" else finished_at
+        cursor = conn.cursor()
+        cursor.execute(
+            f"INSERT INTO {backend.archived_job_table} (job_id, queue, job_type, payload, "
+            "attempts, enqueued_at, process_at, status, finished_at) SELECT job_id, queue, "
+            f"job_type, payload, 1, enqueued_at, process_at, %s, %s FROM {backend.job_table} "
+            "WHERE job_id = %s",
+            (status, at, key),
+        )
+        cursor.execute(f"DELETE FROM {backend.job_table} WHERE job_id = %s", (key,))
+        conn.commit()
+
+
+def test_overview_counts_each_waiting_job_in_one_state(backend, pool):
+    enqueue_committed(backend, ("a", 1), ("a", 2), queue="mail")
+    enqueue_committed(backend, ("later", None), queue="mail", process_in=timedelta(hours=1))
+    enqueue_committed(backend, ("flaky", None), queue="flaky")
+    retry = {"retry_strategy_fn": lambda job, exc: RetrySpec(retries=2, delays=[3_600_000])}
+    assert process_next_job(pool, boom, queue="flaky", **retry) is False
+    committed(backend, pause_queue, "idle")
+
+    with connection(backend) as conn:
+        queues = {item.queue: item for item in overview(conn)}
+    assert set(queues) == {"mail", "flaky", "idle"}
+    mail, flaky, idle = queues["mail"], queues["flaky"], queues["idle"]
+    assert (mail.queued, mail.scheduled, mail.retrying, mail.running) == (2, 1, 0, 0)
+    assert (flaky.queued, flaky.scheduled, flaky.retrying, flaky.running) == (0, 0, 1, 0)
+    assert mail.oldest_due is not None and flaky.oldest_due is None
+    assert idle.paused and not mail.paused
+    assert idle.as_dict()["oldest_due_seconds"] is None
+
+
+def test_overview_moves_a_running_job_out_of_its_waiting_state(backend, pool):
+    started, release = threading.Event(), threading.Event()
+
+    def slow(job_type: str, payload: Any) -> None:
+        started.set()
+        release.wait(20)
+
+    enqueue_committed(backend, ("slow", None), ("slow", None), queue="slow")
+    worker = create_queue_worker(pool, slow, queue="slow", polling_interval_ms=20)
+    worker.start()
+    try:
+        assert started.wait(10)
+        with connection(backend) as conn:
+            [item] = overview(conn)
+        assert (item.queue, item.queued, item.running) == ("slow", 1, 1)
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_overview_counts_outcomes_of_the_last_day_only(backend):
+    now = datetime.now(timezone.utc)
+    archive_at(backend, "mail", "success", now - timedelta(hours=2))
+    archive_at(backend, "mail", "failure", now - timedelta(hours=23))
+    archive_at(backend, "mail", "failure", now - timedelta(hours=25))
+    archive_at(backend, "mail", "cancelled", now - timedelta(hours=1))
+    with connection(backend) as conn:
+        [mail] = overview(conn)
+    assert (mail.succeeded_last_day, mail.failed_last_day) == (1, 1)
+    assert (mail.queued, mail.running) == (0, 0)
+
+
+def test_throughput_buckets_the_archive_by_finished_at(backend):
+    archive_at(backend, "mail", "success", NOW - timedelta(minutes=30))
+    archive_at(backend, "mail", "success", NOW - timedelta(minutes=31))
+    archive_at(backend, "mail", "failure", NOW - timedelta(hours=3, minutes=1))
+    archive_at(backend, "other", "success", NOW - timedelta(hours=5, minutes=59))
+    archive_at(backend, "mail", "success", NOW - timedelta(hours=7))  # before the window
+    archive_at(backend, "mail", "success", NOW + timedelta(minutes=1))  # after it
+    with connection(backend) as conn:
+        buckets = throughput(conn, hours=6, buckets=6, now=NOW)
+        mail = throughput(conn, hours=6, buckets=3, queue="mail", now=NOW)
+    assert [b.start for b in buckets] == [NOW - timedelta(hours=6 - n) for n in range(6)]
+    assert [(b.succeeded, b.failed) for b in buckets] == [
+        (1, 0),
+        (0, 0),
+        (0, 1),
+        (0, 0),
+        (0, 0),
+        (2, 0),
+    ]
+    assert [(b.succeeded, b.failed) for b in mail] == [(0, 0), (0, 1), (2, 0)]
+
+
+@pytest.mark.parametrize("option", [{"hours": 0}, {"buckets": -1}, {"hours": 1.5}])
+def test_throughput_refuses_bad_windows(backend, option):
+    with connection(backend) as conn, pytest.raises(ArgumentTypeError, match="positive int"):
+        throughput(conn, **option)

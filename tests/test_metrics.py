@@ -1,0 +1,140 @@
+"""Prometheus metrics on both databases: outcomes, run times and pickup delays counted by the
+observer as jobs run, queue depths read by the collector at scrape time."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from proletarian_di import RetrySpec, create_queue_worker, process_next_job
+from proletarian_di.admin import pause_queue
+from proletarian_di.contrib.prometheus import (
+    PrometheusObserver,
+    QueueDepthCollector,
+    metrics_observer,
+    register_queue_depth,
+)
+from proletarian_di.observers import Observer
+
+from backends import Events, committed, enqueue_committed, wait_until
+
+
+def flaky(job_type: str, payload: Any) -> None:
+    if job_type == "bad":
+        raise ValueError("no")
+
+
+def jobs_total(registry: CollectorRegistry, queue: str, job_type: str, outcome: str) -> float:
+    labels = {"queue": queue, "job_type": job_type, "outcome": outcome}
+    return registry.get_sample_value("proletarian_jobs_total", labels) or 0.0
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def test_outcomes_are_counted_per_queue_and_job_type(backend, pool, registry):
+    observer = metrics_observer(registry)
+    enqueue_committed(backend, ("ok", None), ("ok", None), ("bad", None), queue="mail")
+    retry = {"retry_strategy_fn": lambda job, exc: RetrySpec(retries=1)}
+    for _ in range(4):
+        process_next_job(pool, flaky, queue="mail", observers=[observer], **retry)
+    assert jobs_total(registry, "mail", "ok", "succeeded") == 2
+    assert jobs_total(registry, "mail", "bad", "retried") == 1
+    assert jobs_total(registry, "mail", "bad", "failed") == 1
+    assert jobs_total(registry, "mail", "ok", "failed") == 0
+    runs = registry.get_sample_value(
+        "proletarian_job_run_seconds_count", {"queue": "mail", "job_type": "bad"}
+    )
+    assert runs == 2
+    assert metrics_observer(registry) is observer
+
+
+def test_timed_out_attempts_are_counted(backend, pool, registry):
+    release = threading.Event()
+
+    def stuck(job_type: str, payload: Any) -> None:
+        release.wait(10)
+
+    enqueue_committed(backend, ("slow", None), queue="slow")
+    worker = create_queue_worker(
+        pool,
+        stuck,
+        queue="slow",
+        job_timeout_ms=200,
+        polling_interval_ms=20,
+        observers=[PrometheusObserver(registry)],
+    )
+    with worker:
+        wait_until(lambda: jobs_total(registry, "slow", "slow", "failed") == 1)
+        release.set()
+    assert jobs_total(registry, "slow", "slow", "timed_out") == 1
+
+
+def test_pickup_delay_runs_from_process_at_to_the_handler(backend, pool, registry):
+    observer = PrometheusObserver(registry)
+    [job_id] = enqueue_committed(backend, ("late", None), queue="q")
+    key = job_id.bytes if backend.name == "mysql" else job_id
+    backend.execute(
+        f"UPDATE {backend.job_table} SET process_at = process_at - INTERVAL '30' SECOND "
+        "WHERE job_id = %s",
+        (key,),
+    )
+    assert process_next_job(pool, flaky, queue="q", observers=[observer]) is True
+    labels = {"queue": "q", "job_type": "late"}
+    assert registry.get_sample_value("proletarian_job_pickup_delay_seconds_count", labels) == 1
+    assert 30 <= registry.get_sample_value("proletarian_job_pickup_delay_seconds_sum", labels) < 60
+
+
+def test_queue_depth_is_read_at_scrape_time(backend, pool, registry):
+    register_queue_depth(pool, registry=registry)
+    enqueue_committed(backend, ("a", None), ("a", None), queue="mail")
+    enqueue_committed(backend, ("b", None), queue="mail", process_in=timedelta(hours=1))
+    committed(backend, pause_queue, "mail")
+
+    def depth(state: str) -> float | None:
+        return registry.get_sample_value(
+            "proletarian_queue_jobs", {"queue": "mail", "state": state}
+        )
+
+    assert (depth("queued"), depth("scheduled"), depth("running")) == (2, 1, 0)
+    assert registry.get_sample_value("proletarian_queue_paused", {"queue": "mail"}) == 1
+    assert registry.get_sample_value("proletarian_database_up") == 1
+    enqueue_committed(backend, ("a", None), queue="mail")
+    assert depth("queued") == 3  # read again at the next scrape
+
+
+def test_an_unreachable_database_is_reported_not_raised(backend, registry):
+    def unreachable() -> Any:
+        raise ConnectionError("connection refused (password=hunter2)")
+
+    registry.register(QueueDepthCollector(unreachable))
+    scraped = generate_latest(registry).decode()
+    assert "proletarian_database_up 0.0" in scraped
+    assert "proletarian_queue_jobs{" not in scraped
+
+
+def test_an_observer_that_raises_never_fails_a_job(backend, pool):
+    class Broken(Observer):
+        def job_started(self, job: Any) -> None:
+            raise RuntimeError("observer bug")
+
+    events = Events()
+    enqueue_committed(backend, ("ok", None))
+    assert process_next_job(pool, flaky, observers=[Broken()], log=events) is True
+    [error] = events.named("observer_error")
+    assert error["hook"] == "job_started" and "observer bug" in str(error["exception"])
+
+
+def test_observers_must_have_the_hooks(backend, pool):
+    from proletarian_di import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="lacks job_started, job_ended, job_counted"):
+        create_queue_worker(pool, flaky, observers=[object()])
+    with pytest.raises(ConfigurationError, match="observers must be a sequence"):
+        create_queue_worker(pool, flaky, observers=PrometheusObserver)
