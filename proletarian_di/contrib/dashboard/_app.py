@@ -1,0 +1,533 @@
+"""The dashboard's routes: pages that read through `proletarian_di.admin`, and the actions
+(retry, cancel, pause, resume) that change data once enabled for an authenticated user."""
+
+from __future__ import annotations
+
+import json
+import logging
+import numbers
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
+from importlib import resources
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ... import admin
+from ..._datasource import connection_factory
+from ...errors import ConfigurationError, SchemaError
+from . import _chart
+from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
+
+Redact = Callable[[str, Any], Any]
+"""`redact(job_type, payload) -> payload`: what the pages show of a job's payload."""
+LogFn = Callable[[str, dict[str, Any]], None]
+
+FLASH_COOKIE = "proletarian_dashboard_flash"
+REFRESH_HEADER = "x-dashboard-refresh"
+PAGE_SIZE = 50
+WAITING = ("queued", "scheduled", "retrying")
+PREVIEW = 120
+_STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_logger = logging.getLogger("proletarian_di.dashboard")
+T = TypeVar("T")
+
+
+def default_log(event: str, data: dict[str, Any]) -> None:
+    """Write the event to the `proletarian_di.dashboard` logger, its data as `key=value`."""
+    _logger.info("%s %s", event, " ".join(f"{key}={value!r}" for key, value in data.items()))
+
+
+def dashboard(
+    data_source: Any,
+    *,
+    actions: bool = False,
+    auth: Auth | None = None,
+    redact: Redact | None = None,
+    tables: admin.Tables = admin.DEFAULT_TABLES,
+    refresh_s: float = 5.0,
+    log: LogFn | None = None,
+    csrf_secret: str | bytes | None = None,
+) -> Starlette:
+    """The dashboard as an ASGI app to mount (`app.mount("/jobs", dashboard(pool))`).
+
+    Read-only unless `actions`; actions need `auth`, which names the user (None: 401) and
+    guards the pages too. `redact` filters every payload shown; `log` gets each action.
+    `csrf_secret` signs the forms' tokens: give every process serving the dashboard the
+    same one (by default each process draws its own, and a form only works on its own).
+    """
+    if not isinstance(actions, bool):
+        raise ConfigurationError(f"actions must be True or False, got {actions!r}")
+    if actions and auth is None:
+        raise ConfigurationError(
+            "dashboard(actions=True) needs an auth hook: actions need an authenticated user, "
+            "to refuse strangers and to log who did what; pass auth=a function of the request "
+            "that returns the user's name (or None)"
+        )
+    for name, hook in (("auth", auth), ("redact", redact), ("log", log)):
+        if hook is not None and not callable(hook):
+            raise ConfigurationError(f"{name} must be a function or None, got {hook!r}")
+    if not isinstance(tables, admin.Tables):
+        raise ConfigurationError(f"tables must be an admin.Tables, got {tables!r}")
+    if isinstance(refresh_s, bool) or not isinstance(refresh_s, numbers.Real) or refresh_s < 0:
+        raise ConfigurationError(f"refresh_s must be a number of seconds >= 0, got {refresh_s!r}")
+    if isinstance(csrf_secret, str):
+        csrf_secret = csrf_secret.encode()
+    if csrf_secret is not None and (not isinstance(csrf_secret, bytes) or len(csrf_secret) < 16):
+        raise ConfigurationError("csrf_secret must be a str or bytes of at least 16 characters")
+    site = _Dashboard(
+        data_source, actions, auth, redact, tables, float(refresh_s), log, csrf_secret
+    )
+    return Starlette(
+        routes=site.routes(),
+        exception_handlers={
+            HTTPException: site.http_error,
+            ConfigurationError: site.bad_request,
+            Exception: site.server_error,
+        },
+    )
+
+
+class _Dashboard:
+    """The routes and what they share: the data source, the options, the templates."""
+
+    def __init__(
+        self,
+        data_source: Any,
+        actions: bool,
+        auth: Auth | None,
+        redact: Redact | None,
+        tables: admin.Tables,
+        refresh_s: float,
+        log: LogFn | None,
+        csrf_secret: bytes | None,
+    ) -> None:
+        self.connect = connection_factory(data_source)
+        self.actions = actions
+        self.auth = auth
+        self.redact = redact
+        self.tables = tables
+        self.refresh_s = refresh_s
+        self.log = log or default_log
+        self.signer = Signer(csrf_secret)
+        self.templates = _environment()
+        folder = resources.files(__package__).joinpath("static")
+        self.static_files = {name: folder.joinpath(name).read_bytes() for name in _STATIC}
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.overview, name="overview"),
+            Route("/jobs", self.jobs, name="jobs"),
+            Route("/jobs/{job_id}", self.job, name="job"),
+            Route("/failed", self.failed, name="failed"),
+            Route("/schedules", self.schedules, name="schedules"),
+            Route("/static/{name}", self.static, name="static"),
+            Route("/retry", self.retry, methods=["POST"]),
+            Route("/cancel", self.cancel, methods=["POST"]),
+            Route("/pause", self.pause, methods=["POST"]),
+            Route("/resume", self.resume, methods=["POST"]),
+        ]
+
+    # The database: admin functions are sync and never commit ---------------------------------
+
+    def _read_now(self, query: Callable[[Any], T]) -> T:
+        with self.connect() as conn:
+            try:
+                return query(conn)
+            finally:
+                conn.rollback()
+
+    def _write_now(self, change: Callable[[Any], T]) -> T:
+        with self.connect() as conn:
+            try:
+                result = change(conn)
+                conn.commit()
+                return result
+            except BaseException:
+                conn.rollback()
+                raise
+
+    async def read(self, query: Callable[[Any], T]) -> T:
+        """`query(conn)` in a thread, rolled back: reads leave no transaction open."""
+        return await run_in_threadpool(self._read_now, query)
+
+    async def write(self, change: Callable[[Any], T]) -> T:
+        """`change(conn)` in a thread, committed."""
+        return await run_in_threadpool(self._write_now, change)
+
+    # Pages -----------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        user = await authenticated(self.auth, request)
+
+        def query(conn: Any) -> tuple[list[Any], list[Any]]:
+            queues = admin.overview(conn, tables=self.tables)
+            buckets = admin.throughput(conn, tables=self.tables)
+            return queues, buckets
+
+        queues, buckets = await self.read(query)
+        return self.render(
+            request,
+            user,
+            "overview.html",
+            section="overview",
+            queues=queues,
+            chart=_chart.chart(buckets),
+        )
+
+    async def jobs(self, request: Request) -> Response:
+        return await self._listing(request, "jobs")
+
+    async def failed(self, request: Request) -> Response:
+        return await self._listing(request, "failed")
+
+    async def _listing(self, request: Request, section: str) -> Response:
+        """The jobs page, or the failed page (its state fixed): filters, one keyset page."""
+        user = await authenticated(self.auth, request)
+        params = request.query_params
+        job_id = _text(params, "id")
+        if job_id is not None:
+            return RedirectResponse(f"{_base(request)}/jobs/{_job_id(job_id)}", 303)
+        filters: dict[str, str | None] = {
+            "queue": _text(params, "queue"),
+            "job_type": _text(params, "job_type"),
+            "state": "failed" if section == "failed" else _state(_text(params, "state")),
+        }
+        limit, before = _limit(_text(params, "limit")), _text(params, "before")
+        jobs = await self.read(
+            lambda conn: admin.list_jobs(
+                conn,
+                queue=filters["queue"],
+                job_type=filters["job_type"],
+                state=filters["state"],
+                limit=limit,
+                before=before,
+                tables=self.tables,
+            )
+        )
+        shown = {**filters, "state": None} if section == "failed" else filters
+        older = None
+        if len(jobs) == limit:
+            page_size = None if limit == PAGE_SIZE else limit
+            older = _url(
+                f"{_base(request)}/{section}", **shown, limit=page_size, before=jobs[-1].cursor
+            )
+        rows = [(job, _preview(self.payload(job))) for job in jobs]
+        return self.render(
+            request,
+            user,
+            "jobs.html",
+            section=section,
+            rows=rows,
+            filters=filters,
+            older=older,
+            first_page=_url(f"{_base(request)}/{section}", **shown) if before else None,
+        )
+
+    async def job(self, request: Request) -> Response:
+        user = await authenticated(self.auth, request)
+        job_id = _job_id(request.path_params["job_id"])
+        job = await self.read(lambda conn: admin.get_job(conn, job_id, tables=self.tables))
+        if job is None:
+            raise HTTPException(404, f"no job {job_id}: it never existed, or was pruned")
+        return self.render(
+            request, user, "job.html", section="jobs", job=job, payload=self.payload(job, indent=2)
+        )
+
+    async def schedules(self, request: Request) -> Response:
+        user = await authenticated(self.auth, request)
+        missing: str | None = None
+        try:
+            found = await self.read(lambda conn: admin.list_schedules(conn, tables=self.tables))
+        except SchemaError as exc:
+            found, missing = [], str(exc)
+        return self.render(
+            request, user, "schedules.html", section="schedules", schedules=found, missing=missing
+        )
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            raise HTTPException(404, f"no file {name}")
+        headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
+        return Response(self.static_files[name], media_type=_STATIC[name], headers=headers)
+
+    def payload(self, job: admin.JobInfo, indent: int | None = None) -> str:
+        """The job's payload as JSON, through the redact hook; hidden when the hook fails."""
+        try:
+            shown = job.payload if self.redact is None else self.redact(job.job_type, job.payload)
+        except Exception:
+            _logger.exception("the redact hook failed on job %s", job.job_id)
+            return "(hidden: the redact hook failed)"
+        return json.dumps(shown, indent=indent, ensure_ascii=False, default=str)
+
+    # Actions ---------------------------------------------------------------------------------
+
+    async def actor(self, request: Request) -> tuple[str, FormData]:
+        """The user allowed to act, and the form: 403 when read-only, 401 without a user,
+        403 from another site or without the form's CSRF token."""
+        if not self.actions:
+            raise HTTPException(403, "this dashboard is read-only: actions are not enabled")
+        user = await authenticated(self.auth, request)
+        if not same_origin(request):
+            raise HTTPException(403, "refused: the request comes from another site")
+        form = await request.form()
+        if not self.signer.csrf_valid(request, user, form.get(CSRF_FIELD)):
+            raise HTTPException(
+                403, "refused: the form's CSRF token is missing or wrong; reload the page and retry"
+            )
+        return user or "", form
+
+    async def retry(self, request: Request) -> Response:
+        return await self._on_jobs(request, admin.retry_jobs, "retry", "back in the queue")
+
+    async def cancel(self, request: Request) -> Response:
+        return await self._on_jobs(request, admin.cancel_jobs, "cancel", "cancelled")
+
+    async def _on_jobs(
+        self, request: Request, change: Callable[..., int], action: str, outcome: str
+    ) -> Response:
+        """Retry or cancel the jobs the form names: by id, or by queue and job type."""
+        user, form = await self.actor(request)
+        ids, queue, job_type = _selection(form)
+        count = await self.write(
+            lambda conn: change(conn, ids, queue=queue, job_type=job_type, tables=self.tables)
+        )
+        said = f"{_jobs(count)} {outcome}"
+        return self.done(request, form, user, action, _filter(ids, queue, job_type), count, said)
+
+    async def pause(self, request: Request) -> Response:
+        return await self._pause_or_resume(request, admin.pause_queue, "pause", "paused")
+
+    async def resume(self, request: Request) -> Response:
+        return await self._pause_or_resume(request, admin.resume_queue, "resume", "resumed")
+
+    async def _pause_or_resume(
+        self, request: Request, change: Callable[..., bool], action: str, done: str
+    ) -> Response:
+        user, form = await self.actor(request)
+        queue = _text(form, "queue")
+        if queue is None:
+            raise HTTPException(400, f"{action} needs a queue")
+        changed = await self.write(lambda conn: change(conn, queue, tables=self.tables))
+        said = f"queue {queue} {done}" if changed else f"queue {queue} was {done} already"
+        return self.done(request, form, user, action, {"queue": queue}, int(changed), said)
+
+    def done(
+        self,
+        request: Request,
+        form: FormData,
+        user: str,
+        action: str,
+        selection: dict[str, Any],
+        count: int,
+        message: str,
+    ) -> Response:
+        """Log the action, then send the browser back to its page with a flash message."""
+        data = {"user": user, "action": action, **selection, "count": count}
+        try:
+            self.log("dashboard_action", data)
+        except Exception:
+            _logger.exception("the dashboard's log function failed")
+            default_log("dashboard_action", data)
+        base = _base(request)
+        back = _text(form, "next") or "/"
+        if not back.startswith("/") or back.startswith("//") or "\\" in back:
+            back = "/"
+        response = RedirectResponse(base + back, 303)
+        response.set_cookie(
+            FLASH_COOKIE,
+            self.signer.sign(message),
+            path=f"{base}/",
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    # Rendering -------------------------------------------------------------------------------
+
+    def render(
+        self,
+        request: Request,
+        user: str | None,
+        template: str,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        """A page, with the CSRF cookie set when the browser has none, and the flash message
+        shown once (a refresh leaves it for the page it belongs to)."""
+        base = _base(request)
+        nonce, new = self.signer.nonce(request)
+        refreshing = request.headers.get(REFRESH_HEADER) == "1"
+        flash_cookie = None if refreshing else request.cookies.get(FLASH_COOKIE)
+        html = self.templates.get_template(template).render(
+            base=base,
+            here=_here(request),
+            actions=self.actions,
+            user=user,
+            csrf_field=CSRF_FIELD,
+            csrf=self.signer.csrf_token(nonce, user),
+            refresh_s=self.refresh_s,
+            flash=flash_cookie and self.signer.unsign(flash_cookie),
+            now=datetime.now(timezone.utc),
+            **context,
+        )
+        response = HTMLResponse(html, status, headers={**_HEADERS, **(headers or {})})
+        secure = request.url.scheme == "https"
+        if new:
+            response.set_cookie(
+                CSRF_COOKIE, nonce, path=f"{base}/", httponly=True, samesite="strict", secure=secure
+            )
+        if flash_cookie is not None:
+            response.delete_cookie(FLASH_COOKIE, path=f"{base}/")
+        return response
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return self.render(
+            request,
+            None,
+            "error.html",
+            exc.status_code,
+            headers=exc.headers,
+            section=None,
+            message=exc.detail,
+        )
+
+    async def bad_request(self, request: Request, exc: Exception) -> Response:
+        return self.render(request, None, "error.html", 400, section=None, message=str(exc))
+
+    async def server_error(self, request: Request, exc: Exception) -> Response:
+        message = f"the dashboard could not answer ({type(exc).__name__}); see the server's log"
+        return self.render(request, None, "error.html", 500, section=None, message=message)
+
+
+# Request values: anything a user can type is checked here, and a bad one is a 400 --------------
+
+
+def _text(values: Mapping[str, Any], name: str) -> str | None:
+    """A query or form field, stripped; None when absent or empty."""
+    value = values.get(name)
+    if not isinstance(value, str):
+        return None
+    return value.strip() or None
+
+
+def _job_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise HTTPException(400, f"job id {text!r} is not a UUID") from None
+
+
+def _state(text: str | None) -> str | None:
+    if text is not None and text not in admin.STATES:
+        raise HTTPException(400, f"unknown state {text!r}; states: {', '.join(admin.STATES)}")
+    return text
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return PAGE_SIZE
+    if not text.isdigit() or not 1 <= int(text) <= admin.MAX_LIMIT:
+        raise HTTPException(400, f"limit {text!r} is not a number from 1 to {admin.MAX_LIMIT}")
+    return int(text)
+
+
+def _selection(form: FormData) -> tuple[list[uuid.UUID] | None, str | None, str | None]:
+    """An action's jobs: one id, or a queue and job type filter."""
+    job_id = _text(form, "job_id")
+    ids = None if job_id is None else [_job_id(job_id)]
+    return ids, _text(form, "queue"), _text(form, "job_type")
+
+
+def _filter(ids: list[uuid.UUID] | None, queue: str | None, job_type: str | None) -> dict[str, Any]:
+    return {"job_ids": ids and [str(i) for i in ids], "queue": queue, "job_type": job_type}
+
+
+def _jobs(count: int) -> str:
+    return f"{count} job{'' if count == 1 else 's'}"
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= PREVIEW else text[: PREVIEW - 1] + "…"
+
+
+# Paths and links -------------------------------------------------------------------------------
+
+
+def _base(request: Request) -> str:
+    """Where the dashboard is mounted ('' at the root)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _here(request: Request) -> str:
+    """This page's path below the mount point, with its query: where an action comes back to."""
+    path, root = request.url.path, str(request.scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :] or "/"
+    query = request.url.query
+    return f"{path}?{query}" if query else path
+
+
+def _url(path: str, **params: Any) -> str:
+    """`path` with the given query parameters, the empty ones left out."""
+    given = {name: value for name, value in params.items() if value not in (None, "")}
+    return f"{path}?{urlencode(given)}" if given else path
+
+
+# Templates -------------------------------------------------------------------------------------
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader(__package__ or "", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(ago=_ago, utc=_utc, span=_span)
+    env.globals.update(url=_url, states=admin.STATES, waiting=WAITING)
+    return env
+
+
+def _utc(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _span(delta: timedelta | None) -> str:
+    """A duration, short: 4.2s, 3.5m, 2.0h, 1.5d."""
+    if delta is None:
+        return "-"
+    seconds = abs(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+def _ago(moment: datetime | None) -> str:
+    """How long ago, or 'in …' for a time to come."""
+    if moment is None:
+        return "-"
+    delta = datetime.now(timezone.utc) - moment
+    return f"in {_span(delta)}" if delta.total_seconds() < 0 else f"{_span(delta)} ago"

@@ -1,0 +1,74 @@
+"""The throughput chart's geometry: one stacked bar (succeeded below, failed above) per bucket,
+for a server-rendered SVG."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import timedelta, timezone
+from typing import Any
+
+WIDTH, HEIGHT, GAP = 720, 120, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Bar:
+    """One bucket's bar in SVG units (y grows downwards), with its tooltip."""
+
+    x: float
+    width: float
+    succeeded_y: float
+    succeeded_height: float
+    failed_y: float
+    failed_height: float
+    title: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Chart:
+    """The bars, the scale's top value, the time span and the totals."""
+
+    bars: list[Bar]
+    peak: int
+    start: str
+    end: str
+    succeeded: int
+    failed: int
+    width: int = WIDTH
+    height: int = HEIGHT
+
+
+def chart(buckets: Sequence[Any]) -> Chart:
+    """The chart of `admin.throughput`'s buckets (oldest first, each with `start`,
+    `succeeded` and `failed`)."""
+    step = buckets[1].start - buckets[0].start if len(buckets) > 1 else timedelta(hours=1)
+    peak = max((b.succeeded + b.failed for b in buckets), default=0)
+    scale = HEIGHT / peak if peak else 0.0
+    slot = WIDTH / max(len(buckets), 1)
+    bars = []
+    for n, bucket in enumerate(buckets):
+        ok, failed = bucket.succeeded * scale, bucket.failed * scale
+        bars.append(
+            Bar(
+                x=round(n * slot + GAP / 2, 2),
+                width=round(max(slot - GAP, 1), 2),
+                succeeded_y=round(HEIGHT - ok, 2),
+                succeeded_height=round(ok, 2),
+                failed_y=round(HEIGHT - ok - failed, 2),
+                failed_height=round(failed, 2),
+                title=f"{_hm(bucket.start)} to {_hm(bucket.start + step)} UTC: "
+                f"{bucket.succeeded} succeeded, {bucket.failed} failed",
+            )
+        )
+    return Chart(
+        bars=bars,
+        peak=peak,
+        start=_hm(buckets[0].start) if buckets else "",
+        end=_hm(buckets[-1].start + step) if buckets else "",
+        succeeded=sum(b.succeeded for b in buckets),
+        failed=sum(b.failed for b in buckets),
+    )
+
+
+def _hm(moment: Any) -> str:
+    return f"{moment.astimezone(timezone.utc):%H:%M}"

@@ -1,0 +1,313 @@
+"""The web dashboard in a real browser (Playwright driving the system's Chromium), on both
+databases: every page with real data, a filter, a retry from the page, the read-only mode,
+the CSRF check, and the page updating itself when a job finishes. The screenshots go to the
+run's temporary folder."""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from test_dashboard import job_state, make_jobs, send
+
+from proletarian_di import PeriodicJob, RetrySpec, admin, create_scheduler, process_next_job
+from proletarian_di.contrib.dashboard import basic_auth, dashboard
+from proletarian_di.testing import run_due_jobs
+
+from backends import Backend, Events, committed, connection, enqueue_committed, wait_until
+
+pytestmark = pytest.mark.db
+
+CHROMIUM = "/usr/bin/chromium"
+USER, PASSWORD = "ops", "correct horse"
+ACTION = re.compile("Retry|Cancel|Pause|Resume")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@dataclass
+class Site:
+    """A server on a free 127.0.0.1 port with the dashboard twice: read-only under /view,
+    with actions for `USER` under /admin."""
+
+    backend: Backend
+    pool: Any
+    url: str
+    events: Events
+
+
+@pytest.fixture(scope="module", params=["postgresql", "mysql"])
+def served(request: pytest.FixtureRequest) -> Iterator[Site]:
+    backend: Backend = request.getfixturevalue(f"{request.param}_backend")
+    pool = backend.pool(4)
+    events = Events()
+    app = Starlette(
+        routes=[
+            Mount(
+                "/admin",
+                dashboard(
+                    pool, actions=True, auth=basic_auth(USER, PASSWORD), log=events, refresh_s=0.5
+                ),
+            ),
+            Mount("/view", dashboard(pool, refresh_s=0.5)),
+        ]
+    )
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="dashboard-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, timeout=30, description="the dashboard server started")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Site(backend, pool, f"http://127.0.0.1:{port}", events)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        pool.close()
+
+
+@pytest.fixture
+def site(served: Site) -> Site:
+    served.backend.reset()
+    served.events.events.clear()
+    return served
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(
+        http_credentials={"username": USER, "password": PASSWORD},
+        viewport={"width": 1280, "height": 800},
+    )
+    context.set_default_timeout(10_000)
+    yield context.new_page()
+    context.close()
+
+
+# A day of traffic, for the pages and their screenshots -------------------------------------------
+
+
+class Declined(Exception):
+    pass
+
+
+def work(job_type: str, payload: Any) -> None:
+    if job_type == "charge_card" and payload["amount_cents"] % 7 == 0:
+        raise Declined(f"card_declined: insufficient funds ({payload['customer']})")
+    if job_type == "send_email" and payload["to"].startswith("bounce"):
+        raise ConnectionError(f"SMTP 550: mailbox {payload['to']} unavailable")
+
+
+def quiet(event: str, data: dict[str, Any]) -> None:
+    """A worker log that keeps the expected failures out of the test's output."""
+
+
+def busy_day(backend: Backend, pool: Any) -> uuid.UUID:
+    """Jobs of four queues run over the last day, failures among them, and some waiting:
+    queued, scheduled, retrying, in a paused queue. Returns a failed charge's id."""
+    enqueue_committed(
+        backend,
+        *[
+            ("send_email", {"to": f"{'bounce' if n % 23 == 0 else 'user'}{n}@example.com"})
+            for n in range(1, 90)
+        ],
+        queue="mail",
+    )
+    enqueue_committed(
+        backend,
+        *[
+            ("charge_card", {"customer": f"cus_{n:04d}", "amount_cents": 1900 + n * 10})
+            for n in range(40)
+        ],
+        queue="billing",
+    )
+    for queue in ("mail", "billing"):
+        run_due_jobs(pool, work, queue=queue, log=quiet)
+    spread_over_the_day(backend)
+    enqueue_committed(
+        backend, *[("send_email", {"to": f"new{n}@example.com"}) for n in range(4)], queue="mail"
+    )
+    enqueue_committed(
+        backend,
+        ("monthly_report", {"month": "2024-05"}),
+        ("monthly_report", {"month": "2024-06"}),
+        queue="reports",
+        process_in=timedelta(hours=6),
+    )
+    enqueue_committed(
+        backend, ("charge_card", {"customer": "cus_0700", "amount_cents": 700}), queue="billing"
+    )
+    retry_later = RetrySpec(retries=3, delays=[600_000])
+    retried = process_next_job(
+        pool, work, queue="billing", retry_strategy_fn=lambda *_: retry_later, log=quiet
+    )
+    assert retried is False
+    enqueue_committed(
+        backend,
+        *[("deliver_webhook", {"url": f"https://hooks.example.com/{n}"}) for n in range(3)],
+        queue="webhooks",
+    )
+    committed(backend, admin.pause_queue, "webhooks")
+    create_scheduler(
+        pool,
+        [
+            PeriodicJob("nightly-digest", "0 2 * * *", "send_digest", queue="mail"),
+            PeriodicJob("monthly-report", "0 6 1 * *", "monthly_report", queue="reports"),
+        ],
+    ).register()
+    with connection(backend) as conn:
+        [failed] = admin.list_jobs(conn, queue="billing", state="failed", limit=1)
+    return failed.job_id
+
+
+def spread_over_the_day(backend: Backend) -> None:
+    """Move the archived jobs' times back over the last 24 hours, busier lately."""
+    rows = backend.query(f"SELECT job_id FROM {backend.archived_job_table} ORDER BY job_id")
+    now = datetime.now(timezone.utc)
+    for n, (key,) in enumerate(rows):
+        finished = now - timedelta(minutes=5 + 1380 * ((n * 0.618) % 1) ** 1.5)
+        enqueued = finished - timedelta(seconds=2 + n % 5)
+        if backend.name == "mysql":
+            finished, enqueued = finished.replace(tzinfo=None), enqueued.replace(tzinfo=None)
+        backend.execute(
+            f"UPDATE {backend.archived_job_table} SET finished_at = %s, enqueued_at = %s, "
+            "process_at = %s WHERE job_id = %s",
+            (finished, enqueued, enqueued, key),
+        )
+
+
+# The tests -------------------------------------------------------------------------------------
+
+
+def test_every_page_renders_with_real_data(site: Site, page: Page, screenshots: Path) -> None:
+    failed = busy_day(site.backend, site.pool)
+    name = site.backend.name
+    page.goto(f"{site.url}/admin/")
+    mail = page.locator('tr[data-queue="mail"]')
+    expect(mail.locator('[data-count="queued"]')).to_have_text("4")
+    expect(mail.locator('[data-count="failed"]')).to_have_text("3")
+    expect(page.locator('tr[data-queue="webhooks"]')).to_contain_text("paused")
+    expect(page.locator('tr[data-queue="billing"] [data-count="retrying"]')).to_have_text("1")
+    expect(page.locator("figure.chart rect.ok")).not_to_have_count(0)
+    page.screenshot(path=screenshots / f"{name}-dashboard-overview.png", full_page=True)
+
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(50)
+    expect(page.get_by_role("link", name="Older →")).to_be_visible()
+    page.screenshot(path=screenshots / f"{name}-dashboard-jobs.png", full_page=True)
+
+    page.get_by_role("link", name="Failed", exact=True).click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(8)
+    expect(page.get_by_role("button", name="Retry every failed job")).to_be_visible()
+    page.screenshot(path=screenshots / f"{name}-dashboard-failed.png", full_page=True)
+
+    page.locator(f'a[href$="/jobs/{failed}"]').click()
+    expect(page.locator("h1")).to_contain_text(str(failed))
+    expect(page.locator("pre.error")).to_contain_text("Declined: card_declined")
+    expect(page.locator("pre.error")).to_contain_text("Traceback (most recent call last)")
+    expect(page.locator("pre.payload")).to_contain_text('"customer": "cus_')
+    page.screenshot(path=screenshots / f"{name}-dashboard-job.png", full_page=True)
+
+    page.get_by_role("link", name="Schedules").click()
+    expect(page.locator("table.schedules")).to_contain_text("nightly-digest")
+    expect(page.locator("table.schedules")).to_contain_text("02:00:00 UTC")
+    page.screenshot(path=screenshots / f"{name}-dashboard-schedules.png", full_page=True)
+
+
+def test_a_filter_narrows_the_list(site: Site, page: Page) -> None:
+    jobs = make_jobs(site.backend, site.pool)
+    page.goto(f"{site.url}/view/jobs")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(4)
+    page.get_by_label("Queue", exact=True).fill("reports")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job-id="{jobs.scheduled}"]')).to_be_visible()
+    page.locator("select[name=state]").select_option("succeeded")
+    page.get_by_label("Queue", exact=True).fill("mail")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job-id="{jobs.sent}"]')).to_be_visible()
+
+
+def test_retrying_a_failed_job_from_the_page_puts_it_back(site: Site, page: Page) -> None:
+    jobs = make_jobs(site.backend, site.pool)
+    page.goto(f"{site.url}/admin/failed")
+    page.locator(f'tr[data-job-id="{jobs.failed}"]').get_by_role("button", name="Retry").click()
+    expect(page.locator(".flash")).to_have_text("1 job back in the queue")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(0)
+    assert job_state(site.backend, jobs.failed) == "queued"
+    [logged] = site.events.named("dashboard_action")
+    assert (logged["user"], logged["action"], logged["count"]) == (USER, "retry", 1)
+
+
+def test_read_only_shows_no_action_and_refuses_a_forged_post(site: Site, page: Page) -> None:
+    jobs = make_jobs(site.backend, site.pool)
+    for path in ("/view/", "/view/failed", f"/view/jobs/{jobs.failed}"):
+        page.goto(site.url + path)
+        expect(page.locator(".mode")).to_have_text("read-only")
+        expect(page.locator("main")).to_be_visible()
+        expect(page.locator('form[method="post"]')).to_have_count(0)
+        expect(page.get_by_role("button", name=ACTION)).to_have_count(0)
+    status = page.evaluate(
+        """async (jobId) => {
+            const body = new URLSearchParams({job_id: jobId, csrf_token: "forged"});
+            return (await fetch("/view/retry", {method: "POST", body})).status;
+        }""",
+        str(jobs.failed),
+    )
+    assert status == 403
+    assert job_state(site.backend, jobs.failed) == "failed"
+
+
+def test_a_post_without_the_csrf_token_is_refused(site: Site, page: Page) -> None:
+    jobs = make_jobs(site.backend, site.pool)
+    page.goto(f"{site.url}/admin/failed")
+    expect(page.locator(f'tr[data-job-id="{jobs.failed}"]')).to_be_visible()
+    with page.expect_navigation() as navigation:
+        page.evaluate(
+            """(jobId) => {
+                const row = document.querySelector(`tr[data-job-id="${jobId}"]`);
+                const form = row.querySelector('form[action$="/retry"]');
+                form.querySelector('input[name="csrf_token"]').remove();
+                form.requestSubmit();
+            }""",
+            str(jobs.failed),
+        )
+    response = navigation.value
+    assert response is not None and response.status == 403
+    expect(page.locator(".problem")).to_contain_text("CSRF token is missing or wrong")
+    assert job_state(site.backend, jobs.failed) == "failed"
+    assert site.events.named("dashboard_action") == []
+
+
+def test_the_page_updates_itself_when_a_job_finishes(site: Site, page: Page) -> None:
+    make_jobs(site.backend, site.pool)
+    page.goto(f"{site.url}/view/")
+    mail = page.locator('tr[data-queue="mail"]')
+    expect(mail.locator('[data-count="succeeded"]')).to_have_text("1")
+    page.evaluate("window.stillTheSamePage = true")
+    assert process_next_job(site.pool, send, queue="mail") is True
+    expect(mail.locator('[data-count="succeeded"]')).to_have_text("2", timeout=15_000)
+    expect(mail.locator('[data-count="queued"]')).to_have_text("0")
+    assert page.evaluate("window.stillTheSamePage") is True
