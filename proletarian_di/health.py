@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -114,7 +115,7 @@ def _worker_health(
 
 
 _pinger = ThreadPoolExecutor(max_workers=4, thread_name_prefix="proletarian-health")
-_pings: dict[int, Any] = {}
+_pings: weakref.WeakKeyDictionary[QueueWorker, Future[None]] = weakref.WeakKeyDictionary()
 _pings_lock = threading.Lock()
 
 
@@ -122,9 +123,9 @@ def _ping(worker: QueueWorker, timeout: float) -> str | None:
     """None if the worker's database answered in time, else why not. A ping still running
     from an earlier check is waited on, not doubled, so a hung database ties up one thread."""
     with _pings_lock:
-        future = _pings.get(id(worker))
+        future = _pings.get(worker)
         if future is None or future.done():
-            future = _pings[id(worker)] = _pinger.submit(worker.ping)
+            future = _pings[worker] = _pinger.submit(worker.ping)
     try:
         future.result(timeout)
     except FutureTimeout:

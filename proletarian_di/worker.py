@@ -24,7 +24,7 @@ from ._wakeup import Listener, Wakeup
 from ._watchdog import Watchdog
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
 from .jobs import Job
-from .observers import Observer, check_observers, observers_everywhere
+from .observers import observers_everywhere
 from .schema import check_schema
 
 if TYPE_CHECKING:
@@ -112,10 +112,6 @@ class QueueWorker:
         """Job outcomes so far: succeeded, failed, retried, abandoned, timed_out (abandoned
         and timed-out attempts are also counted as retried or failed)."""
         return self.stats.as_dict()
-
-    def add_observer(self, observer: Observer) -> None:
-        """Tell `observer` about every job from now on (the CLI adds its metrics this way)."""
-        self.stats.observers.append(check_observers([observer])[0])
 
     def threads(self) -> list[tuple[str, str, float]]:
         """Each worker thread as (name, activity, seconds in it): "connecting" or "polling"

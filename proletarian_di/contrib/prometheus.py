@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -80,7 +81,9 @@ class PrometheusObserver(Observer):
         self.jobs.labels(job.queue, job.job_type, outcome).inc()
 
 
-_observers: dict[int, PrometheusObserver] = {}
+_observers: weakref.WeakKeyDictionary[CollectorRegistry, PrometheusObserver] = (
+    weakref.WeakKeyDictionary()
+)
 _observers_lock = threading.Lock()
 
 
@@ -88,9 +91,9 @@ def metrics_observer(registry: CollectorRegistry = REGISTRY) -> PrometheusObserv
     """The observer of `registry`, made on first use: every worker of a process shares it,
     since a registry takes each metric name once."""
     with _observers_lock:
-        observer = _observers.get(id(registry))
+        observer = _observers.get(registry)
         if observer is None:
-            observer = _observers[id(registry)] = PrometheusObserver(registry)
+            observer = _observers[registry] = PrometheusObserver(registry)
         return observer
 
 

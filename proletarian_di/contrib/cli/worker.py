@@ -167,6 +167,11 @@ def _start(target: Target) -> list[QueueWorker]:
     return workers
 
 
+def _port_option(flag: str, envvar: str, help: str) -> Any:
+    """An optional port to serve on (0: a free one, printed at start)."""
+    return typer.Option(flag, envvar=envvar, min=0, max=65535, help=help, show_default=False)
+
+
 class LogLevel(str, enum.Enum):
     debug = "debug"
     info = "info"
@@ -201,24 +206,18 @@ def worker(
     ] = LogLevel.info,
     metrics_port: Annotated[
         int | None,
-        typer.Option(
+        _port_option(
             "--metrics-port",
-            envvar="PROLETARIAN_METRICS_PORT",
-            min=0,
-            max=65535,
-            help="Serve Prometheus metrics at http://HOST:PORT/metrics (extra `metrics`).",
-            show_default=False,
+            "PROLETARIAN_METRICS_PORT",
+            "Serve Prometheus metrics at http://HOST:PORT/metrics (extra `metrics`).",
         ),
     ] = None,
     health_port: Annotated[
         int | None,
-        typer.Option(
+        _port_option(
             "--health-port",
-            envvar="PROLETARIAN_HEALTH_PORT",
-            min=0,
-            max=65535,
-            help="Answer liveness at http://HOST:PORT/livez and readiness at /readyz.",
-            show_default=False,
+            "PROLETARIAN_HEALTH_PORT",
+            "Answer liveness at http://HOST:PORT/livez and readiness at /readyz.",
         ),
     ] = None,
     host: Annotated[

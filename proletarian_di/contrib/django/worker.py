@@ -95,20 +95,7 @@ class TaskHandler:
             self._finished(result, Status.FAILED, datetime.now(timezone.utc), errors=[error])
             raise
         finished = datetime.now(timezone.utc)
-        write_result(
-            job.connection,
-            self.backend.job_table,
-            job.job_id,
-            status=Status.SUCCESSFUL.value,
-            return_value=encoded,
-            errors=None,
-            attempts=job.attempts,
-            worker_id=threading.current_thread().name,
-            started_at=started,
-            finished_at=finished,
-        )
-        with self._lock:
-            self._started.pop(job.job_id, None)
+        self._write(job, Status.SUCCESSFUL, encoded, None, finished)
         self._finished(result, Status.SUCCESSFUL, finished, return_value=json.loads(encoded))
 
     def _finished(
@@ -129,20 +116,26 @@ class TaskHandler:
 
     def failed(self, job: Job, exc: BaseException) -> None:
         """Record the task as FAILED with its error, in the job's transaction."""
+        errors = encode_errors([_error(exc)], self.backend.max_result_bytes)
+        self._write(job, Status.FAILED, None, errors, datetime.now(timezone.utc))
+
+    def _write(
+        self, job: Job, status: Any, value: str | None, errors: str | None, finished: datetime
+    ) -> None:
+        """Record the task's outcome in its results row, in the job's transaction."""
         with self._lock:
             started = self._started.pop(job.job_id, None)
-        error = _error(exc)
         write_result(
             job.connection,
             self.backend.job_table,
             job.job_id,
-            status=Status.FAILED.value,
-            return_value=None,
-            errors=encode_errors([error], self.backend.max_result_bytes),
+            status=status.value,
+            return_value=value,
+            errors=errors,
             attempts=job.attempts,
             worker_id=threading.current_thread().name,
             started_at=started,
-            finished_at=datetime.now(timezone.utc),
+            finished_at=finished,
         )
 
 
