@@ -19,7 +19,7 @@ from faults import EventLog, running, wait_for
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many, process_next_job
-from proletarian_di.mysql import MySQLDataSource, mask
+from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
 from proletarian_di.schema import statements
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,9 +58,15 @@ def no_secret(*texts: Any) -> bool:
     return all(SECRET not in str(text) and SECRET not in repr(text) for text in texts)
 
 
+def wrong_root_password_url(mysql_backend: Any) -> str:
+    """The session's MySQL/MariaDB, as root with a wrong password."""
+    options = parse_mysql_url(mysql_backend.url)
+    return f"mysql://root:{SECRET}@{options['host']}:{options['port']}/test"
+
+
 def test_mysql_wrong_password_never_appears_in_errors_reprs_or_logs(mysql_backend, caplog):
     caplog.set_level(logging.DEBUG)
-    source = MySQLDataSource(f"mysql://root:{SECRET}@127.0.0.1:3306/test", max_connections=2)
+    source = MySQLDataSource(wrong_root_password_url(mysql_backend), max_connections=2)
     try:
         worker = create_queue_worker(source, lambda t, p: None)
         with pytest.raises(pymysql.err.OperationalError) as error:
@@ -118,14 +124,12 @@ def test_polling_errors_logged_by_a_running_worker_never_show_the_password(backe
     assert no_secret(*texts, *(record.getMessage() for record in caplog.records))
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        f"mysql://root:{SECRET}@127.0.0.1:3306/test",
-        f"postgresql://postgres:{SECRET}@127.0.0.1:1/test",
-    ],
-)
-def test_the_cli_never_prints_the_password(url, mysql_backend):
+@pytest.mark.parametrize("scheme", ["mysql", "postgresql"])
+def test_the_cli_never_prints_the_password(scheme, request):
+    if scheme == "mysql":
+        url = wrong_root_password_url(request.getfixturevalue("mysql_backend"))
+    else:
+        url = f"postgresql://postgres:{SECRET}@127.0.0.1:1/test"
     result = subprocess.run(
         [sys.executable, "-m", "proletarian_di.cli", "schema", "check", "--database-url", url],
         capture_output=True,
