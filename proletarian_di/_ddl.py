@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
     UNIQUE INDEX {unique_index} (queue, unique_key),
-    INDEX {claim_index} (queue, priority_rank, process_at)
+    -- the claim's order; attempts and leased_by let the dashboard count without the rows
+    INDEX {claim_index} (queue, priority_rank, process_at, attempts, leased_by)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -285,8 +286,13 @@ ALTER TABLE {job_table} ADD COLUMN trace_context TEXT;
 CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at, queue, status);
 """
 
+# On MySQL the claim index also gains attempts and leased_by, so the overview counts a
+# queue's jobs by state from the index alone rather than from every row.
 MYSQL_9 = """\
-ALTER TABLE {job_table} ADD COLUMN trace_context TEXT NULL;
+ALTER TABLE {job_table}
+    ADD COLUMN trace_context TEXT NULL,
+    DROP INDEX {claim_index},
+    ADD INDEX {claim_index} (queue, priority_rank, process_at, attempts, leased_by);
 ALTER TABLE {archived_job_table} ADD INDEX {finished_index} (finished_at, queue, status);
 """
 

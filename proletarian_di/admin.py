@@ -200,10 +200,19 @@ def queue_stats(
     return [by_queue[name] for name in sorted(by_queue)]
 
 
+@dataclasses.dataclass(frozen=True)
+class ThroughputBucket:
+    """Jobs archived in [start, start + the bucket's length): succeeded and failed."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+
+
 @dataclasses.dataclass
 class QueueOverview:
     """One queue at a glance, as a dashboard shows it: its waiting jobs by state, its
-    outcomes over the last 24 hours, and whether it is paused."""
+    outcomes over the last 24 hours (in all and hour by hour), and whether it is paused."""
 
     queue: str
     queued: int = 0
@@ -214,23 +223,19 @@ class QueueOverview:
     failed_last_day: int = 0
     oldest_due: timedelta | None = None
     paused: bool = False
+    last_day: list[ThroughputBucket] = dataclasses.field(default_factory=list)
+    """The last 24 hours' outcomes, an hour per bucket, oldest first."""
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         oldest = data.pop("oldest_due")
         data["oldest_due_seconds"] = None if oldest is None else round(oldest.total_seconds(), 3)
+        for bucket in data["last_day"]:
+            bucket["start"] = bucket["start"].isoformat()
         return data
 
 
-@dataclasses.dataclass(frozen=True)
-class ThroughputBucket:
-    """Jobs archived in [start, start + the bucket's length): succeeded and failed."""
-
-    start: datetime
-    succeeded: int
-    failed: int
-
-
+_DAY_HOURS = 24
 _PROBED_PER_QUEUE = 200
 """Where the database cannot list held rows, the overview probes this many of each queue's
 due rows, first in claim order: workers claim there, so that is where running jobs are."""
@@ -242,8 +247,9 @@ def overview(
     """Per queue: queued, scheduled, retrying and running jobs, successes and failures in the
     last 24 hours, the oldest due job's wait, and whether it is paused; by name.
 
-    It reads the job table once, the archive's last day through its `finished_at` index,
-    and probes only rows a worker may hold, so it stays quick on large tables."""
+    It reads the job table once (on MySQL, its claim index alone), the archive's last day
+    through its `finished_at` index, and probes only rows a worker may hold, so it stays quick
+    on large tables."""
     dialect = tables.dialect(conn)
     now = _utc(now or datetime.now(timezone.utc))
     at = dialect.encode_time(now)
@@ -252,26 +258,31 @@ def overview(
     def entry(queue: str) -> QueueOverview:
         return by_queue.setdefault(queue, QueueOverview(queue))
 
+    oldest_sql = dialect.oldest_due_sql()
+    oldest_column = "" if oldest_sql else ", MIN(CASE WHEN process_at <= %s THEN process_at END)"
     with dialect.admin_read(conn):
         rows = dialect.fetchall(
             conn,
-            f"SELECT queue, "
+            f"SELECT queue, COUNT(*), "
             f"SUM(CASE WHEN {_LEASED} THEN 1 ELSE 0 END), "
             f"SUM(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 ELSE 0 END), "
             f"SUM(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
-            f"THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN attempts = 0 AND process_at <= %s THEN 1 ELSE 0 END), "
-            f"MIN(CASE WHEN process_at <= %s THEN process_at END) "
+            f"THEN 1 ELSE 0 END){oldest_column} "
             f"FROM {tables.job_table} GROUP BY queue",
-            (at, at, at, at, at),
+            (at,) * (3 if oldest_sql else 4),
         )
-        for queue, leased, retrying, scheduled, queued, oldest in rows:
+        oldest_due = rows if oldest_sql is None else dialect.fetchall(conn, oldest_sql, (at,))
+        for queue, total, leased, retrying, scheduled, *_ in rows:
             item = entry(queue)
             item.running, item.retrying = int(leased or 0), int(retrying or 0)
-            item.scheduled, item.queued = int(scheduled or 0), int(queued or 0)
+            item.scheduled = int(scheduled or 0)
+            item.queued = int(total) - item.running - item.retrying - item.scheduled
+        for queue, *_, oldest in oldest_due:
             if oldest is not None:
-                item.oldest_due = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
-        due_queues = [row[0] for row in rows if row[4] or row[2]]
+                wait = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
+                item = entry(queue)
+                item.oldest_due = wait if item.oldest_due is None else max(item.oldest_due, wait)
+        due_queues = [item.queue for item in by_queue.values() if item.queued or item.retrying]
         for queue, attempts in _held(conn, dialect, tables, now, due_queues):
             item = entry(queue)
             item.running += 1
@@ -279,19 +290,28 @@ def overview(
                 item.retrying -= 1
             else:
                 item.queued -= 1
-        since = dialect.encode_time(now - timedelta(days=1))
-        for queue, status, count in dialect.fetchall(
+        since = now - timedelta(hours=_DAY_HOURS)
+        hourly: dict[str, list[list[int]]] = {}
+        for hour, queue, status, count in dialect.fetchall(
             conn,
-            f"SELECT queue, status, COUNT(*) FROM {tables.archived_job_table} "
-            "WHERE finished_at >= %s GROUP BY queue, status",
-            (since,),
+            f"SELECT {dialect.hours_since('finished_at')}, queue, status, COUNT(*) "
+            f"FROM {tables.archived_job_table} WHERE finished_at >= %s GROUP BY 1, 2, 3",
+            (dialect.encode_time(since), dialect.encode_time(since)),
         ):
-            if status == "success":
-                entry(queue).succeeded_last_day = int(count)
-            elif status == "failure":
-                entry(queue).failed_last_day = int(count)
+            if status in ("success", "failure"):
+                counts = hourly.setdefault(queue, [[0, 0] for _ in range(_DAY_HOURS)])
+                counts[min(int(hour), _DAY_HOURS - 1)][status == "failure"] += int(count)
+                entry(queue)
         for queue in _pauses.paused_queues(conn, dialect):
             entry(queue).paused = True
+    for item in by_queue.values():
+        counts = hourly.get(item.queue, [[0, 0]] * _DAY_HOURS)
+        item.last_day = [
+            ThroughputBucket(since + timedelta(hours=n), succeeded, failed)
+            for n, (succeeded, failed) in enumerate(counts)
+        ]
+        item.succeeded_last_day = sum(bucket.succeeded for bucket in item.last_day)
+        item.failed_last_day = sum(bucket.failed for bucket in item.last_day)
     return [by_queue[name] for name in sorted(by_queue)]
 
 

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
     UNIQUE INDEX job_queue_unique_key (queue, unique_key),
-    INDEX job_queue_priority_process_at (queue, priority_rank, process_at)
+    -- the claim's order; attempts and leased_by let the dashboard count without the rows
+    INDEX job_queue_priority_process_at (queue, priority_rank, process_at, attempts, leased_by)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (

@@ -4,6 +4,7 @@ once, a running job told apart, the last day's outcomes, and the archive buckete
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -89,6 +90,35 @@ def test_overview_counts_outcomes_of_the_last_day_only(backend):
         [mail] = overview(conn)
     assert (mail.succeeded_last_day, mail.failed_last_day) == (1, 1)
     assert (mail.queued, mail.running) == (0, 0)
+
+
+def test_overview_gives_each_queue_its_last_day_hour_by_hour(backend):
+    since = NOW - timedelta(hours=24)
+    archive_at(backend, "mail", "success", since)
+    archive_at(backend, "mail", "success", since + timedelta(hours=1, microseconds=-1))
+    archive_at(backend, "mail", "failure", since + timedelta(hours=1))
+    archive_at(backend, "mail", "success", NOW - timedelta(minutes=30))
+    archive_at(backend, "mail", "success", NOW + timedelta(minutes=1))  # a clock ahead: last hour
+    archive_at(backend, "mail", "success", since - timedelta(microseconds=1))  # before the day
+    archive_at(backend, "other", "failure", NOW - timedelta(hours=5, minutes=59))
+    committed(backend, pause_queue, "idle")
+    with connection(backend) as conn:
+        queues = {item.queue: item for item in overview(conn, now=NOW)}
+    hours = [since + timedelta(hours=n) for n in range(24)]
+    for item in queues.values():
+        assert [bucket.start for bucket in item.last_day] == hours
+    mail = {n: (b.succeeded, b.failed) for n, b in enumerate(queues["mail"].last_day)}
+    assert {n: counts for n, counts in mail.items() if counts != (0, 0)} == {
+        0: (2, 0),
+        1: (0, 1),
+        23: (2, 0),
+    }
+    assert (queues["mail"].succeeded_last_day, queues["mail"].failed_last_day) == (4, 1)
+    other = [(b.succeeded, b.failed) for b in queues["other"].last_day]
+    assert other[18] == (0, 1) and sum(map(sum, other)) == 1
+    assert all((b.succeeded, b.failed) == (0, 0) for b in queues["idle"].last_day)
+    as_json = json.loads(json.dumps(queues["mail"].as_dict()))
+    assert as_json["last_day"][0] == {"start": since.isoformat(), "succeeded": 2, "failed": 0}
 
 
 def test_throughput_buckets_the_archive_by_finished_at(backend):

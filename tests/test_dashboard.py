@@ -88,6 +88,13 @@ def job_state(backend: Backend, job_id: uuid.UUID) -> str:
     return job.state
 
 
+def chart_of(page: str) -> str:
+    """The overview's throughput chart."""
+    match = re.search(r'<figure class="chart">.*?</figure>', page, re.S)
+    assert match, page
+    return match.group()
+
+
 def token(page: httpx.Response) -> str:
     match = CSRF.search(page.text)
     assert match, page.text
@@ -163,6 +170,24 @@ def test_every_page_shows_the_databases_jobs(backend, pool, jobs, reader):
     assert "03:00:00 UTC" in schedules.text
 
     assert reader.get("/static/dashboard.js").headers["content-type"].startswith("text/javascript")
+
+
+def test_the_chart_adds_the_queues_up_hour_by_hour(backend, pool, jobs, reader):
+    enqueue_committed(backend, ("monthly_report", {"month": "2024-04"}), queue="reports")
+    assert process_next_job(pool, send, queue="reports") is True
+    overview = reader.get("/").text
+    assert "2 succeeded and 1 failed jobs in the last 24 hours" in overview
+    titles = re.findall(r"<title>(.*?)</title>", chart_of(overview))
+    assert len(titles) == 24
+    assert titles[-1].endswith("UTC: 2 succeeded, 1 failed"), titles[-1]
+    assert all(title.endswith(": 0 succeeded, 0 failed") for title in titles[:-1])
+
+
+def test_an_empty_database_has_an_empty_chart(pool, reader):
+    overview = reader.get("/")
+    assert overview.status_code == 200
+    assert "0 succeeded and 0 failed jobs in the last 24 hours" in overview.text
+    assert "<title>" not in chart_of(overview.text) and "24 h ago</span>" in overview.text
 
 
 def test_html_in_payloads_and_errors_is_escaped(jobs, reader):

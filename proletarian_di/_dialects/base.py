@@ -303,6 +303,10 @@ class Dialect:
         """SQL for the seconds from a time parameter (`%s`) to `column`'s time."""
         return f"EXTRACT(EPOCH FROM ({column} - %s::timestamptz))"
 
+    def hours_since(self, column: str) -> str:
+        """SQL for the whole hours from a time parameter (`%s`) to `column`'s later time."""
+        return f"FLOOR(EXTRACT(EPOCH FROM ({column} - %s::timestamptz)) / 3600)"
+
     # Statements --------------------------------------------------------------
 
     def cursor(self, conn: Any) -> Any:
@@ -639,6 +643,12 @@ class Dialect:
         """Scope of an admin write that may take several statements, in the caller's
         transaction (which the caller commits)."""
         yield
+
+    def oldest_due_sql(self) -> str | None:
+        """(queue, the oldest process_at at or before %s) per queue and priority, read from
+        the claim index alone where the server can skip through it (a loose index scan); None
+        where only the overview's scan of the table can tell."""
+        return None
 
     def held_rows(self, conn: Any) -> HeldRows:
         """Which job rows other transactions hold locked now (running jobs), told without

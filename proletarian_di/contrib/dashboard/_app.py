@@ -177,19 +177,14 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
 
-        def query(conn: Any) -> tuple[list[Any], list[Any]]:
-            queues = admin.overview(conn, tables=self.tables)
-            buckets = admin.throughput(conn, tables=self.tables)
-            return queues, buckets
-
-        queues, buckets = await self.read(query)
+        queues = await self.read(lambda conn: admin.overview(conn, tables=self.tables))
         return self.render(
             request,
             user,
             "overview.html",
             section="overview",
             queues=queues,
-            chart=_chart.chart(buckets),
+            chart=_chart.chart(_chart.summed(queues)),
         )
 
     async def jobs(self, request: Request) -> Response:

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import timedelta, timezone
 from typing import Any
 
+from ...admin import QueueOverview, ThroughputBucket
+
 WIDTH, HEIGHT, GAP = 720, 120, 2
 
 
@@ -38,9 +40,17 @@ class Chart:
     height: int = HEIGHT
 
 
-def chart(buckets: Sequence[Any]) -> Chart:
-    """The chart of `admin.throughput`'s buckets (oldest first, each with `start`,
-    `succeeded` and `failed`)."""
+def summed(queues: Sequence[QueueOverview]) -> list[ThroughputBucket]:
+    """The queues' last day added up, hour by hour (every queue's hours are the same)."""
+    return [
+        ThroughputBucket(hour[0].start, sum(b.succeeded for b in hour), sum(b.failed for b in hour))
+        for hour in zip(*(queue.last_day for queue in queues), strict=True)
+    ]
+
+
+def chart(buckets: Sequence[ThroughputBucket]) -> Chart:
+    """The chart of throughput buckets (oldest first), as `summed` or `admin.throughput`
+    gives them."""
     step = buckets[1].start - buckets[0].start if len(buckets) > 1 else timedelta(hours=1)
     peak = max((b.succeeded + b.failed for b in buckets), default=0)
     scale = HEIGHT / peak if peak else 0.0
