@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import threading
 from datetime import datetime, timedelta, timezone
+from time import sleep
 from typing import Any
 
 import pytest
@@ -188,7 +189,10 @@ def test_a_higher_priority_behind_the_frontier_is_claimed_at_the_next_sweep(
 
 def test_a_worker_runs_a_high_priority_job_enqueued_behind_its_backlog(backend: Backend) -> None:
     """The frontier is on the backlog's priority; the job of higher priority enqueued while
-    the backlog runs is claimed within a sweep, long before the backlog is done."""
+    the backlog runs is claimed within a sweep, long before the backlog is done.
+
+    Each backlog job takes 20 ms, so the backlog outlasts a sweep interval (the polling
+    interval, or ten times a slow claim's time on a loaded machine) many times over."""
     enqueue_committed(backend, *[("t", f"low{n}") for n in range(40)])
     ran: list[str] = []
     started, proceed = threading.Event(), threading.Event()
@@ -197,6 +201,7 @@ def test_a_worker_runs_a_high_priority_job_enqueued_behind_its_backlog(backend: 
         ran.append(payload)
         started.set()
         proceed.wait(10)
+        sleep(0.02)
 
     worker = create_queue_worker(
         backend.pool(2), handler, worker_threads=1, polling_interval_ms=20, log=lambda e, d: None
