@@ -300,12 +300,13 @@ class Dialect:
         return value
 
     def seconds_since(self, column: str) -> str:
-        """SQL for the seconds from a time parameter (`%s`) to `column`'s time."""
-        return f"EXTRACT(EPOCH FROM ({column} - %s::timestamptz))"
+        """SQL for the seconds from a time parameter (`%s`) to `column`'s time: a double
+        (`date_part`), twice as quick over the archive's last day as EXTRACT's numeric."""
+        return f"date_part('epoch', {column} - %s::timestamptz)"
 
     def hours_since(self, column: str) -> str:
         """SQL for the whole hours from a time parameter (`%s`) to `column`'s later time."""
-        return f"FLOOR(EXTRACT(EPOCH FROM ({column} - %s::timestamptz)) / 3600)"
+        return f"FLOOR({self.seconds_since(column)} / 3600)"
 
     # Statements --------------------------------------------------------------
 
@@ -703,3 +704,7 @@ class HeldRows(NamedTuple):
     def narrowed(self) -> bool:
         """Whether the condition picks rows out (else every row is a candidate)."""
         return self.exact or self.condition != _EVERY_ROW
+
+
+NO_HELD_ROWS = HeldRows("1 = 0", [], exact=True)
+"""No other transaction holds a row lock: no job is running under one."""

@@ -13,6 +13,7 @@ from ..errors import UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
     FIRST_POSITION,
+    NO_HELD_ROWS,
     Dialect,
     HeldRows,
     JobRow,
@@ -357,11 +358,21 @@ class MySQLDialect(Dialect):
         be; MariaDB has no such table, so there every row is probed."""
         locked = self._locked_job_ids(conn)
         if locked is None:
-            return super().held_rows(conn)
+            return NO_HELD_ROWS if self._no_row_locks(conn) else super().held_rows(conn)
         if not locked:
             return HeldRows("1 = 0", [], exact=True)
         marks = ", ".join(["%s"] * len(locked))
         return HeldRows(f"job_id IN ({marks})", sorted(locked), exact=True)
+
+    def _no_row_locks(self, conn: Any) -> bool:
+        """Whether InnoDB says no other transaction holds a row lock (so no job runs under
+        one, and nothing needs probing); False where it cannot tell (no PROCESS privilege)."""
+        try:
+            return self.fetchone(conn, _OTHERS_ROW_LOCKING)[0] == 0
+        except Exception as exc:
+            if error_code(exc) is None or is_transient(exc):
+                raise
+            return False
 
     def _locked_job_ids(self, conn: Any) -> set[bytes] | None:
         """The job ids other sessions hold X locks on, from data_locks; None where it cannot
@@ -462,6 +473,10 @@ def _tuple_cursor() -> type:
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
 _NEXT_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+_OTHERS_ROW_LOCKING = (
+    "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> "
+    "CONNECTION_ID() AND (trx_tables_locked > 0 OR trx_rows_locked > 0)"
+)
 _DATA_LOCKS = (
     "SELECT LOCK_DATA FROM performance_schema.data_locks "
     "WHERE OBJECT_SCHEMA = COALESCE(%s, DATABASE()) AND OBJECT_NAME = %s "

@@ -18,6 +18,7 @@ from ..errors import ConfigurationError
 from ..job_ids import UUIDStrategy
 from .base import (
     FIRST_POSITION,
+    NO_HELD_ROWS,
     Dialect,
     HeldRows,
     JobRow,
@@ -390,9 +391,13 @@ class PostgresDialect(Dialect):
         shutdown_socket(conn.pgconn.socket)
 
     def held_rows(self, conn: Any) -> HeldRows:
-        """Rows whose xmax is a transaction still running: a lock-free read of who holds
-        each row (its locker or its updater), which the probe then confirms."""
-        return HeldRows(_HELD_BY_A_RUNNING_TRANSACTION, [], exact=False)
+        """Rows whose xmax is a running transaction that row-locks the job table (a worker's
+        claim takes ROW SHARE on it): a lock-free read of who holds each row, which the probe
+        then confirms. With no such transaction, the job table is not read at all."""
+        lockers = [row[0] for row in self.fetchall(conn, _ROW_LOCKERS, (self.job_table,))]
+        if not lockers:
+            return NO_HELD_ROWS
+        return HeldRows("xmax = ANY(%s::text[]::xid[])", [lockers], exact=False)
 
     def probe_held(self, conn: Any, job_ids: Sequence[Any]) -> set[Any]:
         """The probe runs in a savepoint rolled back at once, which releases its row locks
@@ -471,8 +476,10 @@ _SESSION_SETTINGS = (
     "UNION ALL SELECT 'role', current_setting('role')"
 )
 _RESET_SETTING = "SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name = %s"
-_HELD_BY_A_RUNNING_TRANSACTION = (
-    "xmax = ANY(ARRAY(SELECT transactionid FROM pg_locks WHERE locktype = 'transactionid'))"
+_ROW_LOCKERS = (
+    "SELECT transactionid::text FROM pg_locks WHERE locktype = 'transactionid' AND pid IN "
+    "(SELECT pid FROM pg_locks WHERE locktype = 'relation' AND relation = to_regclass(%s) "
+    "AND mode = 'RowShareLock' AND pid <> pg_backend_pid())"
 )
 
 
