@@ -4,11 +4,13 @@ once, a running job told apart, the last day's outcomes, and the archive buckete
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pymysql
 import pytest
 
 from proletarian_di import ArgumentTypeError, RetrySpec, create_queue_worker, process_next_job
@@ -147,3 +149,38 @@ def test_throughput_buckets_the_archive_by_finished_at(backend):
 def test_throughput_refuses_bad_windows(backend, option):
     with connection(backend) as conn, pytest.raises(ArgumentTypeError, match="positive int"):
         throughput(conn, **option)
+
+
+def test_overview_without_the_process_privilege_still_finds_a_running_job_on_mysql(
+    mysql_backend,
+):
+    """A reader that may not see InnoDB's transactions (no PROCESS privilege) cannot tell that
+    nobody holds a row, so it probes: the running job is still told apart."""
+    backend = mysql_backend
+    backend.reset()
+    user, password = "proletarian_test_reader", "R3ader-Pw_7"
+    with connection(backend) as conn:
+        cursor = conn.cursor()
+        cursor.execute(f"CREATE USER IF NOT EXISTS '{user}'@'%%' IDENTIFIED BY %s", (password,))
+        cursor.execute(f"GRANT SELECT ON proletarian.* TO '{user}'@'%'")
+    options = {**backend.options, "user": user, "password": password}
+    options.pop("database", None)
+    started, release = threading.Event(), threading.Event()
+
+    def slow(job_type: str, payload: Any) -> None:
+        started.set()
+        release.wait(20)
+
+    enqueue_committed(backend, ("slow", None), ("slow", None), queue="slow")
+    worker = create_queue_worker(backend.pool(2), slow, queue="slow", polling_interval_ms=20)
+    worker.start()
+    try:
+        assert started.wait(10)
+        with contextlib.closing(pymysql.connect(**options)) as reader:
+            with pytest.raises(pymysql.err.OperationalError):
+                reader.cursor().execute("SELECT COUNT(*) FROM information_schema.INNODB_TRX")
+            [item] = overview(reader)
+        assert (item.queue, item.queued, item.running) == ("slow", 1, 1)
+    finally:
+        release.set()
+        worker.stop()

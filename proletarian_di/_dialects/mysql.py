@@ -360,7 +360,7 @@ class MySQLDialect(Dialect):
         if locked is None:
             return NO_HELD_ROWS if self._no_row_locks(conn) else super().held_rows(conn)
         if not locked:
-            return HeldRows("1 = 0", [], exact=True)
+            return NO_HELD_ROWS
         marks = ", ".join(["%s"] * len(locked))
         return HeldRows(f"job_id IN ({marks})", sorted(locked), exact=True)
 
