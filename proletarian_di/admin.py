@@ -19,6 +19,9 @@ from . import _pauses
 from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ._outcomes import DAY_HOURS as _DAY_HOURS
+from ._outcomes import HOUR as _HOUR
+from ._outcomes import HourlyOutcomes, first_hour
 from ._types import Connection
 from .errors import ArgumentTypeError, ConfigurationError, SchemaError
 from .periodic import Schedule, next_tick
@@ -29,6 +32,7 @@ __all__ = [
     "DEFAULT_TABLES",
     "MAX_LIMIT",
     "STATES",
+    "HourlyOutcomes",
     "JobInfo",
     "QueueOverview",
     "QueueStats",
@@ -212,7 +216,7 @@ class ThroughputBucket:
 @dataclasses.dataclass
 class QueueOverview:
     """One queue at a glance, as a dashboard shows it: its waiting jobs by state, its
-    outcomes over the last 24 hours (in all and hour by hour), and whether it is paused."""
+    outcomes over the last day (in all and hour by hour), and whether it is paused."""
 
     queue: str
     queued: int = 0
@@ -224,7 +228,8 @@ class QueueOverview:
     oldest_due: timedelta | None = None
     paused: bool = False
     last_day: list[ThroughputBucket] = dataclasses.field(default_factory=list)
-    """The last 24 hours' outcomes, an hour per bucket, oldest first."""
+    """The last day's outcomes, a clock hour per bucket, oldest first: the last bucket is
+    the current hour so far."""
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -235,21 +240,26 @@ class QueueOverview:
         return data
 
 
-_DAY_HOURS = 24
 _PROBED_PER_QUEUE = 200
 """Where the database cannot list held rows, the overview probes this many of each queue's
 due rows, first in claim order: workers claim there, so that is where running jobs are."""
 
 
 def overview(
-    conn: Connection, *, now: datetime | None = None, tables: Tables = DEFAULT_TABLES
+    conn: Connection,
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    outcomes: HourlyOutcomes | None = None,
 ) -> list[QueueOverview]:
     """Per queue: queued, scheduled, retrying and running jobs, successes and failures in the
-    last 24 hours, the oldest due job's wait, and whether it is paused; by name.
+    last day (the current clock hour and the 23 before it), the oldest due job's wait, and
+    whether it is paused; by name.
 
     It reads the job table once (on MySQL, its claim index alone), the archive's last day
     through its `finished_at` index, and probes only rows a worker may hold, so it stays quick
-    on large tables."""
+    on large tables. Pass the same `outcomes` to each call of a refreshing page: it keeps the
+    hours that are over, so that only the current hour of the archive is read again."""
     dialect = tables.dialect(conn)
     now = _utc(now or datetime.now(timezone.utc))
     at = dialect.encode_time(now)
@@ -290,24 +300,17 @@ def overview(
                 item.retrying -= 1
             else:
                 item.queued -= 1
-        since = now - timedelta(hours=_DAY_HOURS)
-        hourly: dict[str, list[list[int]]] = {}
-        for hour, queue, status, count in dialect.fetchall(
-            conn,
-            f"SELECT {dialect.hours_since('finished_at')}, queue, status, COUNT(*) "
-            f"FROM {tables.archived_job_table} WHERE finished_at >= %s GROUP BY 1, 2, 3",
-            (dialect.encode_time(since), dialect.encode_time(since)),
-        ):
-            if status in ("success", "failure"):
-                counts = hourly.setdefault(queue, [[0, 0] for _ in range(_DAY_HOURS)])
-                counts[min(int(hour), _DAY_HOURS - 1)][status == "failure"] += int(count)
-                entry(queue)
+        outcomes = HourlyOutcomes() if outcomes is None else outcomes
+        hourly = outcomes.read(conn, dialect, tables.archived_job_table, now)
+        for queue in hourly:
+            entry(queue)
         for queue in _pauses.paused_queues(conn, dialect):
             entry(queue).paused = True
+    since = first_hour(now)
     for item in by_queue.values():
         counts = hourly.get(item.queue, [[0, 0]] * _DAY_HOURS)
         item.last_day = [
-            ThroughputBucket(since + timedelta(hours=n), succeeded, failed)
+            ThroughputBucket(since + n * _HOUR, succeeded, failed)
             for n, (succeeded, failed) in enumerate(counts)
         ]
         item.succeeded_last_day = sum(bucket.succeeded for bucket in item.last_day)

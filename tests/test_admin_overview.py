@@ -14,7 +14,14 @@ import pymysql
 import pytest
 
 from proletarian_di import ArgumentTypeError, RetrySpec, create_queue_worker, process_next_job
-from proletarian_di.admin import overview, pause_queue, throughput
+from proletarian_di.admin import (
+    HourlyOutcomes,
+    Tables,
+    overview,
+    pause_queue,
+    retry_failed,
+    throughput,
+)
 
 from backends import committed, connection, enqueue_committed
 
@@ -95,17 +102,18 @@ def test_overview_counts_outcomes_of_the_last_day_only(backend):
 
 
 def test_overview_gives_each_queue_its_last_day_hour_by_hour(backend):
-    since = NOW - timedelta(hours=24)
+    now = NOW + timedelta(minutes=20)
+    since = NOW - timedelta(hours=23)  # the current clock hour and the 23 before it
     archive_at(backend, "mail", "success", since)
     archive_at(backend, "mail", "success", since + timedelta(hours=1, microseconds=-1))
     archive_at(backend, "mail", "failure", since + timedelta(hours=1))
-    archive_at(backend, "mail", "success", NOW - timedelta(minutes=30))
-    archive_at(backend, "mail", "success", NOW + timedelta(minutes=1))  # a clock ahead: last hour
+    archive_at(backend, "mail", "success", NOW + timedelta(minutes=10))
+    archive_at(backend, "mail", "success", now + timedelta(minutes=1))  # a clock ahead: last hour
     archive_at(backend, "mail", "success", since - timedelta(microseconds=1))  # before the day
     archive_at(backend, "other", "failure", NOW - timedelta(hours=5, minutes=59))
     committed(backend, pause_queue, "idle")
     with connection(backend) as conn:
-        queues = {item.queue: item for item in overview(conn, now=NOW)}
+        queues = {item.queue: item for item in overview(conn, now=now)}
     hours = [since + timedelta(hours=n) for n in range(24)]
     for item in queues.values():
         assert [bucket.start for bucket in item.last_day] == hours
@@ -117,10 +125,77 @@ def test_overview_gives_each_queue_its_last_day_hour_by_hour(backend):
     }
     assert (queues["mail"].succeeded_last_day, queues["mail"].failed_last_day) == (4, 1)
     other = [(b.succeeded, b.failed) for b in queues["other"].last_day]
-    assert other[18] == (0, 1) and sum(map(sum, other)) == 1
+    assert other[17] == (0, 1) and sum(map(sum, other)) == 1
     assert all((b.succeeded, b.failed) == (0, 0) for b in queues["idle"].last_day)
     as_json = json.loads(json.dumps(queues["mail"].as_dict()))
     assert as_json["last_day"][0] == {"start": since.isoformat(), "succeeded": 2, "failed": 0}
+
+
+def outcomes_of(conn: Any, now: datetime, kept: HourlyOutcomes | None = None) -> dict:
+    """{queue: [(succeeded, failed) per hour]} of an overview, with kept hours or without."""
+    return {
+        item.queue: [(b.succeeded, b.failed) for b in item.last_day]
+        for item in overview(conn, now=now, outcomes=kept)
+    }
+
+
+def test_kept_hours_are_not_read_again_while_their_row_count_stands(backend):
+    archive_at(backend, "mail", "success", NOW - timedelta(hours=3))
+    archive_at(backend, "mail", "success", NOW + timedelta(minutes=5))
+    kept = HourlyOutcomes()
+    with connection(backend) as conn:
+        first = outcomes_of(conn, NOW + timedelta(minutes=30), kept)
+        conn.rollback()
+        assert first["mail"][20] == (1, 0) and first["mail"][23] == (1, 0)
+        with conn.cursor() as cursor:  # an edit that keeps the count: only a read would see it
+            cursor.execute(f"UPDATE {backend.archived_job_table} SET status = 'failure'")
+        conn.commit()
+        again = outcomes_of(conn, NOW + timedelta(minutes=31), kept)
+        fresh = outcomes_of(conn, NOW + timedelta(minutes=31))
+    assert again["mail"][20] == (1, 0), "an hour that is over was read again"
+    assert again["mail"][23] == (0, 1), "the current hour is read on every call"
+    assert fresh["mail"][20] == (0, 1) and fresh["mail"][23] == (0, 1)
+
+
+def test_kept_hours_are_read_again_when_a_retry_or_a_late_job_changes_them(backend, pool):
+    finished = NOW - timedelta(hours=2)
+    archive_at(backend, "mail", "failure", finished)
+    archive_at(backend, "mail", "success", finished)
+    kept = HourlyOutcomes()
+    now = NOW + timedelta(minutes=30)
+    with connection(backend) as conn:
+        assert outcomes_of(conn, now, kept)["mail"][21] == (1, 1)
+        conn.rollback()
+        assert retry_failed(conn, queue="mail") == 1
+        conn.commit()
+        assert outcomes_of(conn, now, kept)["mail"][21] == (1, 0)
+        conn.rollback()
+    archive_at(backend, "mail", "success", finished)  # a worker whose clock lags
+    with connection(backend) as conn:
+        assert outcomes_of(conn, now, kept)["mail"][21] == (2, 0)
+        conn.rollback()
+        assert outcomes_of(conn, now, kept) == outcomes_of(conn, now)
+
+
+def test_kept_hours_follow_the_clock_into_the_next_hours(backend):
+    for minutes in (-90, -30, 15, 45, 75, 100):
+        archive_at(backend, "mail", "success", NOW + timedelta(minutes=minutes))
+    kept = HourlyOutcomes()
+    with connection(backend) as conn:
+        for minutes in (20, 50, 61, 62, 90, 125, 24 * 60 + 30):
+            now = NOW + timedelta(minutes=minutes)
+            assert outcomes_of(conn, now, kept) == outcomes_of(conn, now), minutes
+            conn.rollback()
+
+
+def test_kept_hours_belong_to_one_archive(backend):
+    kept = HourlyOutcomes()
+    with connection(backend) as conn:
+        overview(conn, now=NOW, outcomes=kept)
+        conn.rollback()
+        other = Tables(backend.job_table, backend.archived_job_table + "_other")
+        with pytest.raises(ArgumentTypeError, match="keep one per table"):
+            overview(conn, now=NOW, outcomes=kept, tables=other)
 
 
 def test_throughput_buckets_the_archive_by_finished_at(backend):

@@ -107,13 +107,14 @@ class QueueDepthCollector(Collector):
         tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
         namespace: str = "proletarian",
     ) -> None:
-        self._sources: list[tuple[Any, tuple[admin.Tables, ...]]] = []
+        self._sources: list[tuple[Any, dict[admin.Tables, admin.HourlyOutcomes]]] = []
         self._namespace = namespace
         self.add(data_source, tables)
 
     def add(self, data_source: DataSource, tables: Sequence[admin.Tables]) -> None:
         """Also read these tables, on this data source (workers on several databases)."""
-        self._sources.append((connection_factory(data_source), tuple(dict.fromkeys(tables))))
+        kept = {pair: admin.HourlyOutcomes() for pair in tables}
+        self._sources.append((connection_factory(data_source), kept))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         name = self._namespace
@@ -162,8 +163,8 @@ class QueueDepthCollector(Collector):
         for connect, pairs in self._sources:
             with connect() as conn:
                 try:
-                    for tables in pairs:
-                        queues += admin.overview(conn, tables=tables)
+                    for tables, outcomes in pairs.items():
+                        queues += admin.overview(conn, tables=tables, outcomes=outcomes)
                 finally:
                     with contextlib.suppress(Exception):
                         conn.rollback()

@@ -124,6 +124,7 @@ class _Dashboard:
         self.auth = auth
         self.redact = redact
         self.tables = tables
+        self.outcomes = admin.HourlyOutcomes()
         self.refresh_s = refresh_s
         self.log = log or default_log
         self.signer = Signer(csrf_secret)
@@ -177,7 +178,9 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
 
-        queues = await self.read(lambda conn: admin.overview(conn, tables=self.tables))
+        queues = await self.read(
+            lambda conn: admin.overview(conn, tables=self.tables, outcomes=self.outcomes)
+        )
         return self.render(
             request,
             user,

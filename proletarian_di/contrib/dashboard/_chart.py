@@ -28,12 +28,11 @@ class Bar:
 
 @dataclasses.dataclass(frozen=True)
 class Chart:
-    """The bars, the scale's top value, the time span and the totals."""
+    """The bars, the scale's top value, when the first bar begins, and the totals."""
 
     bars: list[Bar]
     peak: int
     start: str
-    end: str
     succeeded: int
     failed: int
     width: int = WIDTH
@@ -74,7 +73,6 @@ def chart(buckets: Sequence[ThroughputBucket]) -> Chart:
         bars=bars,
         peak=peak,
         start=_hm(buckets[0].start) if buckets else "",
-        end=_hm(buckets[-1].start + step) if buckets else "",
         succeeded=sum(b.succeeded for b in buckets),
         failed=sum(b.failed for b in buckets),
     )
