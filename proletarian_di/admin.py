@@ -274,18 +274,17 @@ def overview(
         rows = dialect.fetchall(
             conn,
             f"SELECT queue, COUNT(*), "
-            f"SUM(CASE WHEN {_LEASED} THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
-            f"THEN 1 ELSE 0 END){oldest_column} "
+            f"COUNT(CASE WHEN {_LEASED} THEN 1 END), "
+            f"COUNT(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 END), "
+            f"COUNT(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
+            f"THEN 1 END){oldest_column} "
             f"FROM {tables.job_table} GROUP BY queue",
             (at,) * (3 if oldest_sql else 4),
         )
         oldest_due = rows if oldest_sql is None else dialect.fetchall(conn, oldest_sql, (at,))
         for queue, total, leased, retrying, scheduled, *_ in rows:
             item = entry(queue)
-            item.running, item.retrying = int(leased or 0), int(retrying or 0)
-            item.scheduled = int(scheduled or 0)
+            item.running, item.retrying, item.scheduled = int(leased), int(retrying), int(scheduled)
             item.queued = int(total) - item.running - item.retrying - item.scheduled
         for queue, *_, oldest in oldest_due:
             if oldest is not None:
