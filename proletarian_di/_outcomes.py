@@ -29,7 +29,8 @@ Outcomes = dict[str, list[list[int]]]
 class _Hour:
     rows: int
     """Every archived row that finished in the hour, whatever its status: what is checked."""
-    outcomes: dict[str, tuple[int, int]]
+    outcomes: dict[str, list[int]]
+    """Per queue, [succeeded, failed]."""
 
 
 _EMPTY = _Hour(0, {})
@@ -115,7 +116,7 @@ def _read(conn: Any, dialect: Dialect, table: str, start: datetime) -> dict[date
     """The archive from `start` on (an hour's start), hour by hour."""
     at = dialect.encode_time(start)
     rows: dict[datetime, int] = {}
-    outcomes: dict[datetime, dict[str, tuple[int, int]]] = {}
+    outcomes: dict[datetime, dict[str, list[int]]] = {}
     for offset, queue, status, count in dialect.fetchall(
         conn,
         f"SELECT {dialect.hours_since('finished_at')}, queue, status, COUNT(*) "
@@ -125,10 +126,6 @@ def _read(conn: Any, dialect: Dialect, table: str, start: datetime) -> dict[date
         hour = start + int(offset) * HOUR
         rows[hour] = rows.get(hour, 0) + int(count)
         if status in ("success", "failure"):
-            succeeded, failed = outcomes.setdefault(hour, {}).get(queue, (0, 0))
-            if status == "success":
-                succeeded += int(count)
-            else:
-                failed += int(count)
-            outcomes[hour][queue] = (succeeded, failed)
+            pair = outcomes.setdefault(hour, {}).setdefault(queue, [0, 0])
+            pair[status == "failure"] += int(count)
     return {hour: _Hour(count, outcomes.get(hour, {})) for hour, count in rows.items()}
