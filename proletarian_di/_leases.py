@@ -3,10 +3,13 @@ while the handler runs, and its outcome is written in a second short transaction
 the lease is still the worker's.
 
 The lease lives in the job row: `leased_by` names the claim (a token unique to it) and
-`process_at` is when the lease runs out. So an expired lease is a due job like any other,
-and any worker's ordinary claim rescues it; no sweeper is needed. The claim also counts the
-attempt, so a job whose handler kills its process ends in the failure archive after its
-retries, instead of looping.
+`process_at` is when the lease runs out, by the database's clock, which every worker's claim
+judges leases by. So an expired lease is a due job like any other, and any worker's ordinary
+claim rescues it; no sweeper is needed. Starting a job counts its attempt, so a job whose
+handler kills its process ends in the failure archive after its retries, instead of looping.
+A claim of several jobs starts the first and reserves the rest (`~` before the token) until
+each starts: a batch whose process dies leaves the jobs it never started to run again, no
+attempt charged.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
 from typing import Any
 
-from ._dialects import Dialect
+from ._dialects import Dialect, LeasedRow
+from ._dialects.base import reserved
 
 RENEWALS_PER_LEASE = 3
 """The heartbeat renews a lease this many times per lease period."""
@@ -38,9 +41,10 @@ class Leases:
         self._lock = threading.Lock()
         self._held: dict[Any, str] = {}
 
-    def add(self, job_ids: list[Any], token: str) -> None:
+    def add(self, leases: list[tuple[Any, str]]) -> None:
+        """Renew these (job id, lease) pairs from now on."""
         with self._lock:
-            self._held.update(dict.fromkeys(job_ids, token))
+            self._held.update(leases)
 
     def drop(self, job_id: Any, token: str) -> None:
         """Stop renewing the job's lease `token`; a newer lease of the same job (its retry,
@@ -63,19 +67,18 @@ class Heartbeat(threading.Thread):
         connect: Callable[[], contextlib.AbstractContextManager[Any]],
         dialect: Callable[[Any], Dialect],
         leases: Leases,
-        lease_s: float,
-        clock: Callable[[], datetime],
+        lease_ms: int,
         stopping: threading.Event,
         on_error: Callable[[BaseException], None],
         name: str,
     ) -> None:
         self.connect, self.dialect, self.leases = connect, dialect, leases
-        self.lease_s, self.clock, self.stopping, self.on_error = lease_s, clock, stopping, on_error
+        self.lease_ms, self.stopping, self.on_error = lease_ms, stopping, on_error
         self.renewals = 0
         super().__init__(name=name, daemon=True)
 
     def run(self) -> None:
-        every = self.lease_s / RENEWALS_PER_LEASE
+        every = self.lease_ms / 1000 / RENEWALS_PER_LEASE
         while not self.stopping.wait(every):
             self.beat()
 
@@ -86,22 +89,23 @@ class Heartbeat(threading.Thread):
             return
         try:
             with self.connect() as conn:
-                until = self.clock() + timedelta(seconds=self.lease_s)
-                self.dialect(conn).renew(conn, held, until)
+                self.dialect(conn).renew(conn, held, self.lease_ms)
                 self.renewals += 1
         except Exception as exc:
             self.on_error(exc)
 
 
 @contextlib.contextmanager
-def holding(leases: Leases | None, job_ids: list[Any], token: str) -> Iterator[None]:
-    """Keep these leases renewed for the block (and for as long as `drop` leaves them)."""
+def holding(leases: Leases | None, rows: list[LeasedRow], token: str) -> Iterator[None]:
+    """Keep the leases of these claimed rows renewed for the block (and for as long as
+    `drop` leaves them)."""
     if leases is None:
         yield
         return
-    leases.add(job_ids, token)
+    leases.add([(row[0], token if row[10] else reserved(token)) for row in rows])
     try:
         yield
     finally:
-        for job_id in job_ids:
-            leases.drop(job_id, token)
+        for row in rows:
+            leases.drop(row[0], token)
+            leases.drop(row[0], reserved(token))

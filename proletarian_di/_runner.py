@@ -10,7 +10,10 @@ every attempt is counted and no job loops.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +32,7 @@ from ._dialects import (
     dialect_for,
     is_transient,
 )
-from ._dialects.base import running_slots
+from ._dialects.base import died_running, reserved, running_slots
 from ._frontier import Frontier
 from ._leases import Leases, holding, lease_token
 from ._logging import default_log, describe, error_text, safe_log, wanted
@@ -40,6 +43,7 @@ from .errors import (
     ArgumentTypeError,
     CrashLoop,
     InvalidRetrySpec,
+    JobAbandoned,
     JobTimedOut,
     LeaseExpired,
     PayloadError,
@@ -83,6 +87,17 @@ ASYNC_GRACE_S = 1.0
 worker gives up on its thread as on a sync handler's."""
 
 
+MAX_ABANDONMENTS = 3
+"""The abandonments at `stop()` in a row after which a job ends in the failure archive."""
+_ABANDONMENT = re.compile(r"^JobAbandoned: .*\(abandonment (\d+) of \d+\)$", re.MULTILINE)
+
+
+def abandonments(last_error: str | None) -> int:
+    """How many times in a row `stop()` abandoned the job, read from its last error."""
+    found = None if last_error is None else _ABANDONMENT.match(last_error)
+    return 0 if found is None else int(found.group(1))
+
+
 HAND_OVER_WAIT_S = 60.0
 """The longest an abandoned job's thread waits for its job's attempt to be recorded."""
 
@@ -104,6 +119,13 @@ class Slot:
         self.lease: str | None = None
         self.rest: list[Any] = []
         """Lease mode: the rows of the batch still to run after the job running now."""
+        self.batch: Batch | None = None
+        """Held mode: the claim's transaction and what it settled so far."""
+        self.checkout: Checkout | None = None
+        """Held mode: the thread's connection, given back once by whoever is done with it."""
+        self.timed_out: JobTimedOut | None = None
+        """Set when the job's handler passed its deadline but keeps the job's transaction:
+        an advanced handler, whose writes are rolled back once it returns."""
         self.started = 0.0
         self.deadline: float | None = None
         self.abandoned = False
@@ -149,7 +171,7 @@ class Slot:
 
     def clear(self) -> None:
         with self.lock:
-            self.job = self.raw_id = self.lease = self.deadline = None
+            self.job = self.raw_id = self.lease = self.deadline = self.timed_out = None
 
     def take_overdue(
         self, now: float, force: bool = False
@@ -164,6 +186,97 @@ class Slot:
             self.abandoned, self.deadline = True, None
             return self.job, self.raw_id, self.lease, now - self.started
 
+    def overdue_in_place(self, now: float, failure: JobTimedOut) -> Job | None:
+        """Mark the job timed out while its thread keeps it (an advanced handler, whose
+        transaction holds the job): its job, or None when it is not overdue."""
+        with self.lock:
+            if self.job is None or self.abandoned or self.deadline is None or now < self.deadline:
+                return None
+            self.deadline, self.timed_out = None, failure
+            return self.job
+
+
+class Checkout:
+    """A worker thread's connection from its data source, set up for the worker
+    (`Dialect.attached`), and given back exactly once: by the thread, or by the watchdog
+    once it has settled the thread's timed-out job (its handler never touches the
+    connection again)."""
+
+    def __init__(
+        self,
+        connect: ConnectionFactory,
+        dialect_for: Callable[[Any], Dialect],
+    ) -> None:
+        self._lent = connect()
+        conn = self._lent.__enter__()
+        try:
+            self.dialect = dialect_for(conn)
+            self._attached = self.dialect.attached(conn)
+            self.session = self._attached.__enter__()
+        except BaseException:
+            self._lent.__exit__(*sys.exc_info())
+            raise
+        self.conn = conn
+        self._lock = threading.Lock()
+        self._returned = False
+
+    def give_back(self, error: BaseException | None = None) -> None:
+        """Undo the worker's set-up and return the connection (once; later calls do nothing)."""
+        with self._lock:
+            if self._returned:
+                return
+            self._returned = True
+        info = (None, None, None) if error is None else (type(error), error, error.__traceback__)
+        try:
+            self._attached.__exit__(*info)
+        finally:
+            self._lent.__exit__(*info)
+
+
+class Batch:
+    """The jobs of one held-mode claim, settled one by one in the claim's transaction:
+    successes are archived together when it commits, in the commit's round trip."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.succeeded: list[tuple[Any, Job]] = []
+        """(raw id, job) of each success, archived at the commit."""
+        self.settled: list[tuple[str, Job]] = []
+        """(outcome, job) of each attempt written already: "retried" or "failed"."""
+        self.failed: list[Any] = []
+        """Raw ids of the jobs archived as failures."""
+        self.outcomes: list[bool] = []
+
+    def commit(self, runner: JobRunner) -> None:
+        """Archive the successes and commit the claim's transaction."""
+        session = self.session
+        if runner.claims is not None:
+            runner.claims.forget(
+                session.conn, session.dialect, [*(i for i, _ in self.succeeded), *self.failed]
+            )
+        if self.succeeded:
+            session.archive_and_commit([i for i, _ in self.succeeded], runner.clock())
+        else:
+            session.dialect.commit(session.conn)
+
+    def count(self, runner: JobRunner) -> None:
+        """Tell the stats and the log of every outcome, once committed."""
+        for outcome, job in self.settled:
+            runner.stats.add(outcome, job)
+        for _, job in self.succeeded:
+            runner.stats.add("succeeded", job)
+            runner.emit("job_finished", job, status="success")
+
+
+LOST_WAIT_S = 5.0
+"""How long the attempt of a job whose connection a callback closed waits for its row: the
+server rolls the closed connection's transaction back shortly."""
+
+
+def _raise_if_closed(dialect: Dialect, conn: Any, what: str) -> None:
+    if dialect.is_closed(conn):
+        raise TransactionLost(f"{what} closed the job's connection")
+
 
 def _interrupts(exc: BaseException) -> bool:
     """Ctrl-C or sys.exit() in the main thread (process_next_job, run_due_jobs) stops the
@@ -172,6 +285,10 @@ def _interrupts(exc: BaseException) -> bool:
         isinstance(exc, (KeyboardInterrupt, SystemExit))
         and threading.current_thread() is threading.main_thread()
     )
+
+
+def _no_connection() -> contextlib.AbstractContextManager[Any]:
+    raise TransactionAborted("no connection to record the attempt on: the job runs again")
 
 
 class JobRunner:
@@ -212,6 +329,10 @@ class JobRunner:
         """Lease mode: the leases the worker's heartbeat renews."""
         self.claims: ClaimCounter | None = None
         """`max_crashes`: where each claim is counted before its job runs."""
+        self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
+            _no_connection
+        )
+        """A connection beside the job's, for an attempt whose callback closed the job's."""
 
     def dialect(self, conn: Any) -> Dialect:
         return dialect_for(conn, self.options.job_table, self.options.archived_job_table)
@@ -276,11 +397,9 @@ class JobRunner:
         self.on_claim()
         if frontier is not None:
             frontier.claimed(slot, dialect.position(rows[-1]))
-        outcomes: list[bool] = []
-        succeeded: list[Any] = []
-        finished: list[Job] = []
-        settled: list[tuple[str, Job]] = []
-        failed: list[Any] = []
+        batch = Batch(session)
+        if slot is not None:
+            slot.batch = batch
         job: Job | None = None
         raw_id: Any = None
         error: BaseException | None = None
@@ -296,9 +415,7 @@ class JobRunner:
                 if error is not None:
                     if isinstance(error, PayloadError):
                         self.emit("payload_decode_error", job, exception=error)
-                    settled.append((self._fail(conn, dialect, raw_id, job, error), job))
-                    failed.append(raw_id)
-                    outcomes.append(False)
+                    self._settle_failure(batch, raw_id, job, error, retry=False)
                     continue
                 if slot is not None:
                     slot.begin(job, raw_id, self.options.timeout_s(job.job_type), None)
@@ -306,21 +423,11 @@ class JobRunner:
                 if slot is not None:
                     slot.end()
                 if error is None:
-                    succeeded.append(raw_id)
-                    finished.append(job)
-                    outcomes.append(True)
+                    batch.succeeded.append((raw_id, job))
+                    batch.outcomes.append(True)
                 else:
-                    outcome = self._retry_or_fail(conn, dialect, raw_id, job, error)
-                    settled.append((outcome, job))
-                    if outcome == "failed":
-                        failed.append(raw_id)
-                    outcomes.append(False)
-            if self.claims is not None:
-                self.claims.forget(conn, dialect, [*succeeded, *failed])
-            if succeeded:
-                session.archive_and_commit(succeeded, self.clock())
-            else:
-                dialect.commit(conn)
+                    self._settle_failure(batch, raw_id, job, error)
+            batch.commit(self)
         except TransactionLost as lost:
             assert job is not None
             self._after_lost(conn, dialect, raw_id, job, error, lost)
@@ -328,12 +435,40 @@ class JobRunner:
         finally:
             if slot is not None:
                 slot.clear()
-        for outcome, job in settled:
-            self.stats.add(outcome, job)
-        for job in finished:
-            self.stats.add("succeeded", job)
-            self.emit("job_finished", job, status="success")
-        return outcomes
+                slot.batch = None
+        batch.count(self)
+        return batch.outcomes
+
+    def _settle_failure(
+        self, batch: Batch, raw_id: Any, job: Job, error: BaseException, retry: bool = True
+    ) -> None:
+        """Write a failed attempt in the batch's transaction: a retry, if `retry` and the
+        strategy allows one, else the failure archive."""
+        conn, dialect = batch.session.conn, batch.session.dialect
+        if retry:
+            outcome = self._retry_or_fail(conn, dialect, raw_id, job, error)
+        else:
+            outcome = self._fail(conn, dialect, raw_id, job, error)
+        batch.settled.append((outcome, job))
+        if outcome == "failed":
+            batch.failed.append(raw_id)
+        batch.outcomes.append(False)
+
+    def settle_timed_out(self, slot: Slot, job: Job, raw_id: Any, failure: JobTimedOut) -> bool:
+        """Held mode, a sync handler past its deadline (the watchdog's thread): record its
+        attempt in its own batch's transaction, which still holds its row, with the batch's
+        earlier outcomes, and commit; the jobs claimed after it go back unrun. Whether the
+        batch's connection may be given back now: not while it holds the job's running slot
+        (`max_running`), which stays taken until the handler returns."""
+        batch = slot.batch
+        assert batch is not None
+        session = batch.session
+        job = dataclasses.replace(job, connection=session.conn)
+        self._settle_failure(batch, raw_id, job, failure)
+        keeps_slot = self.running_slots is not None and session.keep_slot(self.running_slots)
+        batch.commit(self)
+        batch.count(self)
+        return not keeps_slot
 
     def _crash_loop(self, dialect: Dialect, raw_id: Any, job: Job) -> CrashLoop | None:
         """Count this claim; a `CrashLoop` if `max_crashes` runs of the job died before."""
@@ -402,7 +537,7 @@ class JobRunner:
             began = time.perf_counter()
         try:
             if self.advanced:
-                _, error = self._guarded(conn, dialect, "handler", handle, job)
+                _, error = self._guarded(conn, dialect, "handler", handle, job, slot=slot)
             else:
                 try:
                     handle(job.job_type, job.payload)
@@ -413,7 +548,9 @@ class JobRunner:
         finally:
             if observers:
                 notify(observers, self.log, "job_ended", job, error, time.perf_counter() - began)
-        if isinstance(error, JobTimedOut):
+        if slot is not None and error is not None and error is slot.timed_out:
+            pass  # the watchdog counted and reported it at the deadline
+        elif isinstance(error, JobTimedOut):
             self.stats.add("timed_out", job)
             assert timeout is not None
             self.emit(
@@ -441,9 +578,10 @@ class JobRunner:
         with connect() as conn:
             dialect = self.dialect(conn)
             start = None if frontier is None else frontier.start(slot)
-            now = self.clock()
-            until = now + timedelta(milliseconds=self.options.lease_ms)
-            rows = dialect.lease_claim(conn, self.options.queue, now, limit, start, until, token)
+            lease_ms = self.options.lease_ms
+            rows = dialect.lease_claim(
+                conn, self.options.queue, self.clock(), limit, start, lease_ms, token
+            )
             if rows and self.pauses.check(dialect.session(conn)):
                 dialect.give_back(conn, rows, token)  # a paused queue's jobs go back unrun
                 rows = []
@@ -456,10 +594,12 @@ class JobRunner:
         if frontier is not None:
             frontier.claimed(slot, max(dialect.position(row) for row in rows))
         outcomes: list[bool] = []
-        with holding(self.leases, [row[0] for row in rows], token):
+        with holding(self.leases, rows, token):
             for n, row in enumerate(rows):
                 if slot is not None:
                     slot.rest = list(rows[n + 1 :])
+                if not row[10] and not self._start_leased(connect, dialect, row, token):
+                    continue
                 try:
                     outcomes.append(self._run_leased(connect, dialect, row, token, slot))
                 except Replaced:
@@ -467,6 +607,22 @@ class JobRunner:
                         self.dialect(conn).give_back(conn, rows[n + 1 :], token)
                     raise
         return outcomes
+
+    def _start_leased(
+        self, connect: ConnectionFactory, dialect: Dialect, row: LeasedRow, token: str
+    ) -> bool:
+        """Start a job its batch's claim reserved; False if the reservation was lost."""
+        assert self.options.lease_ms is not None
+        raw_id = row[0]
+        with connect() as conn:
+            started = dialect.start_leased(conn, raw_id, token, self.options.lease_ms)
+        if self.leases is not None:
+            if started:
+                self.leases.add([(raw_id, token)])
+            self.leases.drop(raw_id, reserved(token))
+        if not started:
+            self._lease_lost(self._job(row, None, dialect)[0])
+        return started
 
     def _run_leased(
         self,
@@ -481,7 +637,7 @@ class JobRunner:
         job, undecodable = self._job(row, None, dialect)
         error: BaseException | None = undecodable
         stage, back = "handler", 1
-        if row[9] is not None:
+        if died_running(row[9]):
             job = dataclasses.replace(job, attempts=job.attempts - 1)
             error, back = self._lease_expired(job), 2
         elif error is not None:
@@ -550,14 +706,21 @@ class JobRunner:
         )
 
     def _guarded(
-        self, conn: Any, dialect: Dialect, what: str, fn: Callable[..., Any], *args: Any
+        self,
+        conn: Any,
+        dialect: Dialect,
+        what: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        slot: Slot | None = None,
     ) -> tuple[Any, BaseException | None]:
         """Run a callback that may use the job's connection, under a savepoint.
 
         Returns (its result, None), or (None, the error) after undoing its writes:
-        its own exception, or `TransactionAborted` when it returned but left the
-        transaction refusing statements. `TransactionLost` (tagged with `what`)
-        when it ended the transaction itself.
+        its own exception, `TransactionAborted` when it returned but left the
+        transaction refusing statements, or the `JobTimedOut` of a handler that passed
+        its deadline meanwhile (`slot.timed_out`). `TransactionLost` (tagged with
+        `what`) when it ended the transaction itself.
         """
         dialect.savepoint(conn)
         try:
@@ -566,20 +729,25 @@ class JobRunner:
             if _interrupts(exc):
                 raise
             try:
+                _raise_if_closed(dialect, conn, what)
                 dialect.rollback_to_savepoint(conn)
             except TransactionLost as lost:
                 lost.stage, lost.cause = what, exc
                 raise
-            return None, exc
+            return None, (slot.timed_out if slot is not None and slot.timed_out else exc)
         try:
+            _raise_if_closed(dialect, conn, what)
             problem = dialect.aborted(conn)
-            if problem is None:
+            timed_out = None if slot is None else slot.timed_out
+            if problem is None and timed_out is None:
                 dialect.release_savepoint(conn)
                 return result, None
             dialect.rollback_to_savepoint(conn)
         except TransactionLost as lost:
             lost.stage, lost.cause = what, None
             raise
+        if timed_out is not None:
+            return None, timed_out
         return None, TransactionAborted(f"{what} left the transaction aborted: {problem}")
 
     def _retry_or_fail(
@@ -666,14 +834,89 @@ class JobRunner:
         lost: TransactionLost,
     ) -> None:
         """A callback ended the job's transaction: its batch is rolled back (those jobs run
-        again, as after a crash) and this job's attempt is counted in a new transaction."""
-        dialect.rollback(conn)
+        again, as after a crash) and this job's attempt is counted in a new transaction,
+        on a connection of its own if the callback closed the job's."""
         if lost.stage == "handler":
             ended = TransactionAborted(f"handler ended the job's transaction: {lost}")
             failure = lost.cause or ended
         self.emit("transaction_lost", job, callback=lost.stage, reason=str(lost))
         assert failure is not None
-        self.record_attempt(conn, dialect, raw_id, job, failure, stage=lost.stage)
+        if not dialect.is_closed(conn):
+            dialect.rollback(conn)
+            self.record_attempt(conn, dialect, raw_id, job, failure, stage=lost.stage)
+            return
+        with self.recording_connection() as other:
+            self.record_attempt(
+                other, self.dialect(other), raw_id, job, failure, stage=lost.stage, wait=LOST_WAIT_S
+            )
+
+    def _lock_for_record(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        *,
+        wait: float = 0.0,
+        lease: str | None = None,
+        back: int = 1,
+    ) -> bool:
+        """Lock the job's row in a transaction of its own, to write an attempt that ended
+        outside its run: under its lease (`lease`; see `Dialect.settle` for `back`), else
+        waiting up to `wait` seconds for the row lock (a connection that was just cut is
+        rolled back by the server shortly). False, said in the log, when there is nothing
+        to write: the job is gone, has moved on, or another worker holds it."""
+        if lease is not None:
+            if dialect.settle(conn, raw_id, lease, back):
+                return True
+            self._lease_lost(job)
+            return False
+        deadline = time.monotonic() + wait
+        locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
+        while locked is False and time.monotonic() < deadline:
+            time.sleep(_LOCK_POLL)
+            locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
+        if not locked:
+            self.emit(
+                "attempt_not_recorded",
+                job,
+                reason="the job finished or is running elsewhere"
+                if locked is None
+                else "another transaction still holds the job",
+            )
+        return bool(locked)
+
+    def record_abandonment(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        failure: BaseException,
+        *,
+        wait: float = 0.0,
+        lease: str | None = None,
+    ) -> bool:
+        """Note an attempt that `stop()` abandoned, in a transaction of its own: a deploy
+        must not turn a long job into a failure, so the job is due again at once with its
+        attempts as they were and the abandonment as its last error. Only the
+        `MAX_ABANDONMENTS`-th abandonment in a row ends it in the failure archive. Whether
+        anything was written."""
+        if not self._lock_for_record(conn, dialect, raw_id, job, wait=wait, lease=lease):
+            return False
+        count = abandonments(job.last_error) + 1
+        failure = JobAbandoned(f"{failure} (abandonment {count} of {MAX_ABANDONMENTS})")
+        if count >= MAX_ABANDONMENTS:
+            outcome = self._fail(conn, dialect, raw_id, job, failure, notify=True)
+            if self.claims is not None:
+                self.claims.forget(conn, dialect, [raw_id])
+        else:
+            dialect.reschedule(conn, raw_id, job.attempts - 1, self.clock(), error_text(failure))
+            outcome = "retried"
+        dialect.commit(conn)
+        if outcome == "failed":
+            self.stats.add(outcome, job)
+        return True
 
     def record_attempt(
         self,
@@ -687,7 +930,6 @@ class JobRunner:
         wait: float = 0.0,
         lease: str | None = None,
         back: int = 1,
-        held: bool = False,
     ) -> bool:
         """Count a failed attempt of `job` in a transaction of its own: a retry or the
         failure archive, as the retry strategy decides. Waits up to `wait` seconds for the
@@ -699,27 +941,7 @@ class JobRunner:
         not called again, so recording always ends. False if nothing was recorded: the job
         is gone or already moved on, or another worker holds it.
         """
-        if held:  # the job's own transaction, which holds its row
-            locked: bool | None = True
-        elif lease is not None:
-            if not dialect.settle(conn, raw_id, lease, back):
-                self._lease_lost(job)
-                return False
-            locked = True
-        else:
-            deadline = time.monotonic() + wait
-            locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
-            while locked is False and time.monotonic() < deadline:
-                time.sleep(_LOCK_POLL)
-                locked = dialect.lock_job(conn, raw_id, job.attempts - 1)
-        if not locked:
-            self.emit(
-                "attempt_not_recorded",
-                job,
-                reason="the job finished or is running elsewhere"
-                if locked is None
-                else "another transaction still holds the job",
-            )
+        if not self._lock_for_record(conn, dialect, raw_id, job, wait=wait, lease=lease, back=back):
             return False
         job = dataclasses.replace(job, connection=conn)
         try:

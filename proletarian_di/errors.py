@@ -92,7 +92,8 @@ class TransactionAborted(ProletarianError):
 
 
 class JobAbandoned(ProletarianError):
-    """A job was still running when `stop()` gave up waiting; its attempt counts as failed."""
+    """A job was still running when `stop()` gave up waiting: it runs again, its retries
+    unspent; the third abandonment in a row ends it in the failure archive."""
 
 
 class JobTimedOut(ProletarianError, TimeoutError):

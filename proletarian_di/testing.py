@@ -74,9 +74,10 @@ def run_due_jobs(
     if advance_clock and not isinstance(clock, FakeClock):
         raise ConfigurationError("advance_clock=True needs clock=FakeClock(...) to move")
     runner = JobRunner(handler, worker_settings(**options))
+    connect = runner.recording_connection = connection_factory(data_source)
     ran = 0
     try:
-        with connection_factory(data_source)() as conn:
+        with connect() as conn:
             check_schema(conn, runner.options.job_table, runner.options.archived_job_table)
             while ran < max_jobs:
                 if runner.run_next(conn) is not None:

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 from ._crashes import ClaimCounter
 from ._datasource import connection_factory, direct_connect
 from ._dialects import is_transient
+from ._dialects.base import reserved
 from ._frontier import Frontier
 from ._leases import Heartbeat, Leases
 from ._logging import describe, safe_log, wanted
 from ._options import WorkerSettings, worker_settings
 from ._pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
-from ._runner import JobRunner, Replaced, Slot, Stats
+from ._runner import Checkout, JobRunner, Replaced, Slot, Stats
 from ._signals import ShutdownHook
 from ._types import DataSource, Handler, WorkerOptions
 from ._wakeup import Listener, Wakeup
@@ -72,6 +73,7 @@ class QueueWorker:
             handler, options, self.stats, Frontier(interval), self._pauses, self._wakeup.busy
         )
         self._runner.on_reschedule = lambda at: self._wakeup.due_at(at.timestamp())
+        self._runner.recording_connection = self._recording_connection
         self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -109,8 +111,9 @@ class QueueWorker:
         return self._failure
 
     def summary(self) -> dict[str, int]:
-        """Job outcomes so far: succeeded, failed, retried, abandoned, timed_out (abandoned
-        and timed-out attempts are also counted as retried or failed)."""
+        """Job outcomes so far: succeeded, failed, retried, abandoned, timed_out (a
+        timed-out attempt is also counted as retried or failed; an abandoned one spends no
+        retry, and is counted as failed at its third abandonment in a row)."""
         return self.stats.as_dict()
 
     def threads(self) -> list[tuple[str, str, float]]:
@@ -223,8 +226,7 @@ class QueueWorker:
                     self._connect,
                     self._runner.dialect,
                     self._runner.leases,
-                    options.lease_ms / 1000,
-                    options.clock,
+                    options.lease_ms,
                     self._finished,
                     lambda exc: self._emit("heartbeat_error", exception=exc),
                     f"{name}-heartbeat",
@@ -250,39 +252,84 @@ class QueueWorker:
         with self._cond:
             return [self._slots[thread.name] for thread in self._threads]
 
-    def _time_out(self, slot: Slot, job: Job, raw_id: Any, lease: str | None, ran: float) -> None:
-        """The watchdog gave up on a job: cut its transaction, let another thread take its
-        place, and record its attempt as timed out."""
+    def _time_out(self, slot: Slot, now: float) -> None:
+        """The watchdog's look at one slot: give up on its job if it is past its deadline."""
+        job = slot.job
+        if job is None:
+            return
         timeout = self.options.timeout_s(job.job_type) or 0.0
+        failure = JobTimedOut(f"timed out after {timeout:g} s (the handler was abandoned)")
+        if self._runner.advanced and self.options.lease_ms is None:
+            self._time_out_in_place(slot, now, failure, timeout)
+            return
+        taken = slot.take_overdue(now)
+        if taken is None:
+            return
+        job, raw_id, lease, ran = taken
+        try:
+            self._report_timeout(job, timeout, ran, "its outcome will be discarded")
+            if lease is not None:
+                self._give_back_rest(slot, lease)
+                self._record(job, raw_id, lease, failure)
+            else:
+                self._settle_held(slot, job, raw_id, failure)
+            self._replace(slot)
+        finally:
+            slot.handed_over.set()
+
+    def _report_timeout(self, job: Job, timeout: float, ran: float, what_then: str) -> None:
         self.stats.add("timed_out", job)
         self._runner.emit(
             "job_timed_out",
             job,
             timeout_ms=round(timeout * 1000),
             ran_ms=round(ran * 1000),
-            reason="still running at its timeout: its outcome will be discarded",
+            reason=f"still running at its timeout: {what_then}",
         )
-        failure = JobTimedOut(f"timed out after {timeout:g} s (the handler was abandoned)")
+
+    def _settle_held(self, slot: Slot, job: Job, raw_id: Any, failure: JobTimedOut) -> None:
+        """Held mode: record the attempt in the job's own transaction (its handler does not
+        use the connection, and its thread will not touch it again), then give the
+        connection back, unless it keeps the job's running slot until the handler returns."""
+        checkout = slot.checkout
+        error: BaseException | None = None
+        give_back = True
+        try:
+            give_back = self._runner.settle_timed_out(slot, job, raw_id, failure)
+        except Exception as exc:
+            error = exc
+            self._runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
+        if give_back and checkout is not None:
+            self._give_back(checkout, error)
+
+    def _give_back(self, checkout: Checkout, error: BaseException | None) -> None:
+        """Return a thread's connection to the data source; a failure to is reported only
+        (the data source drops a connection it cannot reset)."""
+        try:
+            checkout.give_back(error)
+        except Exception as exc:
+            self._emit("polling_error", exception=exc)
+
+    def _time_out_in_place(
+        self, slot: Slot, now: float, failure: JobTimedOut, timeout: float
+    ) -> None:
+        """Held mode, an advanced handler: the job's transaction is the handler's too, so the
+        job stays with it, its row locked: its statement is cancelled, and once it returns,
+        its writes are rolled back and its attempt is recorded as timed out by its thread."""
+        job = slot.overdue_in_place(now, failure)
+        if job is None:
+            return
+        self._report_timeout(
+            job, timeout, now - slot.started, "its statement is cancelled, its writes discarded"
+        )
         conn, dialect = slot.conn, slot.dialect
-        if lease is not None:
-            self._give_back_rest(slot, lease)
-            self._record(job, raw_id, lease, failure)
-        elif conn is not None and dialect is not None and not self._runner.advanced:
-            # The handler does not use the job's connection, and its thread will not touch it
-            # again: the attempt is recorded in the job's own transaction, still holding the
-            # row, so no other claim can slip in between.
-            try:
-                self._runner.record_attempt(conn, dialect, raw_id, job, failure, held=True)
-            except Exception as exc:
-                self._runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
-        else:
-            if conn is not None and dialect is not None:
-                try:
-                    dialect.abort(conn)
-                except Exception as exc:
-                    self._emit("polling_error", exception=exc)
-            self._record(job, raw_id, lease, failure)
-        self._replace(slot)
+        if conn is None or dialect is None:
+            return
+        try:
+            with self._recording_connection() as side:
+                dialect.cancel_statement(conn, side)
+        except Exception as exc:
+            self._emit("polling_error", exception=exc)
 
     def _give_back_rest(self, slot: Slot, lease: str) -> None:
         """Lease mode: the jobs claimed in the same batch as a timed-out one go back now."""
@@ -298,6 +345,7 @@ class QueueWorker:
             for row in rest:
                 if self._runner.leases is not None:
                     self._runner.leases.drop(row[0], lease)
+                    self._runner.leases.drop(row[0], reserved(lease))
 
     def _replace(self, slot: Slot) -> None:
         """Start a new worker thread in place of the one holding `slot`, so the worker keeps
@@ -316,8 +364,8 @@ class QueueWorker:
         """Stop polling and drain in-flight jobs; False if a job had to be abandoned.
 
         Jobs still running after `await_termination_timeout_ms` are abandoned:
-        their connection is cut, the database rolls them back, and their attempt
-        is counted (retried or failed, as the retry strategy says). Then
+        their connection is cut, the database rolls them back, and they are put
+        back to run again, no retry spent (`JobRunner.record_abandonment`). Then
         `on_shutdown` runs, once. Every caller waits for the same drain and gets
         the same result; called from one of the worker's own threads (a handler,
         say) it asks for the stop and returns True at once.
@@ -395,7 +443,8 @@ class QueueWorker:
         return clean
 
     def _abandon(self, slot: Slot) -> tuple[Job, Any, str | None, JobAbandoned] | None:
-        """Cut the connection under a job that outlived the timeout; what it held, or None."""
+        """Cut the connection under a job that outlived the timeout; what it held, or None.
+        In lease mode the jobs of its batch that never started go back at once."""
         conn, dialect = slot.conn, slot.dialect
         taken = slot.take_overdue(time.monotonic(), force=True)
         if taken is None:
@@ -405,7 +454,7 @@ class QueueWorker:
         failure = JobAbandoned(
             f"abandoned after {ran_ms} ms: still running when stop() gave up waiting "
             f"(await_termination_timeout_ms={self.options.await_termination_timeout_ms}); "
-            "rolled back"
+            "rolled back, it runs again"
         )
         self.stats.add("abandoned", job)
         self._runner.emit(
@@ -414,7 +463,9 @@ class QueueWorker:
             timeout_ms=self.options.await_termination_timeout_ms,
             reason="still running after the await-termination timeout; rolled back, runs again",
         )
-        if lease is None and conn is not None and dialect is not None:
+        if lease is not None:
+            self._give_back_rest(slot, lease)
+        elif conn is not None and dialect is not None:
             try:
                 dialect.abort(conn)
             except Exception as exc:
@@ -423,15 +474,21 @@ class QueueWorker:
         return job, raw_id, lease, failure
 
     def _record(self, job: Job, raw_id: Any, lease: str | None, failure: Exception) -> None:
-        """Count an abandoned attempt on the job row, on a connection of its own."""
+        """Write an attempt that ended outside its run on the job row, on a connection of
+        its own: an abandonment (`JobRunner.record_abandonment`: no retry spent) or a
+        timed-out attempt (`JobRunner.record_attempt`)."""
+        runner = self._runner
+        record = (
+            runner.record_abandonment
+            if isinstance(failure, JobAbandoned)
+            else runner.record_attempt
+        )
         try:
             with self._recording_connection() as conn:
-                dialect = self._runner.dialect(conn)
-                self._runner.record_attempt(
-                    conn, dialect, raw_id, job, failure, wait=_ABANDONED_LOCK_WAIT, lease=lease
-                )
+                dialect = runner.dialect(conn)
+                record(conn, dialect, raw_id, job, failure, wait=_ABANDONED_LOCK_WAIT, lease=lease)
         except Exception as exc:
-            self._runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
+            runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
 
     @contextlib.contextmanager
     def _recording_connection(self) -> Iterator[Any]:
@@ -475,23 +532,28 @@ class QueueWorker:
         batch_size = self.options.batch_size
         while not self._stopping.is_set():
             slot.mark("connecting")
+            checkout: Checkout | None = None
+            error: BaseException | None = None
             try:
-                with self._connect() as conn:
-                    dialect = self._runner.dialect(conn)
-                    slot.conn, slot.dialect = conn, dialect
-                    with dialect.attached(conn) as session:
-                        while not self._stopping.is_set():
-                            self._emit("polling_for_jobs")
-                            slot.mark("polling")
-                            ran = self._runner.run_batch(session, slot, batch_size)
-                            backoff.reset()
-                            if not ran:
-                                self._idle(slot, interval)
+                checkout = slot.checkout = Checkout(self._connect, self._runner.dialect)
+                slot.conn, slot.dialect = checkout.conn, checkout.dialect
+                while not self._stopping.is_set():
+                    self._emit("polling_for_jobs")
+                    slot.mark("polling")
+                    ran = self._runner.run_batch(checkout.session, slot, batch_size)
+                    backoff.reset()
+                    if checkout.dialect.is_closed(checkout.conn):
+                        break  # a handler closed it: take another
+                    if not ran:
+                        self._idle(slot, interval)
             except Exception as exc:
+                error = exc
                 if not self._polling_failed(slot, exc, backoff):
                     break
             finally:
-                slot.conn = slot.dialect = None
+                slot.conn = slot.dialect = slot.checkout = None
+                if checkout is not None:  # unless the watchdog gave it back already
+                    self._give_back(checkout, error)
 
     def _poll_leased(self, slot: Slot) -> None:
         """Lease mode's worker thread: it takes a connection only to claim and to settle."""
@@ -570,8 +632,9 @@ def process_next_job(
 ) -> bool | None:
     """Run at most one due job now, in this thread: True/False for its outcome, None if none."""
     runner = JobRunner(handler, worker_settings(**options))
+    connect = runner.recording_connection = connection_factory(data_source)
     try:
-        with connection_factory(data_source)() as conn:
+        with connect() as conn:
             check_schema(conn, runner.options.job_table, runner.options.archived_job_table)
             return runner.run_next(conn)
     finally:

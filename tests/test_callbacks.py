@@ -217,6 +217,40 @@ def test_a_handler_that_ends_the_jobs_transaction_has_its_attempt_counted(backen
     assert [e["callback"] for e in log.named("transaction_lost")] == ["handler", "handler"]
 
 
+def test_a_handler_that_closes_the_jobs_connection_has_its_attempt_counted(backend, pool):
+    """No retries allowed: the job runs once and ends in the failure archive, its attempt
+    recorded on another connection, instead of running again about once a second."""
+    enqueue_committed(backend, ("closer", None))
+    runs, log = Counter(), EventLog()
+
+    def handler(job: Any) -> None:
+        runs[job.job_type] += 1
+        job.connection.close()
+
+    worker = create_queue_worker(
+        pool, handler, handler_fn_mode="advanced", polling_interval_ms=20, log=log
+    )
+    with running(worker):
+        wait_for(lambda: backend.archived(), what="the job archived")
+        time.sleep(0.5)
+    assert runs == {"closer": 1}
+    assert backend.archived() == [("closer", "failure", 1)]
+    [(error,)] = backend.query(f"SELECT last_error FROM {backend.archived_job_table}")
+    assert "closed the job's connection" in error
+    assert process_next_job(pool, handler, handler_fn_mode="advanced") is None
+
+
+def test_process_next_job_counts_the_attempt_of_a_handler_that_closes_its_connection(backend, pool):
+    enqueue_committed(backend, ("closer", None))
+
+    def handler(job: Any) -> None:
+        job.connection.close()
+
+    retry = {"retry_strategy_fn": lambda job, exc: RetrySpec(retries=1)}
+    assert process_next_job(pool, handler, handler_fn_mode="advanced", **retry) is False
+    assert backend.jobs() == [("closer", 1, "default")]
+
+
 def test_mysql_deadlock_inside_a_handler_counts_the_attempt(my_scratch):
     """InnoDB rolls the whole job transaction back on a deadlock: its savepoint and row lock go
     with it. The attempt is still counted, with the deadlock as the failure."""

@@ -110,14 +110,14 @@ def test_queue_worker_target_drains_on_sigterm_and_exits_0(db):
     ]
 
 
-def test_a_stop_that_abandons_a_job_exits_7_and_counts_its_attempt(db):
+def test_a_stop_that_abandons_a_job_exits_7_and_the_job_runs_again(db):
     db.enqueue(("sigterm_me", {"n": 1, "seconds": 1.5}))
     result = run_worker("workerapp:impatient_worker", db)
     assert result.exit_code == 7, result.output
     assert "stopped: 1 abandoned (they run again)" in result.stderr
     assert "stopped cleanly" not in result.stderr
-    assert db.jobs() == []
-    assert [row[:2] for row in db.archived()] == [("sigterm_me", "failure")]
+    assert db.jobs() == [("sigterm_me", 0, "default")], "back in the queue, no retry spent"
+    assert db.archived() == []
 
 
 def test_a_worker_whose_thread_dies_exits_1_naming_it(db):

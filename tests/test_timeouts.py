@@ -454,8 +454,8 @@ def test_stop_while_a_timed_out_handler_still_blocks(
 def test_stop_abandons_a_job_still_within_its_timeout(
     backend: Backend, pool: Any, lease_ms: int | None
 ) -> None:
-    """A job blocked within its (long) timeout when stop() gives up waiting is abandoned as
-    before: stop() returns False, and the timeout never fires."""
+    """A job blocked within its (long) timeout when stop() gives up waiting is abandoned:
+    stop() returns False, the timeout never fires, and the job waits to run again."""
     handler, events = Blocking(), Events()
     worker = make_worker(
         pool, handler, lease_ms, job_timeout_ms=60_000, await_termination_timeout_ms=200, log=events
@@ -472,8 +472,10 @@ def test_stop_abandons_a_job_still_within_its_timeout(
     [old] = handler.threads("stuck")
     old.join(10)
     assert not old.is_alive()
-    assert backend.archived() == [("stuck", "failure", 1)]
-    assert "JobAbandoned" in archived_error(backend, "stuck")[2]
+    assert backend.archived() == [], "an abandoned attempt spends no retry"
+    attempts, error, leased_by = waiting_row(backend, "stuck")
+    assert (attempts, leased_by) == (0, None)
+    assert error.startswith("JobAbandoned: ") and "(abandonment 1 of 3)" in error
     assert worker.summary()["abandoned"] == 1 and worker.summary()["timed_out"] == 0
     assert events.named("job_timed_out") == []
 

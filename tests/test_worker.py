@@ -189,7 +189,7 @@ def test_stop_drains_in_flight_jobs_then_calls_on_shutdown(backend, pool):
     assert worker.stop() is True, "stop() is idempotent"
 
 
-def test_a_job_outliving_the_timeout_is_abandoned_and_its_attempt_counted(backend, pool):
+def test_a_job_outliving_the_timeout_is_abandoned_and_runs_again_its_retries_unspent(backend, pool):
     from proletarian_di import RetrySpec
 
     (job_id,) = enqueue_committed(backend, ("stuck", None))
@@ -217,18 +217,23 @@ def test_a_job_outliving_the_timeout_is_abandoned_and_its_attempt_counted(backen
     assert worker.summary() == {
         "succeeded": 0,
         "failed": 0,
-        "retried": 1,
+        "retried": 0,
         "abandoned": 1,
         "timed_out": 0,
     }
-    assert backend.jobs() == [("stuck", 1, "default")], "rolled back, then the attempt counted"
+    assert backend.jobs() == [("stuck", 0, "default")], "rolled back, no retry spent"
+    [(last_error,)] = backend.query(f"SELECT last_error FROM {backend.job_table}")
+    assert last_error.startswith("JobAbandoned: abandoned after ")
     assert backend.archived() == []
     assert process_next_job(pool, lambda t, p: None) is True
-    assert backend.archived() == [("stuck", "success", 2)]
+    assert backend.archived() == [("stuck", "success", 1)]
 
 
 def test_a_job_that_always_outlives_the_timeout_ends_in_the_failure_archive(backend, pool):
+    """Abandoned at every stop, it ends in the failure archive at the third, whatever its
+    retry strategy allows (no retry was spent)."""
     from proletarian_di import JobAbandoned
+    from proletarian_di._runner import MAX_ABANDONMENTS
 
     enqueue_committed(backend, ("stuck", None))
     release = threading.Event()
@@ -237,7 +242,8 @@ def test_a_job_that_always_outlives_the_timeout_ends_in_the_failure_archive(back
     def handler(job_type, payload):
         release.wait(30)
 
-    for _ in range(2):
+    for _ in range(MAX_ABANDONMENTS):
+        assert backend.archived() == []
         started = threading.Event()
         worker = create_queue_worker(
             pool,
@@ -252,8 +258,10 @@ def test_a_job_that_always_outlives_the_timeout_ends_in_the_failure_archive(back
         assert started.wait(10)
         assert worker.stop() is False
     release.set()
-    assert failures == [(2, JobAbandoned)]
-    assert backend.archived() == [("stuck", "failure", 2)]
+    assert failures == [(1, JobAbandoned)]
+    assert backend.archived() == [("stuck", "failure", 1)]
+    [(error,)] = backend.query(f"SELECT last_error FROM {backend.archived_job_table}")
+    assert f"(abandonment {MAX_ABANDONMENTS} of {MAX_ABANDONMENTS})" in error
     assert backend.jobs() == []
 
 

@@ -27,11 +27,29 @@ JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int, "
 """A claimed job: id, queue, type, payload, attempts, enqueued_at, process_at, last_error,
 priority, trace_context (times as the driver returns them)."""
 LeasedRow = tuple[
-    Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None", "str | None"
+    Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None", bool, "str | None"
 ]
 """A job claimed in lease mode: a `JobRow`'s first nine columns (attempts and process_at as
-they were before the claim), the lease it was under, if any (a lease that expired, whose run
-never finished), and the trace context: the trace context is last in both."""
+they were before the claim), the lease it was under, if any (a lease that expired: see
+`reserved`), whether the claim started it (counted its attempt) or only reserved it, and the
+trace context: the trace context is last in both."""
+RESERVED = "~"
+"""Lease mode: the mark before a claim's token on the jobs of its batch it has not started
+yet; their attempt is counted only when they start (`Dialect.start_leased`), so a batch whose
+worker dies leaves its unstarted jobs to run again with no attempt charged."""
+
+
+def reserved(token: str) -> str:
+    """The lease of a job its claim took but has not started yet."""
+    return RESERVED + token
+
+
+def died_running(lease: str | None) -> bool:
+    """Whether a job's expired lease (as claimed) was a run that never finished: a started
+    job's lease, not a reservation."""
+    return lease is not None and not lease.startswith(RESERVED)
+
+
 UNIQUE_TRIES = 3
 """How often `insert_unique` tries again when the job holding the key left in between."""
 
@@ -208,6 +226,12 @@ class Session:
         """Give back the slot `claim_in_slot` took, once the job's transaction has ended
         (where the database does not do it with the transaction)."""
 
+    def keep_slot(self, slots: RunningSlots) -> bool:
+        """Before the job's transaction commits while its handler still runs (a timeout):
+        keep the running slot it holds past the commit, until `release_slot`. Whether a
+        slot is kept (the connection must then stay with the thread)."""
+        return False
+
     def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
         """Archive successful jobs and commit."""
         self.dialect.archive(self.conn, job_ids, "success", finished_at)
@@ -224,6 +248,12 @@ class Dialect:
     index's own order, from a position in it."""
     claim_from = "(-priority, process_at) >= (%s, %s)"
     claim_order = "-priority, process_at"
+    db_now = "statement_timestamp()"
+    """The database's clock, which judges leases: every host's worker sees them expire at
+    the same time, however far its own clock is off."""
+    lease_end = "statement_timestamp() + make_interval(secs => %s)"
+    """When a lease taken or renewed now runs out, by the database's clock; its parameter
+    is the lease in seconds (`lease_seconds`)."""
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
@@ -247,11 +277,16 @@ class Dialect:
             f"UPDATE {job} SET attempts = attempts - %s, leased_by = NULL "
             "WHERE job_id = %s AND leased_by = %s"
         )
-        # A claim given back unrun leaves the row as it was: its process_at and the lease
-        # it was under (an expired one's dead attempt is still to be recorded).
+        # A claim given back unrun leaves the row as it was: its attempts (a started job's
+        # was counted), its process_at and the lease it was under (an expired one's dead
+        # attempt is still to be recorded).
         self.give_back_sql = (
-            f"UPDATE {job} SET attempts = attempts - 1, leased_by = %s, process_at = %s "
-            "WHERE job_id = %s AND leased_by = %s"
+            f"UPDATE {job} SET attempts = attempts - CASE WHEN leased_by = %s THEN 1 ELSE 0 "
+            "END, leased_by = %s, process_at = %s WHERE job_id = %s AND leased_by IN (%s, %s)"
+        )
+        self.start_leased_sql = (
+            f"UPDATE {job} SET attempts = attempts + 1, leased_by = %s, "
+            f"process_at = {self.lease_end} WHERE job_id = %s AND leased_by = %s"
         )
         self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
@@ -270,6 +305,7 @@ class Dialect:
             f"SELECT {columns or self.columns + ', last_error, priority, trace_context'} "
             f"FROM {self.job_table} "
             f"WHERE {condition}{self.claim_queue} AND {self.claim_from} AND process_at <= %s "
+            f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
             f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"
         )
 
@@ -392,6 +428,10 @@ class Dialect:
 
     # Lease mode -------------------------------------------------------------
 
+    def lease_seconds(self, lease_ms: int) -> Any:
+        """The parameter of `lease_end` for a lease of `lease_ms`."""
+        return lease_ms / 1000
+
     def lease_claim(
         self,
         conn: Any,
@@ -399,33 +439,49 @@ class Dialect:
         now: datetime,
         limit: int,
         start: Any,
-        until: datetime,
+        lease_ms: int,
         token: str,
     ) -> list[LeasedRow]:
-        """Claim due jobs under the lease `token` until `until`, counting their attempt, and
-        commit: the jobs' rows are not locked while they run."""
+        """Claim due jobs under the lease `token` for `lease_ms` and commit: the jobs' rows
+        are not locked while they run. The first job starts at once (its attempt counted),
+        and so does a job whose earlier run died (its dead attempt is recorded next); the
+        rest are reserved until they start."""
         self.begin(conn)
         params = self.claim_params(queue, start, now, limit)
-        rows = self.fetchall(conn, self.lease_select_sql, params)
+        claimed = self.fetchall(conn, self.lease_select_sql, params)
         sql = (
-            f"UPDATE {self.job_table} SET attempts = attempts + 1, process_at = %s, "
-            "leased_by = %s WHERE job_id = %s"
+            f"UPDATE {self.job_table} SET attempts = attempts + %s, "
+            f"process_at = {self.lease_end}, leased_by = %s WHERE job_id = %s"
         )
-        for row in rows:
-            self.execute(conn, sql, (self.encode_time(until), token, row[0]))
+        rows: list[LeasedRow] = []
+        for n, row in enumerate(claimed):
+            started = n == 0 or died_running(row[9])
+            lease = token if started else reserved(token)
+            self.execute(conn, sql, (int(started), self.lease_seconds(lease_ms), lease, row[0]))
+            rows.append((*row[:10], started, row[10]))
         self.commit(conn)
         return rows
 
-    def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], until: datetime) -> int:
-        """Extend these (job id, lease) pairs to `until` and commit; how many were still held."""
+    def start_leased(self, conn: Any, job_id: Any, token: str, lease_ms: int) -> bool:
+        """Start a job its claim reserved: count its attempt, and commit. False if the
+        reservation was lost (it ran out and another worker took the job)."""
+        self.begin(conn)
+        params = (token, self.lease_seconds(lease_ms), job_id, reserved(token))
+        started = self.execute_count(conn, self.start_leased_sql, params) == 1
+        self.commit(conn)
+        return started
+
+    def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], lease_ms: int) -> int:
+        """Extend these (job id, lease) pairs by `lease_ms` from now and commit; how many
+        were still held."""
         ids = [job_id for job_id, _ in leases]
         tokens = sorted({token for _, token in leases})
         sql = (
-            f"UPDATE {self.job_table} SET process_at = %s WHERE job_id IN "
+            f"UPDATE {self.job_table} SET process_at = {self.lease_end} WHERE job_id IN "
             f"({', '.join(['%s'] * len(ids))}) AND leased_by IN "
             f"({', '.join(['%s'] * len(tokens))})"
         )
-        count = self.execute_count(conn, sql, (self.encode_time(until), *ids, *tokens))
+        count = self.execute_count(conn, sql, (self.lease_seconds(lease_ms), *ids, *tokens))
         self.commit(conn)
         return count
 
@@ -449,9 +505,11 @@ class Dialect:
         return True
 
     def give_back(self, conn: Any, rows: Sequence[LeasedRow], token: str) -> None:
-        """Undo a lease claim (the queue was paused meanwhile) and commit."""
+        """Undo a lease claim of jobs that did not run (the queue was paused meanwhile, or
+        their batch was given up on) and commit."""
         for row in rows:
-            self.execute(conn, self.give_back_sql, (row[9], row[6], row[0], token))
+            params = (token, row[9], row[6], row[0], token, reserved(token))
+            self.execute(conn, self.give_back_sql, params)
         self.commit(conn)
 
     def next_process_at(self, conn: Any, queue: str) -> datetime | None:
@@ -568,6 +626,10 @@ class Dialect:
     def _in_savepoint(self, conn: Any, *statements: str) -> None:
         raise NotImplementedError
 
+    def is_closed(self, conn: Any) -> bool:
+        """Whether the connection was closed (by a handler, say)."""
+        raise NotImplementedError
+
     def aborted(self, conn: Any) -> str | None:
         """Why the transaction now refuses statements (a callback swallowed a database
         error on PostgreSQL), or None while it is usable."""
@@ -630,6 +692,12 @@ class Dialect:
 
     def abort(self, conn: Any) -> None:
         """Drop the connection under a stuck job so the server rolls it back."""
+        raise NotImplementedError
+
+    def cancel_statement(self, conn: Any, side: Any) -> None:
+        """Cancel the statement `conn` runs now, if any, from another thread (`side`: a
+        connection of the caller's own, where the database needs one); the transaction
+        stays open."""
         raise NotImplementedError
 
     # Admin: operators' reads and moves -----------------------------------

@@ -46,6 +46,12 @@ class MySQLDialect(Dialect):
     claim_queue = "queue >= %s AND queue <= %s"
     claim_from = "(priority_rank > %s OR (priority_rank = %s AND process_at >= %s))"
     claim_order = "queue, priority_rank, process_at"
+    db_now = "UTC_TIMESTAMP(6)"
+    lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
+
+    def lease_seconds(self, lease_ms: int) -> Any:
+        """MySQL adds the lease as whole microseconds."""
+        return lease_ms * 1000
 
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
@@ -89,7 +95,8 @@ class MySQLDialect(Dialect):
         try:
             yield MySQLSession(self, conn, read_committed=True)
         finally:
-            restore_session(conn, saved)
+            if not self.is_closed(conn):
+                restore_session(conn, saved)
 
     def _in_savepoint(self, conn: Any, *statements: str) -> None:
         try:
@@ -102,6 +109,9 @@ class MySQLDialect(Dialect):
                     "wait timeout inside the callback) or committed or rolled back by it"
                 ) from exc
             raise
+
+    def is_closed(self, conn: Any) -> bool:
+        return not unwrap_connection(conn).open
 
     def begin(self, conn: Any, read_committed: bool = False) -> None:
         """Start a transaction at READ COMMITTED (already the session's level on a worker's
@@ -308,6 +318,19 @@ class MySQLDialect(Dialect):
         if sock is not None:
             shutdown_socket(sock.fileno())
 
+    def cancel_statement(self, conn: Any, side: Any) -> None:
+        """KILL QUERY from `side`, only while the session runs one: a KILL that finds the
+        session idle would end its next statement instead, on some servers."""
+        thread_id = unwrap_connection(conn).thread_id()
+        running = self.fetchone(
+            side,
+            "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s AND COMMAND = 'Query'",
+            (thread_id,),
+        )
+        if running is not None:
+            self.execute(side, f"KILL QUERY {int(thread_id)}")
+        self.rollback(side)
+
     def in_transaction(self, conn: Any) -> bool:
         """Whether a transaction is open, asked of the server: `DO 0` returns its status
         flags, which PyMySQL does not read after a result set."""
@@ -456,6 +479,10 @@ class MySQLSession(Session):
         if self.slot is None:
             return []
         return dialect.claim(self.conn, queue, now, limit, start, read_committed=True)
+
+    def keep_slot(self, slots: RunningSlots) -> bool:
+        """A GET_LOCK slot belongs to the session: it outlives the COMMIT by itself."""
+        return self.slot is not None
 
     def release_slot(self) -> None:
         if self.slot is not None:

@@ -19,6 +19,7 @@ from ..job_ids import UUIDStrategy
 from .base import (
     FIRST_POSITION,
     NO_HELD_ROWS,
+    RESERVED,
     Dialect,
     HeldRows,
     JobRow,
@@ -96,12 +97,20 @@ class PostgresDialect(Dialect):
             + self.claim_statement("EXISTS (SELECT 1 FROM slot) AND ")
         )
         # Lease mode's claim: one statement, which an autocommit connection commits at once.
+        # The first job starts (its attempt counted), and so does one whose earlier run
+        # died; the rest are reserved (see `base.RESERVED`).
+        claimed = self.claim_statement(columns="job_id, priority, process_at, leased_by")
         self.lease_claim_sql = (
-            f"WITH claimed AS ({self.claim_statement(columns='job_id, process_at, leased_by')}) "
-            f"UPDATE {job} AS j SET attempts = j.attempts + 1, process_at = %s, leased_by = %s "
-            "FROM claimed WHERE j.job_id = claimed.job_id RETURNING j.job_id, j.queue, "
-            "j.job_type, j.payload, j.attempts - 1, j.enqueued_at, claimed.process_at, "
-            "j.last_error, j.priority, claimed.leased_by, j.trace_context"
+            f"WITH claimed AS ({claimed}), ranked AS (SELECT job_id, process_at, leased_by, "
+            "row_number() OVER (ORDER BY -priority, process_at) = 1 OR (leased_by IS NOT NULL "
+            f"AND leased_by NOT LIKE '{RESERVED}%%') AS started FROM claimed) "
+            f"UPDATE {job} AS j SET attempts = j.attempts + ranked.started::int, "
+            f"process_at = {self.lease_end}, leased_by = CASE WHEN ranked.started THEN %s "
+            f"ELSE '{RESERVED}' || %s END "
+            "FROM ranked WHERE j.job_id = ranked.job_id RETURNING j.job_id, j.queue, "
+            "j.job_type, j.payload, j.attempts - ranked.started::int, j.enqueued_at, "
+            "ranked.process_at, j.last_error, j.priority, ranked.leased_by, ranked.started, "
+            "j.trace_context"
         )
         # A leased job's success: the lease checked, the row moved, in one statement (the
         # row already counts the attempt).
@@ -163,6 +172,9 @@ class PostgresDialect(Dialect):
             raise TransactionLost("the job's transaction was committed or rolled back")
         for statement in statements:
             conn.execute(statement)
+
+    def is_closed(self, conn: Any) -> bool:
+        return bool(conn.closed)
 
     def aborted(self, conn: Any) -> str | None:
         status = conn.info.transaction_status
@@ -269,10 +281,10 @@ class PostgresDialect(Dialect):
         now: datetime,
         limit: int,
         start: Any,
-        until: datetime,
+        lease_ms: int,
         token: str,
     ) -> list[LeasedRow]:
-        params = (*self.claim_params(queue, start, now, limit), until, token)
+        params = (*self.claim_params(queue, start, now, limit), lease_ms / 1000, token, token)
         with _single_statement(conn):
             rows: list[LeasedRow] = self.fetchall(conn, self.lease_claim_sql, params)
         return rows
@@ -283,15 +295,15 @@ class PostgresDialect(Dialect):
             moved = self.execute_count(conn, self.archive_leased_sql, params)
         return moved == 1
 
-    def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], until: datetime) -> int:
+    def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], lease_ms: int) -> int:
         sql = (
-            f"UPDATE {self.job_table} SET process_at = %s "
+            f"UPDATE {self.job_table} SET process_at = {self.lease_end} "
             "WHERE job_id = ANY(%s) AND leased_by = ANY(%s)"
         )
         ids = [job_id for job_id, _ in leases]
         tokens = sorted({token for _, token in leases})
         with _single_statement(conn):
-            return self.execute_count(conn, sql, (until, ids, tokens))
+            return self.execute_count(conn, sql, (lease_ms / 1000, ids, tokens))
 
     def count_claim(self, conn: Any, table: str, job_id: Any) -> int:
         sql = (
@@ -390,6 +402,9 @@ class PostgresDialect(Dialect):
     def abort(self, conn: Any) -> None:
         shutdown_socket(conn.pgconn.socket)
 
+    def cancel_statement(self, conn: Any, side: Any) -> None:
+        conn.cancel_safe(timeout=5.0)  # a no-op while no statement runs
+
     def held_rows(self, conn: Any) -> HeldRows:
         """Rows whose xmax is a running transaction that row-locks the job table (a worker's
         claim takes ROW SHARE on it): a lock-free read of who holds each row, which the probe
@@ -467,6 +482,12 @@ def read_wake_payload(payload: str, queue: str) -> tuple[bool, float | None]:
         return False, None
 
 
+_KEEP_SLOT = (
+    "SELECT n, pg_advisory_lock(%s, n) FROM (SELECT objid::bigint::int AS n FROM pg_locks "
+    "WHERE locktype = 'advisory' AND objsubid = 2 AND pid = pg_backend_pid() "
+    "AND classid = %s::bigint::oid AND granted LIMIT 1) AS held"
+)
+"""Lock the running slot the transaction holds at session level too; its number."""
 _NO_SUCH_STATEMENT = "26000"
 _REPLAN_EVERY_S = 10.0
 _IDLE, _IN_ERROR = 0, 3  # libpq's PQTRANS_IDLE and PQTRANS_INERROR
@@ -499,6 +520,22 @@ class PostgresSession(Session):
         super().__init__(dialect, conn)
         self.prepared = prepared
         self.planned_at = time.monotonic()
+        self.kept: tuple[int, int] | None = None
+        """The running slot kept past its transaction by a session-level lock."""
+
+    def keep_slot(self, slots: RunningSlots) -> bool:
+        """Take the transaction's slot lock again at session level (granted at once: this
+        session holds it), so that it outlives the COMMIT."""
+        row = self.dialect.fetchone(self.conn, _KEEP_SLOT, (slots.key, slots.key % 2**32))
+        if row is None:
+            return False
+        self.kept = (slots.key, int(row[0]))
+        return True
+
+    def release_slot(self) -> None:
+        if self.kept is not None:
+            (key, n), self.kept = self.kept, None
+            self.dialect.fetchone(self.conn, "SELECT pg_advisory_unlock(%s, %s)", (key, n))
 
     def _templates(self) -> _HotPath | None:
         if self.prepared is None and self.conn.autocommit:
