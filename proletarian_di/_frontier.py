@@ -59,21 +59,20 @@ class Frontier:
         """Each priority's own frontier: the last position claimed with that -priority."""
         self._earliest: Any = None
         """The earliest process_at claimed (raw), where a priority not seen yet begins."""
-        self._woken = threading.local()
+        self._woken: dict[int, int] = {}
+        """By thread: the priority of the job it was woken for, until its next claim."""
         self._lock = threading.Lock()
 
     def woken(self, priority: int) -> None:
         """The calling thread was woken for a job of `priority`: its next claim starts at
         that priority's own frontier if that is behind where it would start."""
-        self._woken.priority = priority
+        self._woken[threading.get_ident()] = priority
 
     def start(self, walker: Walker | None) -> Any:
-        """Where the next claim begins: the walker's place, else the frontier, or the level
-        the thread was woken for if that is behind; None (from the beginning) when a sweep
-        is due or nothing was claimed yet."""
-        priority = getattr(self._woken, "priority", None)
-        if priority is not None:
-            self._woken.priority = None
+        """Where the next claim begins: the walker's place, else the frontier, or, if that is
+        behind, the frontier of the priority the thread was woken for; None (from the
+        beginning) when a sweep is due or nothing was claimed yet."""
+        priority = self._woken.pop(threading.get_ident(), None) if self._woken else None
         now = self.clock()
         if self._sweep_due(now):
             with self._lock:
@@ -101,25 +100,30 @@ class Frontier:
 
     def claimed(self, walker: Walker | None, position: Any) -> None:
         """A claim took jobs up to `position` (raw column values): the frontier moves up to
-        it, or the walker stays there, behind the frontier, to claim what follows."""
+        it, or the walker stays there, behind the frontier, to claim what follows; so does
+        the frontier of the position's priority."""
+        rank, process_at = position
+        levels = self._levels
         with self._lock:
             self._swept(walker)
             behind = None
             if self.head is None or position > self.head:
-                self.head = position
-            elif position < self.head:
-                behind = position
-            self._level(position)
+                self.head = position  # the newest claimed of its priority too
+                if rank in levels or len(levels) < MAX_LEVELS:
+                    levels[rank] = position
+            else:
+                if position < self.head:
+                    behind = position
+                level = levels.get(rank)
+                if level is None:
+                    if len(levels) < MAX_LEVELS:
+                        levels[rank] = position
+                elif level < position:
+                    levels[rank] = position
+            if self._earliest is None or process_at < self._earliest:
+                self._earliest = process_at
         if walker is not None:
             walker.behind = behind
-
-    def _level(self, position: Any) -> None:
-        """Move the frontier of the claimed position's priority, and the earliest time."""
-        rank, process_at = position
-        if self._earliest is None or process_at < self._earliest:
-            self._earliest = process_at
-        if rank in self._levels or len(self._levels) < MAX_LEVELS:
-            self._levels[rank] = max(position, self._levels.get(rank, position))
 
     def missed(self, walker: Walker | None) -> None:
         """A claim found nothing: a walker is back at the frontier."""

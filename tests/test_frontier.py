@@ -15,7 +15,7 @@ import pytest
 
 from proletarian_di import create_queue_worker, enqueue_many
 from proletarian_di._dialects import dialect_for
-from proletarian_di._frontier import Frontier
+from proletarian_di._frontier import MAX_LEVELS, Frontier
 from proletarian_di._options import worker_settings
 from proletarian_di._runner import JobRunner, Slot
 
@@ -155,6 +155,19 @@ def test_a_thread_woken_for_a_priority_behind_the_frontier_claims_from_that_prio
     frontier.woken(10)
     time.now = 1.0
     assert frontier.start(woken) is None and frontier.start(woken) == (5, 9)
+
+
+def test_a_worker_remembers_the_frontiers_of_a_bounded_number_of_priorities() -> None:
+    """Past MAX_LEVELS priorities, a new one starts at the earliest process_at claimed."""
+    frontier = Frontier(60.0, clock=FakeTime())
+    assert frontier.start(None) is None
+    frontier.claimed(None, (0, 100))
+    for rank in range(1, MAX_LEVELS + 5):
+        frontier.claimed(None, (-rank, 100 + rank))
+    frontier.woken(1)
+    assert frontier.start(None) == (-1, 101)
+    frontier.woken(MAX_LEVELS + 3)
+    assert frontier.start(None) == (-MAX_LEVELS - 3, 100)
 
 
 def test_only_the_woken_thread_claims_from_its_priority() -> None:
