@@ -207,7 +207,8 @@ class JobRunner:
             else running_slots(options.job_table, options.queue, options.max_running)
         )
         self.on_reschedule: Callable[[datetime, int], None] = lambda at, priority: None
-        """Called with the time a retried job falls due (an idle worker wakes then)."""
+        """Called with the time a retried job falls due and its priority (an idle worker
+        wakes then, and claims from that priority)."""
         self.leases: Leases | None = None
         """Lease mode: the leases the worker's heartbeat renews."""
         self.claims: ClaimCounter | None = None

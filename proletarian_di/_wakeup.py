@@ -5,7 +5,7 @@ pausing or resuming the queue, which the worker then reads again).
 notification arrives only when the job is committed; a job due later says when
 (`queue@epoch`), a job whose priority is not 0 says which (`queue#10`, `queue@epoch#10`).
 One listener connection per worker wakes one idle thread per notification; the thread that
-wakes for a job claims from where the job's priority begins, if that lies behind the
+wakes for a job claims from the frontier of the job's priority, if that lies behind the
 worker's frontier (see `_frontier`).
 While it listens, an idle worker sleeps until the next time it knows a job falls due, or
 the fallback polling interval (5 s by default), which bounds a lost notification; without a
