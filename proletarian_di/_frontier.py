@@ -9,6 +9,13 @@ higher priority, by a host whose clock is behind, committed late, released by a 
 worker): once per polling interval one claim of the worker sweeps from the beginning, and
 a thread that finds a job there walks on from it until it is back at the frontier.
 
+An idle thread woken for one job (a PostgreSQL notification, or a due time it knew of)
+must find it at once, whatever its priority: the wake-up says the job's priority, and if
+that priority lies behind the frontier the thread's next claim starts at that priority's
+own frontier (the last job of that priority the worker claimed; else the earliest
+process_at it claimed) and walks on from the job it finds. Busy threads are not woken, and
+keep to the sweeps.
+
 A sweep walks over the dead too, so its cost grows while the horizon is held: one sweep
 runs at a time, and sweeps are kept to a tenth of the worker's time (a sweep that took
 40 ms puts the next one 400 ms later, where the polling interval is shorter). On a table
@@ -30,6 +37,10 @@ class Walker(Protocol):
     behind: Any
 
 
+MAX_LEVELS = 64
+"""The most priorities whose own frontier a worker remembers (others start at the earliest
+process_at it claimed)."""
+
 SWEEP_SHARE = 0.1
 """The most of its time a worker spends sweeping: the next sweep waits 1 / SWEEP_SHARE times
 as long as the last one took, if that is longer than the polling interval."""
@@ -44,11 +55,24 @@ class Frontier:
         self.head: Any = None
         self._next_sweep = 0.0
         self._sweep: tuple[Walker | None, float] | None = None
+        self._levels: dict[int, Any] = {}
+        """Each priority's own frontier: the last position claimed with that -priority."""
+        self._earliest: Any = None
+        """The earliest process_at claimed (raw), where a priority not seen yet begins."""
+        self._woken: dict[int, int] = {}
+        """By thread: the priority of the job it was woken for, until its next claim."""
         self._lock = threading.Lock()
 
+    def woken(self, priority: int) -> None:
+        """The calling thread was woken for a job of `priority`: its next claim starts at
+        that priority's own frontier if that is behind where it would start."""
+        self._woken[threading.get_ident()] = priority
+
     def start(self, walker: Walker | None) -> Any:
-        """Where the next claim begins: the walker's place, else the frontier; None (from
-        the beginning) when a sweep is due or nothing was claimed yet."""
+        """Where the next claim begins: the walker's place, else the frontier, or, if that is
+        behind, the frontier of the priority the thread was woken for; None (from the
+        beginning) when a sweep is due or nothing was claimed yet."""
+        priority = self._woken.pop(threading.get_ident(), None) if self._woken else None
         now = self.clock()
         if self._sweep_due(now):
             with self._lock:
@@ -59,9 +83,12 @@ class Frontier:
         if self._sweep is not None and self._sweep[0] is walker:
             with self._lock:
                 self._sweep = None  # that sweep failed; its cost is unknown
-        if walker is not None and walker.behind is not None:
-            return walker.behind
-        return self.head
+        place = self.head if walker is None or walker.behind is None else walker.behind
+        if priority is not None:
+            level = self._levels.get(-priority, (-priority, self._earliest))
+            if level < place:
+                return level
+        return place
 
     def _sweep_due(self, now: float) -> bool:
         """Nothing claimed yet, no sweep interval, or its time has come and none runs."""
@@ -73,14 +100,28 @@ class Frontier:
 
     def claimed(self, walker: Walker | None, position: Any) -> None:
         """A claim took jobs up to `position` (raw column values): the frontier moves up to
-        it, or the walker stays there, behind the frontier, to claim what follows."""
+        it, or the walker stays there, behind the frontier, to claim what follows; so does
+        the frontier of the position's priority."""
+        rank, process_at = position
+        levels = self._levels
         with self._lock:
             self._swept(walker)
             behind = None
             if self.head is None or position > self.head:
-                self.head = position
-            elif position < self.head:
-                behind = position
+                self.head = position  # the newest claimed of its priority too
+                if rank in levels or len(levels) < MAX_LEVELS:
+                    levels[rank] = position
+            else:
+                if position < self.head:
+                    behind = position
+                level = levels.get(rank)
+                if level is None:
+                    if len(levels) < MAX_LEVELS:
+                        levels[rank] = position
+                elif level < position:
+                    levels[rank] = position
+            if self._earliest is None or process_at < self._earliest:
+                self._earliest = process_at
         if walker is not None:
             walker.behind = behind
 

@@ -323,8 +323,9 @@ class JobRunner:
             if options.max_running is None
             else running_slots(options.job_table, options.queue, options.max_running)
         )
-        self.on_reschedule: Callable[[datetime], None] = lambda at: None
-        """Called with the time a retried job falls due (an idle worker wakes then)."""
+        self.on_reschedule: Callable[[datetime, int], None] = lambda at, priority: None
+        """Called with the time a retried job falls due and its priority (an idle worker
+        wakes then, and claims from that priority)."""
         self.leases: Leases | None = None
         """Lease mode: the leases the worker's heartbeat renews."""
         self.claims: ClaimCounter | None = None
@@ -759,7 +760,7 @@ class JobRunner:
             return self._fail(conn, dialect, raw_id, job, exc)
         retries, delay_ms, process_at = plan
         dialect.reschedule(conn, raw_id, job.attempts, process_at, error_text(exc))
-        self.on_reschedule(process_at)
+        self.on_reschedule(process_at, job.priority)
         self.emit(
             "retrying",
             job,

@@ -3,7 +3,10 @@ pausing or resuming the queue, which the worker then reads again).
 
 `enqueue` sends `pg_notify('proletarian_di', queue)` in the caller's transaction, so the
 notification arrives only when the job is committed; a job due later says when
-(`queue@epoch`). One listener connection per worker wakes one idle thread per notification.
+(`queue@epoch`), a job whose priority is not 0 says which (`queue#10`, `queue@epoch#10`).
+One listener connection per worker wakes one idle thread per notification; the thread that
+wakes for a job claims from the frontier of the job's priority, if that lies behind the
+worker's frontier (see `_frontier`).
 While it listens, an idle worker sleeps until the next time it knows a job falls due, or
 the fallback polling interval (5 s by default), which bounds a lost notification; without a
 listener (MySQL, or while it reconnects) it polls every polling interval.
@@ -13,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ._dialects import NOTIFY_CHANNEL, read_wake_payload
+from ._frontier import Frontier
 from ._pauses import STATE_CHANNEL
 
 WAKE_LATE_S = 0.005
@@ -37,15 +42,20 @@ class Wakeup:
     wakes another, and the first that finds none polls in turn.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, frontier: Frontier | None = None) -> None:
         self._condition = threading.Condition()
         self._pending = 0
         self._waiting = 0
         self._poller: threading.Thread | None = None
         self.capacity = capacity
+        self.frontier = frontier
         self._closed = False
-        self._due: list[float] = []
-        """Monotonic times at which known jobs fall due (a heap)."""
+        self._due: list[tuple[float, int, int | None]] = []
+        """Known jobs that fall due later: (monotonic time, sequence, priority), a heap."""
+        self._sequence = itertools.count()
+        self._priority: int | None = None
+        """The highest priority of the jobs woken for and not yet looked for, handed to the
+        next thread that wakes (see `Frontier.woken`)."""
 
     def idle(self, seconds: float, fallback: float | None = None) -> None:
         """A claim found nothing: the poller waits `seconds` (or until woken) and polls
@@ -69,6 +79,15 @@ class Wakeup:
                 self._waiting -= 1
             if self._pending:
                 self._pending -= 1
+            if self._priority is not None:
+                if self.frontier is not None:
+                    self.frontier.woken(self._priority)
+                self._priority = None
+
+    def _wanted(self, priority: int | None) -> None:
+        """A job of `priority` is to be looked for by the next thread that wakes."""
+        if priority is not None and (self._priority is None or priority > self._priority):
+            self._priority = priority
 
     def _poll_in(self, seconds: float, fallback: float | None) -> float:
         """How long the poller waits before its next claim (0: claim now)."""
@@ -77,29 +96,32 @@ class Wakeup:
         now = time.monotonic()
         if self._passed(now):
             return 0.0
-        return min(fallback, self._due[0] - now) if self._due else fallback
+        return min(fallback, self._due[0][0] - now) if self._due else fallback
 
     def _passed(self, now: float) -> bool:
         """Forget the due times that have come (the claim about to run looks for their
-        jobs); whether there were any."""
+        jobs, from their priorities); whether there were any."""
         passed = False
-        while self._due and self._due[0] <= now:
-            heapq.heappop(self._due)
+        while self._due and self._due[0][0] <= now:
+            self._wanted(heapq.heappop(self._due)[2])
             passed = True
         return passed
 
-    def due_at(self, epoch: float) -> None:
-        """A job falls due at `epoch` (wall-clock seconds): the poller wakes then (a little
-        after, so that its claim, by the wall clock, finds the job due)."""
+    def due_at(self, epoch: float, priority: int | None = None) -> None:
+        """A job (of `priority`, if known) falls due at `epoch` (wall-clock seconds): the
+        poller wakes then (a little after, so that its claim, by the wall clock, finds the
+        job due), and claims from that priority on (see `Frontier.woken`)."""
         at = time.monotonic() + (epoch - time.time()) + WAKE_LATE_S
         with self._condition:
             if len(self._due) >= MAX_KNOWN_TIMES:
-                if at >= max(self._due):
+                latest = max(self._due)
+                if at >= latest[0]:
                     return
-                self._due.remove(max(self._due))
+                self._due.remove(latest)
                 heapq.heapify(self._due)
-            heapq.heappush(self._due, at)
-            if self._due[0] == at:
+            entry = (at, next(self._sequence), priority)
+            heapq.heappush(self._due, entry)
+            if self._due[0] is entry:
                 self._condition.notify_all()  # the poller waits less; the others sleep on
 
     def busy(self) -> None:
@@ -112,9 +134,12 @@ class Wakeup:
                 self._pending += 1
                 self._condition.notify()
 
-    def wake(self, count: int = 1) -> None:
+    def wake(self, count: int = 1, priority: int | None = None) -> None:
+        """Wake `count` idle threads, now or as they go idle; the first to wake looks for a
+        job of `priority`, if given (see `Frontier.woken`)."""
         with self._condition:
             self._pending = min(self._pending + count, self.capacity)
+            self._wanted(priority)
             self._condition.notify(count)
 
     def close(self) -> None:
@@ -178,13 +203,13 @@ class Listener(threading.Thread):
                             self.on_state()
                             self.wakeup.wake(self.wakeup.capacity)
                         continue
-                    ours, due = read_wake_payload(note.payload, self.queue)
-                    if not ours:
+                    wake = read_wake_payload(note.payload, self.queue)
+                    if wake is None:
                         continue
-                    if due is None:
-                        self.wakeup.wake()
+                    if wake.due is None:
+                        self.wakeup.wake(priority=wake.priority)
                     else:
-                        self.wakeup.due_at(due)
+                        self.wakeup.due_at(wake.due, wake.priority)
         finally:
             self.listening.clear()
             with contextlib.suppress(Exception):

@@ -68,11 +68,12 @@ class QueueWorker:
         self._listener: Listener | None = None
         interval = options.polling_interval_ms / 1000
         self._pauses = PauseWatch(options.queue, max(interval, MIN_PAUSE_READ_S))
-        self._wakeup = Wakeup(options.worker_threads)
+        frontier = Frontier(interval)
+        self._wakeup = Wakeup(options.worker_threads, frontier)
         self._runner = JobRunner(
-            handler, options, self.stats, Frontier(interval), self._pauses, self._wakeup.busy
+            handler, options, self.stats, frontier, self._pauses, self._wakeup.busy
         )
-        self._runner.on_reschedule = lambda at: self._wakeup.due_at(at.timestamp())
+        self._runner.on_reschedule = lambda at, p: self._wakeup.due_at(at.timestamp(), p)
         self._runner.recording_connection = self._recording_connection
         self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()

@@ -15,7 +15,7 @@ import pytest
 
 from proletarian_di import create_queue_worker, enqueue_many
 from proletarian_di._dialects import dialect_for
-from proletarian_di._frontier import Frontier
+from proletarian_di._frontier import MAX_LEVELS, Frontier
 from proletarian_di._options import worker_settings
 from proletarian_di._runner import JobRunner, Slot
 
@@ -53,45 +53,45 @@ def test_claims_sweep_first_then_start_at_the_frontier_until_the_next_sweep() ->
     time = FakeTime()
     frontier = Frontier(0.1, clock=time)
     assert frontier.start(None) is None
-    frontier.claimed(None, 5)
-    assert [frontier.start(None) for _ in range(3)] == [5, 5, 5]
+    frontier.claimed(None, (0, 5))
+    assert [frontier.start(None) for _ in range(3)] == [(0, 5)] * 3
     time.now = 0.1
     assert frontier.start(None) is None
-    assert frontier.start(None) == 5
+    assert frontier.start(None) == (0, 5)
 
 
 def test_the_frontier_only_moves_forward_and_a_walker_stays_behind_it() -> None:
     time = FakeTime()
     frontier, walker = Frontier(1.0, clock=time), Slot()
     frontier.start(walker)
-    frontier.claimed(walker, 10)
-    frontier.claimed(walker, 3)
-    assert frontier.head == 10 and walker.behind == 3
-    assert frontier.start(walker) == 3
-    assert frontier.start(None) == 10
-    frontier.claimed(walker, 7)
-    assert walker.behind == 7
-    frontier.claimed(walker, 12)
-    assert (frontier.head, walker.behind) == (12, None)
-    frontier.claimed(walker, 4)
+    frontier.claimed(walker, (0, 10))
+    frontier.claimed(walker, (0, 3))
+    assert frontier.head == (0, 10) and walker.behind == (0, 3)
+    assert frontier.start(walker) == (0, 3)
+    assert frontier.start(None) == (0, 10)
+    frontier.claimed(walker, (0, 7))
+    assert walker.behind == (0, 7)
+    frontier.claimed(walker, (0, 12))
+    assert (frontier.head, walker.behind) == ((0, 12), None)
+    frontier.claimed(walker, (0, 4))
     frontier.missed(walker)
-    assert walker.behind is None and frontier.start(walker) == 12
+    assert walker.behind is None and frontier.start(walker) == (0, 12)
 
 
 def test_an_expensive_sweep_holds_the_next_one_back_to_a_tenth_of_the_time() -> None:
     time = FakeTime()
     frontier, walker, other = Frontier(1.0, clock=time), Slot(), Slot()
-    frontier.claimed(walker, 5)
+    frontier.claimed(walker, (0, 5))
     time.now = 10.0
     assert frontier.start(walker) is None
-    assert frontier.start(other) == 5
+    assert frontier.start(other) == (0, 5)
     time.now = 12.0
     frontier.missed(walker)
     time.now = 25.0
-    assert frontier.start(other) == 5, "a 2 s sweep puts the next one 20 s after it began"
+    assert frontier.start(other) == (0, 5), "a 2 s sweep puts the next one 20 s after it began"
     time.now = 30.0
     assert frontier.start(other) is None
-    frontier.claimed(other, 6)
+    frontier.claimed(other, (0, 6))
     time.now = 31.0
     assert frontier.start(walker) is None, "a cheap sweep: the polling interval rules again"
 
@@ -99,13 +99,13 @@ def test_an_expensive_sweep_holds_the_next_one_back_to_a_tenth_of_the_time() -> 
 def test_one_sweep_runs_at_a_time() -> None:
     time = FakeTime()
     frontier, walker, other = Frontier(1.0, clock=time), Slot(), Slot()
-    frontier.claimed(walker, 5)
+    frontier.claimed(walker, (0, 5))
     time.now = 10.0
     assert frontier.start(walker) is None
     time.now = 11.5
-    assert frontier.start(other) == 5, "the first sweep is still running"
+    assert frontier.start(other) == (0, 5), "the first sweep is still running"
     frontier.missed(walker)
-    assert frontier.start(other) == 5, "it took 1.5 s: the next waits 15 s from its start"
+    assert frontier.start(other) == (0, 5), "it took 1.5 s: the next waits 15 s from its start"
     time.now = 25.0
     assert frontier.start(other) is None
 
@@ -113,11 +113,11 @@ def test_one_sweep_runs_at_a_time() -> None:
 def test_a_failed_sweep_does_not_count_as_an_expensive_one() -> None:
     time = FakeTime()
     frontier, walker = Frontier(1.0, clock=time), Slot()
-    frontier.claimed(walker, 5)
+    frontier.claimed(walker, (0, 5))
     time.now = 10.0
     assert frontier.start(walker) is None  # and the claim raises: no claimed() nor missed()
     time.now = 10.5
-    assert frontier.start(walker) == 5
+    assert frontier.start(walker) == (0, 5)
     time.now = 15.0
     frontier.missed(walker)
     time.now = 16.0
@@ -126,8 +126,58 @@ def test_a_failed_sweep_does_not_count_as_an_expensive_one() -> None:
 
 def test_no_sweep_interval_means_every_claim_starts_from_the_beginning() -> None:
     frontier = Frontier(0.0, clock=FakeTime())
-    frontier.claimed(None, 5)
+    frontier.claimed(None, (0, 5))
     assert [frontier.start(None) for _ in range(3)] == [None, None, None]
+
+
+def test_a_thread_woken_for_a_priority_behind_the_frontier_claims_from_that_priority() -> None:
+    """Its next claim starts at that priority's own frontier, or, for a priority the worker
+    never claimed, at the earliest process_at it claimed; a priority at or ahead of the
+    frontier changes nothing, and a due sweep still sweeps."""
+    time = FakeTime()
+    frontier, woken = Frontier(1.0, clock=time), Slot()
+    assert frontier.start(None) is None
+    frontier.claimed(None, (0, 3))
+    frontier.claimed(None, (0, 8))
+    frontier.woken(10)
+    assert frontier.start(woken) == (-10, 3), "never claimed: from the earliest time"
+    assert frontier.start(woken) == (0, 8), "for the next claim only"
+    frontier.claimed(woken, (-10, 6))
+    frontier.missed(woken)
+    frontier.woken(10)
+    assert frontier.start(woken) == (-10, 6), "that priority's own frontier"
+    for ahead in (0, -5):
+        frontier.woken(ahead)
+        assert frontier.start(woken) == (0, 8)
+    frontier.claimed(woken, (5, 9))
+    frontier.woken(0)
+    assert frontier.start(woken) == (0, 8), "priority 0 after a backlog of priority -5"
+    frontier.woken(10)
+    time.now = 1.0
+    assert frontier.start(woken) is None and frontier.start(woken) == (5, 9)
+
+
+def test_a_worker_remembers_the_frontiers_of_a_bounded_number_of_priorities() -> None:
+    """Past MAX_LEVELS priorities, a new one starts at the earliest process_at claimed."""
+    frontier = Frontier(60.0, clock=FakeTime())
+    assert frontier.start(None) is None
+    frontier.claimed(None, (0, 100))
+    for rank in range(1, MAX_LEVELS + 5):
+        frontier.claimed(None, (-rank, 100 + rank))
+    frontier.woken(1)
+    assert frontier.start(None) == (-1, 101)
+    frontier.woken(MAX_LEVELS + 3)
+    assert frontier.start(None) == (-MAX_LEVELS - 3, 100)
+
+
+def test_only_the_woken_thread_claims_from_its_priority() -> None:
+    frontier = Frontier(1.0, clock=FakeTime())
+    assert frontier.start(None) is None
+    frontier.claimed(None, (0, 8))
+    elsewhere = threading.Thread(target=frontier.woken, args=(10,))
+    elsewhere.start()
+    elsewhere.join()
+    assert frontier.start(None) == (0, 8)
 
 
 # On both databases ------------------------------------------------------------------------

@@ -1,15 +1,22 @@
 """An idle worker polls from one thread, not from each: one claim per polling interval per
 worker; a thread that finds work brings in the others. On PostgreSQL, while its listener is
-up, it sleeps until the next due time it knows of, or the fallback polling interval."""
+up, it sleeps until the next due time it knows of, or the fallback polling interval; the
+thread a job wakes claims from the job's priority (see tests/test_priorities.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from datetime import timedelta
 from typing import Any
 
-from proletarian_di import RetrySpec, create_queue_worker
+import psycopg
+
+from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many
+from proletarian_di._dialects import NOTIFY_CHANNEL, Wake, read_wake_payload
+from proletarian_di._frontier import Frontier
+from proletarian_di._wakeup import Wakeup
 
 from backends import Backend, Events, enqueue_committed, wait_until
 
@@ -159,3 +166,49 @@ def test_mysql_counts_one_claim_per_interval_for_an_idle_worker(
         time.sleep(2.0)
         ran = server_statements(mysql_backend) - before - 1
     assert 10 <= ran <= 70, f"{ran} statements in 2 s (two pollers would run over 80)"
+
+
+def test_a_notification_says_the_jobs_priority_unless_it_is_0(pg: Backend) -> None:
+    """`queue`, `queue@epoch` as before; `#priority` after either (enqueue, enqueue_many, a
+    job due later); each read back for its own queue only."""
+    with psycopg.connect(pg.url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        with contextlib.closing(pg.connect()) as conn:
+            enqueue(conn, "t", None, queue="mail", priority=10)
+            conn.commit()
+            enqueue_many(conn, [("t", 1), ("t", 2)], queue="mail", priority=-3)
+            conn.commit()
+            enqueue(conn, "t", None, queue="mail", priority=7, process_in=timedelta(hours=1))
+            conn.commit()
+            enqueue(conn, "t", None, queue="mail")
+            conn.commit()
+        payloads = [n.payload for n in listener.notifies(timeout=10, stop_after=4)]
+    assert payloads[:2] == ["mail#10", "mail#-3"] and payloads[3] == "mail"
+    at = payloads[2].removeprefix("mail@").removesuffix("#7")
+    assert f"mail@{at}#7" == payloads[2] and float(at) > time.time() + 3500
+    assert [read_wake_payload(p, "mail") for p in payloads] == [
+        Wake(None, 10),
+        Wake(None, -3),
+        Wake(float(at), 7),
+        Wake(None, 0),
+    ]
+    assert {read_wake_payload(p, "mai") for p in payloads} == {None}
+    assert read_wake_payload("mail#x", "mail") is None
+
+
+def test_the_thread_a_job_wakes_claims_from_the_jobs_priority() -> None:
+    """A notification's priority, and a known due time's, go to the thread that wakes for
+    them (the highest of several), once."""
+    frontier = Frontier(60.0)
+    wakeup = Wakeup(2, frontier)
+    assert frontier.start(None) is None  # the first claim sweeps
+    frontier.claimed(None, (0, 5))
+    wakeup.wake(priority=3)
+    wakeup.wake(priority=10)
+    wakeup.idle(0.01)
+    assert frontier.start(None) == (-10, 5)
+    wakeup.idle(0.01)
+    assert frontier.start(None) == (0, 5)
+    wakeup.due_at(time.time() - 1, priority=4)
+    wakeup.idle(0.01, fallback=5.0)
+    assert frontier.start(None) == (-4, 5)

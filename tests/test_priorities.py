@@ -1,6 +1,7 @@
 """Priorities: among due jobs of a queue a worker claims the highest priority first, then
 the earliest process_at; the claim stays an index scan from the worker's frontier, and a
-job of higher priority than the frontier is claimed at the next sweep."""
+job of higher priority than the frontier is claimed at the next sweep, or at once by an
+idle worker."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 from datetime import datetime, timedelta, timezone
-from time import sleep
+from time import monotonic, sleep
 from typing import Any
 
 import pytest
@@ -215,6 +216,76 @@ def test_a_worker_runs_a_high_priority_job_enqueued_behind_its_backlog(backend: 
     finally:
         worker.stop()
     assert ran.index("high") < 39, ran
+
+
+def idle_worker(backend: Backend, handler: Any, **options: Any) -> Any:
+    """A one-thread worker whose wake-ups alone can start a job behind its frontier within a
+    second: on PostgreSQL it listens, sweeps every 2 s and polls every 5 s; MySQL polls (and
+    sweeps) every 100 ms."""
+    interval = 2_000 if backend.name == "postgresql" else 100
+    return create_queue_worker(
+        backend.pool(2),
+        handler,
+        worker_threads=1,
+        polling_interval_ms=interval,
+        fallback_polling_interval_ms=5_000,
+        log=lambda e, d: None,
+        **options,
+    )
+
+
+BEHIND = {
+    "priority 10": (0, lambda conn: enqueue(conn, "t", "it", priority=10)),
+    "enqueue_many": (0, lambda conn: enqueue_many(conn, [("t", "it"), ("t", 2)], priority=10)),
+    "due in 50 ms": (
+        0,
+        lambda conn: enqueue(conn, "t", "it", priority=10, process_in=timedelta(seconds=0.05)),
+    ),
+    "priority 0 after -5": (-5, lambda conn: enqueue(conn, "t", "it")),
+}
+
+
+@pytest.mark.parametrize("lease_ms", [None, 5_000], ids=["held", "lease"])
+@pytest.mark.parametrize("case", BEHIND)
+def test_an_idle_worker_starts_a_job_behind_its_frontier_at_once(
+    backend: Backend, case: str, lease_ms: int | None
+) -> None:
+    """Three jobs run, then one of higher priority than theirs is enqueued: behind the
+    frontier they left. The worker starts it within a second, not at its next poll (5 s on
+    PostgreSQL): the wake-up does not depend on the priority. (A bound for correctness, not
+    a measure of speed.)"""
+    backlog, enqueue_it = BEHIND[case]
+    started: dict[Any, float] = {}
+    options = {} if lease_ms is None else {"lease_ms": lease_ms}
+    with idle_worker(backend, lambda t, p: started.setdefault(p, monotonic()), **options):
+        enqueue_committed(backend, *[("t", n) for n in range(3)], priority=backlog)
+        wait_until(lambda: len(started) == 3, description="the backlog")
+        sleep(0.1)  # the worker is idle again
+        with contextlib.closing(backend.connect()) as conn:
+            enqueue_it(conn)
+            conn.commit()
+        committed = monotonic()
+        wait_until(lambda: "it" in started, description="the job behind the frontier")
+    assert started["it"] - committed < 1.0
+
+
+def test_a_retry_of_a_high_priority_job_starts_when_it_falls_due(backend: Backend) -> None:
+    """Its due time is known to the worker, and so is its priority (behind the frontier):
+    the retry starts within a second of its 50 ms delay, not at the next poll."""
+    starts: list[float] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        if payload == "it":
+            starts.append(monotonic())
+            if len(starts) == 1:
+                raise RuntimeError("once")
+
+    retry = RetrySpec(retries=1, delays=[50])
+    with idle_worker(backend, handler, retry_strategy_fn=lambda job, exc: retry):
+        enqueue_committed(backend, *[("t", n) for n in range(3)])
+        enqueue_committed(backend, ("t", "it"), priority=10)
+        wait_until(lambda: len(starts) == 2, description="the retry")
+    assert starts[1] - starts[0] < 1.0
 
 
 def test_the_postgres_claim_is_an_index_scan_in_priority_order(pg: Backend) -> None:

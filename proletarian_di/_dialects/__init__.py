@@ -22,7 +22,7 @@ from .base import (
     unwrap_connection,
 )
 from .mysql import MySQLDialect
-from .postgresql import NOTIFY_CHANNEL, PostgresDialect, read_wake_payload
+from .postgresql import NOTIFY_CHANNEL, PostgresDialect, Wake, read_wake_payload
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -33,6 +33,7 @@ __all__ = [
     "PostgresDialect",
     "Session",
     "TransactionLost",
+    "Wake",
     "check_table_name",
     "connection_kind",
     "dialect_for",

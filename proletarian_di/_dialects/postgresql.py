@@ -352,7 +352,7 @@ class PostgresDialect(Dialect):
                 ids,
                 types,
                 payloads,
-                wake_payload(queue, enqueued_at, process_at),
+                wake_payload(queue, enqueued_at, process_at, priority),
             ),
         )
 
@@ -361,7 +361,7 @@ class PostgresDialect(Dialect):
     ) -> tuple[str, tuple[Any, ...]]:
         """The INSERT, and the NOTIFY's channel payload (see `wake_payload`)."""
         sql, params = super().insert_statement(row, key)
-        return sql, (*params, wake_payload(row[1], row[4], row[5]))
+        return sql, (*params, wake_payload(row[1], row[4], row[5], row[6]))
 
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
         return self.fetchone(conn, *self.insert_statement(row, key)) is not None
@@ -459,27 +459,42 @@ class PostgresDialect(Dialect):
 _NOTIFY = f" SELECT pg_notify('{NOTIFY_CHANNEL}', %s)"
 WAKE_AT = "@"
 """Between the queue and the time in the payload of a job that falls due later."""
+WAKE_PRIORITY = "#"
+"""Before the priority, last in the payload of a job whose priority is not 0."""
+_WAKE_TAIL = re.compile(r"(?:@(\d+(?:\.\d+)?))?(?:#(-?\d+))?")
 
 
-def wake_payload(queue: str, enqueued_at: datetime, process_at: datetime) -> str:
-    """What `enqueue` notifies: the queue of a job due now; `queue@epoch` for a job due later,
-    so that idle workers can sleep until then."""
-    if process_at <= enqueued_at:
-        return queue
-    return f"{queue}{WAKE_AT}{math.ceil(process_at.timestamp() * 1000) / 1000:.3f}"
+class Wake(NamedTuple):
+    """What a notification says of its job: when it falls due (an epoch; None: now), and its
+    priority."""
+
+    due: float | None
+    priority: int
 
 
-def read_wake_payload(payload: str, queue: str) -> tuple[bool, float | None]:
-    """(whether the notification is for `queue`, the epoch its job falls due, None: now)."""
-    if payload == queue:
-        return True, None
-    head, sep, tail = payload.rpartition(WAKE_AT)
-    if not sep or head != queue:
-        return False, None
-    try:
-        return True, float(tail)
-    except ValueError:
-        return False, None
+def wake_payload(queue: str, enqueued_at: datetime, process_at: datetime, priority: int) -> str:
+    """What `enqueue` notifies: the queue of a job due now, `queue@epoch` for a job due later
+    (idle workers sleep until then), and `#priority` after either unless it is 0 (a woken
+    worker claims from that priority on, which may lie behind its frontier). The jobs of one
+    transaction that say the same are notified once."""
+    payload = queue
+    if process_at > enqueued_at:
+        payload += f"{WAKE_AT}{math.ceil(process_at.timestamp() * 1000) / 1000:.3f}"
+    if priority:
+        payload += f"{WAKE_PRIORITY}{priority}"
+    return payload
+
+
+def read_wake_payload(payload: str, queue: str) -> Wake | None:
+    """What a notification says of a job of `queue` (see `wake_payload`); None if it is
+    about another queue."""
+    if not payload.startswith(queue):
+        return None
+    tail = _WAKE_TAIL.fullmatch(payload, len(queue))
+    if tail is None:
+        return None
+    due, priority = tail.groups()
+    return Wake(None if due is None else float(due), int(priority or 0))
 
 
 _KEEP_SLOT = (
