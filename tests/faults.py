@@ -19,6 +19,19 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = ""
     return wait_until(predicate, timeout=timeout, description=what)
 
 
+def upstream_of(backend: Any) -> Upstream:
+    """Where a proxy in front of the backend's server connects: MySQL's host and port, or
+    PostgreSQL's (a unix socket path when its URL names a directory)."""
+    if backend.name == "mysql":
+        return (backend.options["host"], backend.options["port"])
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(backend.url)
+    host = str(info.get("host") or "/var/run/postgresql").split(",")[0]
+    port = int(str(info.get("port") or 5432).split(",")[0])
+    return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+
+
 class TCPProxy:
     """Forwards 127.0.0.1:<port> to a TCP address or a unix socket path.
 

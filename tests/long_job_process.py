@@ -2,7 +2,8 @@
 lease and crash-loop tests.
 
 Usage: python long_job_process.py EVENTS BEHAVIOUR [--lease-ms N] [--max-crashes K]
-[--retries R] [--batch-size B] [--only PAYLOAD]; the database comes from the environment
+[--retries R] [--batch-size B] [--only PAYLOAD] [--advanced] [--job-timeout-ms T]
+[--max-running M]; the database comes from the environment
 (see backends.Backend.env). Runs the default queue until it is empty. Each job appends
 "start <payload>" to the file EVENTS, then: "block" waits forever, "kill" sends SIGKILL to
 its own process, "exit" ends it with os._exit(3), "ok" returns (with --only, jobs with
@@ -50,6 +51,9 @@ def main() -> None:
     parser.add_argument("--retries", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--only", default=None)
+    parser.add_argument("--advanced", action="store_true")
+    parser.add_argument("--job-timeout-ms", type=int, default=None)
+    parser.add_argument("--max-running", type=int, default=None)
     args = parser.parse_args()
     backend = backend_from_env()
     ran: list[Any] = []
@@ -67,6 +71,9 @@ def main() -> None:
             os._exit(3)
         ran.append(payload)
 
+    def advanced(job: Any) -> None:
+        handler(job.job_type, job.payload)
+
     def log(event: str, data: dict[str, Any]) -> None:
         if event in ERRORS:
             print(event, data, file=sys.stderr, flush=True)
@@ -74,7 +81,10 @@ def main() -> None:
     source = backend.pool(4)
     worker = create_queue_worker(
         source,
-        handler,
+        advanced if args.advanced else handler,
+        handler_fn_mode="advanced" if args.advanced else "default",
+        job_timeout_ms=args.job_timeout_ms,
+        max_running=args.max_running,
         polling_interval_ms=20,
         fallback_polling_interval_ms=50,
         lease_ms=args.lease_ms,

@@ -20,8 +20,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from faults import EventLog, Runs, TCPProxy, Upstream, running, wait_for
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from faults import EventLog, Runs, TCPProxy, Upstream, running, upstream_of, wait_for
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many
@@ -97,20 +97,10 @@ def backend_id(conn: Any) -> int:
     return int(raw.thread_id())
 
 
-def postgres_upstream(url: str) -> Upstream:
-    info = conninfo_to_dict(url)
-    host = str(info.get("host") or "/var/run/postgresql").split(",")[0]
-    port = int(str(info.get("port") or 5432).split(",")[0])
-    return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
-
-
 @pytest.fixture(params=["postgresql", "mysql"])
 def target(request: pytest.FixtureRequest) -> Target:
     backend: Backend = request.getfixturevalue(f"{request.param}_backend")
-    if backend.name == "mysql":
-        upstream: Upstream = (backend.options["host"], backend.options["port"])  # type: ignore[attr-defined]
-    else:
-        upstream = postgres_upstream(backend.url)
+    upstream = upstream_of(backend)
     backend.install(JOB_TABLE, ARCHIVE_TABLE)
     backend.execute(f"DELETE FROM {JOB_TABLE}")
     backend.execute(f"DELETE FROM {ARCHIVE_TABLE}")

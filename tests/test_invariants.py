@@ -1,0 +1,352 @@
+"""The engine's promises, checked where its options meet.
+
+The matrix is {held, lease} x {batch 1, batch 5} x {default, advanced handler} x {no timeout,
+a 300 ms job timeout} x {no cap, max_running=1}. Lease mode refuses advanced handlers and
+max_running (tested below); of the rest, `COMBINATIONS` is a sample that covers every pair
+of values. Each combination is driven through the events that can befall a job (it
+succeeds, raises, times out, its process is SIGKILLed, `stop()` abandons it, the database
+drops every connection), on both databases, and `Ledger.check` then asserts:
+
+- no job lost: each is waiting or archived, never both, never neither;
+- no job runs more often than its retry spec allows, outside a crash;
+- a job that succeeded never runs again;
+- no two runs of one job at once (but a sync handler that timed out, which cannot be
+  stopped and is documented to keep running beside its retry);
+- the cap (`max_running`) is never exceeded, timed-out handlers still running included;
+- every attempt is recorded once: an archived job's attempts are the runs it had.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import long_job_process
+import pytest
+from faults import TCPProxy, upstream_of
+from psycopg.conninfo import make_conninfo
+
+from proletarian_di import ConfigurationError, RetrySpec, create_queue_worker, enqueue
+from proletarian_di.mysql import MySQLDataSource
+from proletarian_di.observers import Observer
+
+from backends import Backend, Events, as_uuid, wait_until
+
+RETRIES = 1
+TIMEOUT_MS = 300
+
+
+@dataclasses.dataclass(frozen=True)
+class Combination:
+    lease: bool = False
+    batch: int = 1
+    advanced: bool = False
+    timeout: bool = False
+    cap: bool = False
+
+    @property
+    def id(self) -> str:
+        parts = ["lease" if self.lease else "held", f"batch{self.batch}"]
+        parts += ["advanced"] if self.advanced else []
+        parts += ["timeout"] if self.timeout else []
+        parts += ["cap1"] if self.cap else []
+        return "-".join(parts)
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "lease_ms": 2000 if self.lease else None,
+            "batch_size": self.batch,
+            "handler_fn_mode": "advanced" if self.advanced else "default",
+            "job_timeout_ms": TIMEOUT_MS if self.timeout else None,
+            "max_running": 1 if self.cap else None,
+        }
+
+    def process_args(self) -> list[str]:
+        """The same options for `long_job_process`."""
+        args = ["--batch-size", str(self.batch), "--retries", str(RETRIES)]
+        args += ["--lease-ms", "2000"] if self.lease else []
+        args += ["--advanced"] if self.advanced else []
+        args += ["--job-timeout-ms", str(TIMEOUT_MS)] if self.timeout else []
+        args += ["--max-running", "1"] if self.cap else []
+        return args
+
+
+COMBINATIONS = [
+    Combination(),
+    Combination(batch=5, advanced=True, timeout=True, cap=True),
+    Combination(advanced=True, timeout=True),
+    Combination(batch=5, timeout=True, cap=True),
+    Combination(batch=5, advanced=True),
+    Combination(timeout=True, cap=True),
+    Combination(advanced=True, cap=True),
+    Combination(lease=True, timeout=True),
+    Combination(lease=True, batch=5),
+    Combination(lease=True, batch=5, timeout=True),
+]
+ALL = [pytest.param(c, id=c.id) for c in COMBINATIONS]
+# The events that need a process of their own or a proxy: a sample still meeting each value.
+SAMPLE = [
+    pytest.param(c, id=c.id)
+    for c in (COMBINATIONS[0], COMBINATIONS[1], COMBINATIONS[3], COMBINATIONS[7], COMBINATIONS[9])
+]
+
+
+@dataclasses.dataclass
+class Run:
+    job_id: uuid.UUID
+    attempt: int
+    started: float
+    ended: float | None = None
+
+
+class Ledger:
+    """Every handler run in this process, and the checks of the promises above."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: list[Run] = []
+        self.running = 0
+        self.most_running = 0
+
+    @contextlib.contextmanager
+    def run(self, job_id: Any, attempt: int) -> Any:
+        run = Run(as_uuid(job_id), attempt, time.monotonic())
+        with self.lock:
+            self.runs.append(run)
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            yield
+        finally:
+            with self.lock:
+                run.ended = time.monotonic()
+                self.running -= 1
+
+    def of(self, job_id: Any) -> list[Run]:
+        with self.lock:
+            return [run for run in self.runs if run.job_id == as_uuid(job_id)]
+
+    def check(
+        self,
+        backend: Backend,
+        combination: Combination,
+        ids: list[Any],
+        events: Events,
+        crashes: int = 0,
+    ) -> None:
+        """The promises, on the database's state and this ledger; `crashes`: how often a
+        process died or the database dropped its connections, each of which may have
+        rolled back a run (so a job may have run that many times more)."""
+        waiting = {as_uuid(i): a for i, a in backend.query(_ids(backend, backend.job_table))}
+        archived = {
+            as_uuid(i): (status, attempts)
+            for i, status, attempts in backend.query(
+                f"SELECT job_id, status, attempts FROM {backend.archived_job_table}"
+            )
+        }
+        timed_out = {(as_uuid(e["job_id"]), e["attempt"]) for e in events.named("job_timed_out")}
+        for job_id in map(as_uuid, ids):
+            assert (job_id in waiting) != (job_id in archived), f"{job_id} lost or doubled"
+            runs = self.of(job_id)
+            allowed = RETRIES + 1 + crashes
+            assert len(runs) <= allowed, f"{job_id} ran {len(runs)} times"
+            if job_id in archived:
+                status, attempts = archived[job_id]
+                if not crashes:
+                    assert attempts == len(runs), f"{job_id}: {attempts} attempts, runs {runs}"
+                assert all(run.attempt <= attempts for run in runs), f"{job_id} ran on"
+                if status == "success":
+                    success_runs = [r for r in runs if r.attempt == attempts]
+                    assert len(success_runs) <= 1 + crashes, f"{job_id} ran after succeeding"
+            for earlier, later in itertools.pairwise(runs):
+                overlapping = earlier.ended is None or earlier.ended > later.started
+                stoppable = combination.advanced and not combination.lease
+                if overlapping and (stoppable or (job_id, earlier.attempt) not in timed_out):
+                    raise AssertionError(f"{job_id}: two runs at once: {earlier} and {later}")
+        if combination.cap:
+            assert self.most_running <= 1, f"{self.most_running} ran at once with max_running=1"
+
+
+def _ids(backend: Backend, table: str) -> str:
+    return f"SELECT job_id, attempts FROM {table}"
+
+
+def handler_for(combination: Combination, ledger: Ledger, release: threading.Event) -> Any:
+    """ok: returns; boom: raises; slow: its first attempt outlives the timeout; hang:
+    blocks until `release`."""
+
+    def handle(job_id: Any, job_type: str, attempt: int) -> None:
+        with ledger.run(job_id, attempt):
+            if job_type == "boom":
+                raise RuntimeError("boom")
+            if job_type == "slow" and attempt == 1:
+                time.sleep(0.8)
+            elif job_type == "hang":
+                release.wait(30)
+            else:
+                time.sleep(0.01)
+
+    if combination.advanced:
+        return lambda job: handle(job.job_id, job.job_type, job.attempts)
+
+    def default(job_type: str, payload: Any) -> None:
+        job = _current.job
+        handle(job.job_id, job_type, job.attempts)
+
+    return default
+
+
+class _Current(threading.local):
+    job: Any = None
+
+
+_current = _Current()
+
+
+class _Observing(Observer):
+    """A default-mode handler learns its job (id, attempt) from this observer."""
+
+    def job_started(self, job: Any) -> None:
+        _current.job = job
+
+
+def enqueue_jobs(backend: Backend, *job_types: str) -> list[Any]:
+    """One job of each type, its payload its type, due in that order; their ids."""
+    with contextlib.closing(backend.connect()) as conn:
+        ids = [enqueue(conn, job_type, job_type) for job_type in job_types]
+        conn.commit()
+    return ids
+
+
+def worker_for(
+    source: Any, combination: Combination, handler: Any, events: Events, **more: Any
+) -> Any:
+    return create_queue_worker(
+        source,
+        handler,
+        worker_threads=3,
+        polling_interval_ms=20,
+        fallback_polling_interval_ms=100,
+        retry_strategy_fn=lambda job, exc: RetrySpec(RETRIES),
+        job_timeouts={"hang": None},
+        await_termination_timeout_ms=300,
+        observers=[_Observing()],
+        log=events,
+        **combination.options(),
+        **more,
+    )
+
+
+@pytest.mark.parametrize("combination", ALL)
+def test_succeed_raise_time_out_and_be_abandoned(
+    backend: Backend, pool: Any, combination: Combination
+) -> None:
+    """Four jobs succeed, one raises every time, one outlives its timeout once; then one
+    blocks until `stop()` abandons it."""
+    ledger, release, events = Ledger(), threading.Event(), Events()
+    worker = worker_for(pool, combination, handler_for(combination, ledger, release), events)
+    worker.start()
+    try:
+        ids = enqueue_jobs(backend, "ok", "ok", "ok", "ok", "boom", "slow")
+        wait_until(lambda: len(backend.archived()) == 6, timeout=20, description="six settled")
+        [hang] = enqueue_jobs(backend, "hang")
+        wait_until(lambda: ledger.of(hang), timeout=10, description="hang started")
+        assert worker.stop() is False, "the hanging job is abandoned"
+    finally:
+        release.set()
+        worker.stop()
+    wait_until(lambda: ledger.running == 0, timeout=10, description="handlers returned")
+    time.sleep(0.2)
+    ledger.check(backend, combination, [*ids, hang], events)
+    by_type = {job_type: (status, attempts) for job_type, status, attempts in backend.archived()}
+    assert by_type["ok"] == ("success", 1)
+    assert by_type["boom"] == ("failure", RETRIES + 1)
+    assert by_type["slow"] == ("success", 2 if combination.timeout else 1)
+    [(attempts, error)] = backend.query(f"SELECT attempts, last_error FROM {backend.job_table}")
+    assert attempts == 0 and error.startswith("JobAbandoned: ")
+
+
+@pytest.mark.parametrize("combination", SAMPLE)
+def test_a_killed_process(backend: Backend, tmp_path: Path, combination: Combination) -> None:
+    """The worker process is SIGKILLed while a job runs (the fourth, after three that
+    return); another worker then finishes the queue."""
+    ids = enqueue_jobs(backend, "ok", "ok", "ok", "die")
+    events_file = tmp_path / "events"
+    process = long_job_process.start(
+        backend, events_file, "kill", "--only", "die", *combination.process_args()
+    )
+    try:
+        assert process.wait(30) == -signal.SIGKILL
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.communicate(timeout=30)
+    ledger, events = Ledger(), Events()
+    source = backend.pool(4)
+    worker = worker_for(
+        source, combination, handler_for(combination, ledger, threading.Event()), events
+    )
+    try:
+        with worker:
+            wait_until(lambda: len(backend.archived()) == 4, timeout=30, description="done")
+    finally:
+        source.close()
+    ledger.check(backend, combination, ids, events, crashes=1)
+    statuses = {status for _, status, _ in backend.archived()}
+    assert statuses == {"success"}, backend.archived()
+
+
+@pytest.mark.parametrize("combination", SAMPLE)
+def test_the_database_drops_every_connection(backend: Backend, combination: Combination) -> None:
+    """Twice while twenty jobs run, as a server restart would: every job still ends once
+    in the archive, as a success."""
+    upstream = upstream_of(backend)
+    ledger, events = Ledger(), Events()
+    ids = enqueue_jobs(backend, *["ok"] * 20)
+    with TCPProxy(upstream) as proxy:
+        if backend.name == "mysql":
+            source: Any = MySQLDataSource(
+                f"mysql://root@127.0.0.1:{proxy.port}/test", max_connections=6
+            )
+        else:
+            from psycopg_pool import ConnectionPool
+
+            url = make_conninfo(backend.url, host="127.0.0.1", port=str(proxy.port))
+            source = ConnectionPool(url, min_size=1, max_size=6, timeout=5, open=True)
+        worker = worker_for(
+            source, combination, handler_for(combination, ledger, threading.Event()), events
+        )
+        try:
+            with worker:
+                for _ in range(2):
+                    wait_until(lambda: ledger.runs, timeout=10, description="jobs running")
+                    time.sleep(0.05)
+                    proxy.drop()
+                wait_until(
+                    lambda: len(backend.archived()) == 20, timeout=60, description="all done"
+                )
+        finally:
+            source.close()
+    ledger.check(backend, combination, ids, events, crashes=2)
+    assert {status for _, status, _ in backend.archived()} == {"success"}
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        pytest.param({"handler_fn_mode": "advanced"}, "handler_fn_mode", id="advanced"),
+        pytest.param({"max_running": 1}, "max_running", id="cap"),
+    ],
+)
+def test_lease_mode_refuses_what_it_cannot_honour(
+    backend: Backend, pool: Any, options: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"lease_ms and {named}"):
+        create_queue_worker(pool, lambda job: None, lease_ms=2000, **options)
