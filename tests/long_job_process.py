@@ -100,6 +100,13 @@ def main() -> None:
     print(len(ran), flush=True)
 
 
+def starts(events: Path) -> list[str]:
+    """The "start <payload>" lines the worker processes wrote to EVENTS."""
+    if not events.exists():
+        return []
+    return [line for line in events.read_text().splitlines() if line.startswith("start")]
+
+
 def note(path: str, line: str) -> None:
     """One line, written with a single O_APPEND write, so processes never interleave."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

@@ -18,6 +18,7 @@ drops every connection), on both databases, and `Ledger.check` then asserts:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -275,9 +276,12 @@ def test_succeed_raise_time_out_and_be_abandoned(
 
 @pytest.mark.parametrize("combination", SAMPLE)
 def test_a_killed_process(backend: Backend, tmp_path: Path, combination: Combination) -> None:
-    """The worker process is SIGKILLed while a job runs (the fourth, after three that
-    return); another worker then finishes the queue."""
-    ids = enqueue_jobs(backend, "ok", "ok", "ok", "die")
+    """The worker process is SIGKILLed while a job runs (the first: a batch's others have
+    not started); another worker then finishes the queue. In lease mode every run that started
+    counts an attempt, the dead one too, and no other; in the held mode the dead run's
+    transaction is rolled back, so only the finishing worker's runs count."""
+    payloads = ["die", "ok1", "ok2", "ok3"]
+    ids = enqueue_jobs(backend, *payloads)
     events_file = tmp_path / "events"
     process = long_job_process.start(
         backend, events_file, "kill", "--only", "die", *combination.process_args()
@@ -301,6 +305,18 @@ def test_a_killed_process(backend: Backend, tmp_path: Path, combination: Combina
     ledger.check(backend, combination, ids, events, crashes=1)
     statuses = {status for _, status, _ in backend.archived()}
     assert statuses == {"success"}, backend.archived()
+    dead_runs = collections.Counter(
+        line.removeprefix("start ") for line in long_job_process.starts(events_file)
+    )
+    attempts = {
+        as_uuid(job_id): n
+        for job_id, n in backend.query(f"SELECT job_id, attempts FROM {backend.archived_job_table}")
+    }
+    for job_id, payload in zip(ids, payloads, strict=True):
+        runs = len(ledger.of(job_id))
+        # held: archived by the dead process (one run), or run again here
+        expected = runs + dead_runs[payload] if combination.lease else runs or 1
+        assert attempts[as_uuid(job_id)] == expected, (payload, runs, dead_runs)
 
 
 @pytest.mark.parametrize("combination", SAMPLE)

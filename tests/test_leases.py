@@ -126,11 +126,7 @@ def running(backend: Backend, handler: Callable[..., Any], **options: Any) -> It
         source.close()
 
 
-def starts(events: Path) -> list[str]:
-    """The "start <payload>" lines the worker processes wrote."""
-    if not events.exists():
-        return []
-    return [line for line in events.read_text().splitlines() if line.startswith("start")]
+starts = long_job_process.starts
 
 
 # 1. What a running leased job holds ------------------------------------------------------
