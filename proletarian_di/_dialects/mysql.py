@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import UnsupportedDatabase
+from ..errors import UniqueKeyBusy, UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
     FIRST_POSITION,
@@ -58,6 +60,9 @@ class MySQLDialect(Dialect):
         self._delete_many: dict[int, str] = {}
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
+        self._held_keys: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def encode_time(self, value: datetime) -> Any:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -212,6 +217,39 @@ class MySQLDialect(Dialect):
         ]
         with self.cursor(conn) as cursor:
             cursor.executemany(self.insert_statement(rows[0])[0], params)
+
+    def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
+        """Enqueuers of one key take turns, under a named lock, for the INSERT: two of them
+        waiting together on the index entry of a holder that a worker deletes are both
+        granted a shared lock on it once it commits, and then deadlock inserting. A
+        transaction that already holds the key (it enqueued it) does not wait for the turn,
+        which the one taking its turn may be waiting on."""
+        raw = unwrap_connection(conn)
+        held = self._held_keys.setdefault(raw, set())
+        if not raw.server_status & _IN_TRANSACTION:
+            held.clear()
+        queue = row[1]
+        if (queue, key) in held:
+            return super().insert_unique(conn, row, key)
+        name = self._key_lock(queue, key)
+        if self.fetchone(conn, _TAKE_KEY_LOCK, (name,))[0] != 1:
+            raise UniqueKeyBusy(
+                f"enqueue: another transaction kept its turn at unique key {key!r} of queue "
+                f"{queue!r} longer than innodb_lock_wait_timeout; nothing was written and the "
+                "transaction is still usable: enqueue again, or roll back"
+            )
+        try:
+            holder = super().insert_unique(conn, row, key)
+        finally:
+            self.execute(conn, "DO RELEASE_LOCK(%s)", (name,))
+        if raw.server_status & _IN_TRANSACTION:
+            held.add((queue, key))
+        return holder
+
+    def _key_lock(self, queue: str, key: str) -> str:
+        """The named lock of `key` in `queue` (a name is at most 64 characters)."""
+        text = "\0".join((self.job_table, queue, key)).encode()
+        return "proletarian:" + hashlib.sha1(text, usedforsecurity=False).hexdigest()
 
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
         """A duplicate key fails the INSERT alone (MySQL keeps the transaction): only that
@@ -472,6 +510,7 @@ def _tuple_cursor() -> type:
 
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
+_TAKE_KEY_LOCK = "SELECT GET_LOCK(%s, @@innodb_lock_wait_timeout)"
 _NEXT_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 _OTHERS_ROW_LOCKING = (
     "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> "
