@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import UniqueKeyBusy, UnsupportedDatabase
+from ..errors import PayloadError, UniqueKeyBusy, UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
     FIRST_POSITION,
@@ -60,6 +60,7 @@ class MySQLDialect(Dialect):
         self._delete_many: dict[int, str] = {}
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
+        self._packet_limits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._held_keys: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = (
             weakref.WeakKeyDictionary()
         )
@@ -204,9 +205,44 @@ class MySQLDialect(Dialect):
             self._delete_many[count] = sql
         return sql
 
+    def check_rows(self, conn: Any, rows: Sequence[Sequence[Any]], key: str | None) -> None:
+        """A statement of max_allowed_packet bytes or more makes the server drop the
+        connection (error 1153), the caller's transaction with it: refuse the row before
+        anything is sent. Only a row that may come near the smallest limit a server takes
+        costs a look at the connection's (once per connection) or an exact count."""
+        for row in rows:
+            sql, params = self.insert_statement(row, key)
+            bound = len(sql) + _size_bound(params)
+            if bound < _MIN_PACKET or bound < self._packet_limit(conn):
+                continue
+            limit = self._packet_limit(conn)
+            raw = unwrap_connection(conn)
+            with self.cursor(conn) as cursor:
+                text = cursor.mogrify(sql, params)
+            size = len(text.encode(raw.encoding, "surrogateescape")) + 1
+            if size >= limit:
+                raise PayloadError(
+                    f"payload too large for this MySQL server: the INSERT of job type "
+                    f"{row[2]!r} would be a {size}-byte packet, and max_allowed_packet is "
+                    f"{limit} (a packet must be smaller); nothing was sent. Store the data "
+                    "elsewhere and enqueue a reference to it, or raise max_allowed_packet"
+                )
+
+    def _packet_limit(self, conn: Any) -> int:
+        """The session's max_allowed_packet, read once per connection (a session cannot
+        change it)."""
+        raw = unwrap_connection(conn)
+        limit = self._packet_limits.get(raw)
+        if limit is None:
+            limit = self._packet_limits[raw] = int(
+                self.fetchone(conn, "SELECT @@SESSION.max_allowed_packet")[0]
+            )
+        return limit
+
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         """Multi-row INSERTs (PyMySQL's executemany batches them only when every value is
-        a parameter); the times all rows share are converted once."""
+        a parameter); the times all rows share are converted once. Each statement stays
+        under max_allowed_packet (`check_rows` saw that each row fits alone)."""
         if not rows:
             return
         enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
@@ -216,6 +252,9 @@ class MySQLDialect(Dialect):
             (row[0], row[1], row[2], row[3], 0, enqueued_at, process_at, *given) for row in rows
         ]
         with self.cursor(conn) as cursor:
+            if sum(map(_size_bound, params)) >= _MIN_PACKET:
+                limit = self._packet_limit(conn) - 2
+                cursor.max_stmt_length = min(cursor.max_stmt_length, limit)
             cursor.executemany(self.insert_statement(rows[0])[0], params)
 
     def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
@@ -552,6 +591,24 @@ _TRANSIENT_CODES = frozenset(
     }
 )
 DISCONNECT_CODES = frozenset({1053, 1077, 1078, 1079, 1152, 1927, 3032, 4031})
+
+
+_MIN_PACKET = 1024
+"""The smallest max_allowed_packet a server takes: a smaller statement always fits."""
+
+
+def _size_bound(params: Sequence[Any]) -> int:
+    """At least the bytes PyMySQL sends for `params`, escaped, without encoding them: an
+    escaped ASCII character takes two, any other at most four; a byte two."""
+    total = 0
+    for value in params:
+        if isinstance(value, str):
+            total += (2 if value.isascii() else 4) * len(value) + 2
+        elif isinstance(value, (bytes, bytearray)):
+            total += 2 * len(value) + 10
+        else:
+            total += 40
+    return total
 
 
 def error_code(exc: BaseException) -> int | None:
