@@ -22,6 +22,7 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
+from proletarian_di.errors import UniqueKeyBusy
 
 from backends import Backend, as_uuid
 
@@ -319,3 +320,40 @@ def test_mysql_finds_a_holder_committed_after_the_callers_snapshot(
         assert enqueue(late, "invoice", 2, unique_key="invoice:42") == holder
         late.commit()
     assert [as_uuid(r[0]) for r in rows(mysql_backend)] == [holder]
+
+
+def test_mysql_a_turn_at_a_key_waited_for_too_long_is_an_error_and_the_transaction_goes_on(
+    mysql_backend: Backend,
+) -> None:
+    """An enqueuer waits for its turn at a key at most innodb_lock_wait_timeout, as it would
+    for a row lock; then `UniqueKeyBusy`, with nothing written and its transaction usable."""
+    mysql_backend.reset()
+    impatient = mysql_backend.connect()
+    impatient.cursor().execute("SET SESSION innodb_lock_wait_timeout = 1")
+    other = enqueue(impatient, "other", 1)
+    owner = mysql_backend.connect()
+    holder = enqueue(owner, "invoice", 1, unique_key="invoice:42")
+    first_waiter: list[Any] = []
+
+    def wait_for_the_owner() -> None:
+        with contextlib.closing(mysql_backend.connect()) as conn:
+            first_waiter.append(enqueue(conn, "invoice", 2, unique_key="invoice:42"))
+            conn.commit()
+
+    waiting = threading.Thread(target=wait_for_the_owner)
+    waiting.start()
+    try:
+        threading.Event().wait(0.3)  # the first waiter takes its turn, waiting on the owner
+        with contextlib.closing(impatient):
+            with pytest.raises(UniqueKeyBusy, match="innodb_lock_wait_timeout"):
+                enqueue(impatient, "invoice", 3, unique_key="invoice:42")
+            impatient.commit()
+    finally:
+        owner.commit()
+        owner.close()
+        waiting.join(10)
+    assert first_waiter == [holder]
+    jobs = mysql_backend.query(f"SELECT job_id, job_type FROM {mysql_backend.job_table}")
+    assert sorted((as_uuid(job_id), job_type) for job_id, job_type in jobs) == sorted(
+        [(holder, "invoice"), (other, "other")]
+    )

@@ -279,8 +279,11 @@ class MySQLDialect(Dialect):
             )
         try:
             holder = super().insert_unique(conn, row, key)
-        finally:
-            self.execute(conn, "DO RELEASE_LOCK(%s)", (name,))
+        except BaseException:
+            with contextlib.suppress(Exception):  # a dead session has let its lock go
+                self.execute(conn, _GIVE_KEY_LOCK, (name,))
+            raise
+        self.execute(conn, _GIVE_KEY_LOCK, (name,))
         if raw.server_status & _IN_TRANSACTION:
             held.add((queue, key))
         return holder
@@ -550,6 +553,7 @@ def _tuple_cursor() -> type:
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
 _TAKE_KEY_LOCK = "SELECT GET_LOCK(%s, @@innodb_lock_wait_timeout)"
+_GIVE_KEY_LOCK = "DO RELEASE_LOCK(%s)"
 _NEXT_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 _OTHERS_ROW_LOCKING = (
     "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> "
