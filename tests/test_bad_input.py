@@ -280,3 +280,24 @@ def test_the_last_representable_time_is_stored_as_it_is(backend):
     enqueue_committed(backend, ("last", None), job_table=JOB, process_at=last)
     (due,) = backend.query(f"SELECT process_at FROM {JOB}")[0]
     assert due.replace(tzinfo=timezone.utc) == last
+
+
+def test_an_error_message_with_a_lone_surrogate_is_stored_escaped(backend, pool):
+    """A handler's error text goes to last_error: a lone surrogate in it (a file name decoded
+    with surrogateescape) made every retry and archive of the job fail, so it ran forever."""
+    (job_id,) = commit_jobs(backend, ("odd", None))
+
+    def handle(job_type, payload):
+        raise RuntimeError("cannot open b'\udcff' \ud800")
+
+    def retry_once(job, exc):
+        return {"retries": 1} if job.attempts == 1 else None
+
+    options = {"retry_strategy_fn": retry_once, **TABLES}
+    assert process_next_job(pool, handle, **options) is False
+    (last_error,) = backend.query(f"SELECT last_error FROM {JOB}")[0]
+    assert last_error.startswith("RuntimeError: cannot open b'\\udcff' \\ud800")
+    assert process_next_job(pool, handle, **options) is False
+    assert archive_by_id(backend) == {job_id: ("failure", 2)}
+    (archived_error,) = backend.query(f"SELECT last_error FROM {ARCHIVE}")[0]
+    assert archived_error.startswith("RuntimeError: cannot open b'\\udcff' \\ud800")
