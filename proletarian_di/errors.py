@@ -15,7 +15,6 @@
     │                                     enqueue was given a transaction that had failed
     ├── JobAbandoned                      a job outlived the stop timeout
     ├── JobTimedOut (TimeoutError)        a job outlived its job timeout
-    ├── UniqueKeyBusy (TimeoutError)      MySQL: enqueue waited too long for a unique key's turn
     ├── LeaseExpired                      lease mode: a job's worker stopped renewing its lease
     └── CrashLoop                         a job's process died too often while running it
 
@@ -99,12 +98,6 @@ class JobAbandoned(ProletarianError):
 class JobTimedOut(ProletarianError, TimeoutError):
     """A job ran past its timeout (`job_timeout_ms`, `job_timeouts`); its attempt counts as
     failed and whatever it does after is discarded."""
-
-
-class UniqueKeyBusy(ProletarianError, TimeoutError):
-    """MySQL: `enqueue` with a `unique_key` waited longer than the server's
-    `innodb_lock_wait_timeout` for another transaction enqueueing that key; it wrote nothing
-    and the caller's transaction is still usable."""
 
 
 class LeaseExpired(ProletarianError):

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import PayloadError, UniqueKeyBusy, UnsupportedDatabase
+from ..errors import PayloadError, UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
     FIRST_POSITION,
@@ -258,42 +258,44 @@ class MySQLDialect(Dialect):
             cursor.executemany(self.insert_statement(rows[0])[0], params)
 
     def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
-        """Enqueuers of one key take turns, under a named lock, for the INSERT: two of them
-        waiting together on the index entry of a holder that a worker deletes are both
-        granted a shared lock on it once it commits, and then deadlock inserting. A
-        transaction that already holds the key (it enqueued it) does not wait for the turn,
-        which the one taking its turn may be waiting on."""
+        """As every dialect does, remembering the keys the connection's transaction holds
+        (a commit or rollback, seen in the server's status, forgets them)."""
         raw = unwrap_connection(conn)
         held = self._held_keys.setdefault(raw, set())
         if not raw.server_status & _IN_TRANSACTION:
             held.clear()
-        queue = row[1]
-        if (queue, key) in held:
-            return super().insert_unique(conn, row, key)
-        name = self._key_lock(queue, key)
-        if self.fetchone(conn, _TAKE_KEY_LOCK, (name,))[0] != 1:
-            raise UniqueKeyBusy(
-                f"enqueue: another transaction kept its turn at unique key {key!r} of queue "
-                f"{queue!r} longer than innodb_lock_wait_timeout; nothing was written and the "
-                "transaction is still usable: enqueue again, or roll back"
-            )
-        try:
-            holder = super().insert_unique(conn, row, key)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a dead session has let its lock go
-                self.execute(conn, _GIVE_KEY_LOCK, (name,))
-            raise
-        self.execute(conn, _GIVE_KEY_LOCK, (name,))
+        holder = super().insert_unique(conn, row, key)
         if raw.server_status & _IN_TRANSACTION:
-            held.add((queue, key))
+            held.add((row[1], key))
         return holder
+
+    def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
+        """Enqueuers of one key take turns for the INSERT, under a named lock: two waiting
+        together on the index entry of a holder that a worker deletes are both granted a
+        shared lock on it once it commits, and then deadlock inserting. A transaction that
+        already holds the key does not wait for a turn (the one at its turn may be waiting
+        for it); a turn not had within innodb_lock_wait_timeout is gone without."""
+        if (row[1], key) in self._held_keys.get(unwrap_connection(conn), ()):
+            return self._insert_keyed(conn, row, key)
+        name = self._key_lock(row[1], key)
+        turn = self.fetchone(conn, _TAKE_KEY_LOCK, (name,))[0] == 1
+        try:
+            inserted = self._insert_keyed(conn, row, key)
+        except BaseException:
+            if turn:
+                with contextlib.suppress(Exception):  # a dead session has let its lock go
+                    self.execute(conn, _GIVE_KEY_LOCK, (name,))
+            raise
+        if turn:
+            self.execute(conn, _GIVE_KEY_LOCK, (name,))
+        return inserted
 
     def _key_lock(self, queue: str, key: str) -> str:
         """The named lock of `key` in `queue` (a name is at most 64 characters)."""
         text = "\0".join((self.job_table, queue, key)).encode()
         return "proletarian:" + hashlib.sha1(text, usedforsecurity=False).hexdigest()
 
-    def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
+    def _insert_keyed(self, conn: Any, row: Sequence[Any], key: str) -> bool:
         """A duplicate key fails the INSERT alone (MySQL keeps the transaction): only that
         error, on this index, is taken for "held"; anything else is raised."""
         try:
