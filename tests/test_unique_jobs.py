@@ -225,12 +225,14 @@ def test_postgres_never_aborts_the_transaction_on_a_duplicate(pg: Backend) -> No
     assert len(rows(pg)) == 1
 
 
+@pytest.mark.parametrize("write_first", [False, True], ids=["alone", "after-a-write"])
 def test_enqueuers_racing_a_worker_that_archives_the_holder_never_deadlock(
-    backend: Backend, pool: Any
+    backend: Backend, pool: Any, write_first: bool
 ) -> None:
     """Two enqueuers of one key while a worker keeps archiving the job holding it: on MySQL
     both used to wait on the holder's index entry and deadlock (1213, their transactions
-    rolled back) once it was deleted."""
+    rolled back) once it was deleted. Each transaction may write before it enqueues (so
+    the connection's previous transaction must not count as holding the key)."""
     deadline = threading.Event()
     errors: list[BaseException] = []
     enqueued = [0, 0]
@@ -241,6 +243,8 @@ def test_enqueuers_racing_a_worker_that_archives_the_holder_never_deadlock(
         with contextlib.closing(backend.connect()) as conn:
             while not deadline.is_set():
                 try:
+                    if write_first:
+                        enqueue(conn, "elsewhere", n, queue="elsewhere")
                     enqueue(conn, "invoice", n, unique_key="invoice:42")
                     conn.commit()
                     enqueued[n] += 1
@@ -260,7 +264,7 @@ def test_enqueuers_racing_a_worker_that_archives_the_holder_never_deadlock(
     threads += [threading.Thread(target=worker), threading.Thread(target=watcher)]
     for thread in threads:
         thread.start()
-    deadline.wait(3)
+    deadline.wait(4)
     deadline.set()
     for thread in threads:
         thread.join(30)

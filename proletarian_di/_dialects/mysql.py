@@ -61,7 +61,7 @@ class MySQLDialect(Dialect):
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
         self._packet_limits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._held_keys: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = (
+        self._held_keys: weakref.WeakKeyDictionary[Any, tuple[Any, set[tuple[str, str]]]] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -258,15 +258,21 @@ class MySQLDialect(Dialect):
             cursor.executemany(self.insert_statement(rows[0])[0], params)
 
     def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
-        """As every dialect does, remembering the keys the connection's transaction holds
-        (a commit or rollback, seen in the server's status, forgets them)."""
+        """As every dialect does, remembering the keys that the connection's transaction
+        holds until anything else runs on it: then they are forgotten, lest a commit went
+        unseen (PyMySQL's `commit()` leaves its last result alone and clears the server's
+        in-transaction flag; any statement replaces that result)."""
         raw = unwrap_connection(conn)
-        held = self._held_keys.setdefault(raw, set())
+        marker, keys = self._held_keys.get(raw, (None, set()))
+        if marker is None or marker is not getattr(raw, "_result", None):
+            keys = set()
         if not raw.server_status & _IN_TRANSACTION:
-            held.clear()
+            keys = set()
+        self._held_keys[raw] = (None, keys)
         holder = super().insert_unique(conn, row, key)
         if raw.server_status & _IN_TRANSACTION:
-            held.add((row[1], key))
+            keys.add((row[1], key))
+            self._held_keys[raw] = (getattr(raw, "_result", None), keys)
         return holder
 
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
@@ -275,7 +281,7 @@ class MySQLDialect(Dialect):
         shared lock on it once it commits, and then deadlock inserting. A transaction that
         already holds the key does not wait for a turn (the one at its turn may be waiting
         for it); a turn not had within innodb_lock_wait_timeout is gone without."""
-        if (row[1], key) in self._held_keys.get(unwrap_connection(conn), ()):
+        if (row[1], key) in self._held_keys.get(unwrap_connection(conn), (None, set()))[1]:
             return self._insert_keyed(conn, row, key)
         name = self._key_lock(row[1], key)
         turn = self.fetchone(conn, _TAKE_KEY_LOCK, (name,))[0] == 1
