@@ -210,12 +210,15 @@ class MySQLDialect(Dialect):
         connection (error 1153), the caller's transaction with it: refuse the row before
         anything is sent. Only a row that may come near the smallest limit a server takes
         costs a look at the connection's (once per connection) or an exact count."""
+        if not rows:
+            return
+        shared = len(self.insert_statement(rows[0], key)[0]) + _size_bound((key, 0))
         for row in rows:
-            sql, params = self.insert_statement(row, key)
-            bound = len(sql) + _size_bound(params)
+            bound = shared + _size_bound(row)
             if bound < _MIN_PACKET or bound < self._packet_limit(conn):
                 continue
             limit = self._packet_limit(conn)
+            sql, params = self.insert_statement(row, key)
             raw = unwrap_connection(conn)
             with self.cursor(conn) as cursor:
                 text = cursor.mogrify(sql, params)
