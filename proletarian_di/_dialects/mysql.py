@@ -210,11 +210,11 @@ class MySQLDialect(Dialect):
         connection (error 1153), the caller's transaction with it: refuse the row before
         anything is sent. Only a row that may come near the smallest limit a server takes
         costs a look at the connection's (once per connection) or an exact count."""
-        if not rows:
-            return
-        shared = len(self.insert_statement(rows[0], key)[0]) + _size_bound((key, 0))
+        shared = _FIXED_BOUND + 4 * len(key or "")
         for row in rows:
-            bound = shared + _size_bound(row)
+            _, queue, job_type, payload, *_, trace = row
+            bound = shared + 4 * (len(queue) + len(job_type) + len(trace or ""))
+            bound += (2 if payload.isascii() else 4) * len(payload)
             if bound < _MIN_PACKET or bound < self._packet_limit(conn):
                 continue
             limit = self._packet_limit(conn)
@@ -610,6 +610,11 @@ DISCONNECT_CODES = frozenset({1053, 1077, 1078, 1079, 1152, 1927, 3032, 4031})
 
 _MIN_PACKET = 1024
 """The smallest max_allowed_packet a server takes: a smaller statement always fits."""
+
+
+_FIXED_BOUND = 600
+"""At least the bytes of an enqueue's INSERT besides its texts: the statement with every
+column, the id, the times, the numbers and the quotes."""
 
 
 def _size_bound(params: Sequence[Any]) -> int:
