@@ -25,9 +25,9 @@ from ._options import (
 )
 from ._tracing import current_trace_context, missing_column
 from ._types import Connection, EnqueueOptions
-from .errors import ArgumentTypeError, ConfigurationError, SchemaError
+from .errors import ArgumentTypeError, ConfigurationError, PayloadError, SchemaError
 from .jobs import DEFAULT_QUEUE
-from .serializers import check_serializer
+from .serializers import DEFAULT_SERIALIZER, check_serializer
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -64,6 +64,20 @@ def _due(now: datetime, process_at: datetime | None, process_in: timedelta | Non
     raise ConfigurationError(
         f"{option} is too far ahead: a job must be due by 9999-12-31 23:59:59 UTC"
     )
+
+
+def check_encoded(text: Any, codec: Any) -> None:
+    """A custom serializer's output, checked before anything is written: text the drivers
+    can send (the default serializer checks its own)."""
+    if not isinstance(text, str):
+        raise PayloadError(f"serializer {codec!r} must encode to a str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PayloadError(
+            f"serializer {codec!r} encoded a payload to text with a lone surrogate at "
+            f"position {exc.start}, which has no UTF-8 encoding"
+        ) from None
 
 
 def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
@@ -128,6 +142,8 @@ class _Prepared:
             job_id = strategy.generate()
             self.ids.append(job_id)
             raw_id, encoded = strategy.encode(job_id), codec.encode(payload)
+            if codec is not DEFAULT_SERIALIZER:
+                check_encoded(encoded, codec)
             self.rows.append((raw_id, queue, job_type, encoded, now, due, priority, trace))
 
     def schema_error(self, exc: BaseException) -> SchemaError | None:
@@ -161,6 +177,7 @@ def enqueue(
     """
     conn = driver_connection(conn)
     prepared = _Prepared(conn, [(job_type, payload)], options)
+    prepared.dialect.check_rows(conn, prepared.rows, prepared.unique_key)
     try:
         if prepared.unique_key is None:
             prepared.dialect.insert_one(conn, prepared.rows[0])
@@ -189,6 +206,7 @@ def enqueue_many(
         )
     conn = driver_connection(conn)
     prepared = _Prepared(conn, jobs, options)
+    prepared.dialect.check_rows(conn, prepared.rows, None)
     try:
         for start in range(0, len(prepared.rows), BATCH_SIZE):
             prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])

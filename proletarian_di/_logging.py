@@ -61,6 +61,7 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
     body = "".join(lines[:-1]).rstrip()
     text = describe(exc) + ("\n\n" + body if body else "")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate: \udcff
     if len(text) <= limit:
         return text
     head = limit // 4

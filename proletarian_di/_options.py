@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .job_ids import JobIdStrategy
 from .jobs import DEFAULT_QUEUE
 from .observers import Observer, check_observers
+from .retry import MAX_DELAY_MS
 from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
 
 T = TypeVar("T")
@@ -46,12 +47,25 @@ def check_name(value: Any, option: str) -> str:
         raise ConfigurationError(f"{option} must be a non-empty string, got {value!r}")
     if "\x00" in value:
         raise ConfigurationError(f"{option} must not contain NUL characters, got {value!r}")
+    check_utf8(value, option)
     if len(value) > MAX_NAME_LENGTH:
         raise ConfigurationError(
             f"{option} must be at most {MAX_NAME_LENGTH} characters, got {len(value)}: "
             f"{value[:40]!r}…"
         )
     return value
+
+
+def check_utf8(text: str, option: str) -> None:
+    """Refuse a string the drivers cannot send: a lone surrogate (say from a file name
+    decoded with `surrogateescape`) has no UTF-8 encoding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(
+            f"{option} must be valid Unicode text, got {text[:40]!r} with a lone surrogate "
+            f"at position {exc.start}"
+        ) from None
 
 
 def check_queue(queue: Any) -> str:
@@ -95,9 +109,25 @@ def _callable_or_none(value: Any, name: str) -> Any:
     return value
 
 
+MAX_DURATION_MS = MAX_DELAY_MS
+"""The longest duration an option takes (about a century): a lease's end, `now + lease_ms`,
+then fits MySQL's DATETIME (up to 9999-12-31) and a `datetime`, and a wait of it fits
+`threading.TIMEOUT_MAX` (about 292 years on Linux)."""
+
+
 def _int_at_least(value: Any, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _ms(value: Any, name: str, minimum: int) -> int:
+    """A duration option in milliseconds, from `minimum` to `MAX_DURATION_MS`."""
+    _int_at_least(value, name, minimum)
+    if value > MAX_DURATION_MS:
+        raise ConfigurationError(
+            f"{name} must be at most {MAX_DURATION_MS} ms (about 100 years), got {value}"
+        )
     return value
 
 
@@ -134,16 +164,18 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         check_queue(self.queue)
         _int_at_least(self.worker_threads, "worker_threads", 1)
-        _int_at_least(self.polling_interval_ms, "polling_interval_ms", 0)
-        _int_at_least(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
+        _ms(self.polling_interval_ms, "polling_interval_ms", 0)
+        _ms(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
         _int_at_least(self.batch_size, "batch_size", 1)
-        for name in ("max_running", "job_timeout_ms", "max_crashes"):
+        for name in ("max_running", "max_crashes"):
             if getattr(self, name) is not None:
                 _int_at_least(getattr(self, name), name, 1)
-        _int_at_least(self.fallback_polling_interval_ms, "fallback_polling_interval_ms", 0)
+        if self.job_timeout_ms is not None:
+            _ms(self.job_timeout_ms, "job_timeout_ms", 1)
+        _ms(self.fallback_polling_interval_ms, "fallback_polling_interval_ms", 0)
         check_job_timeouts(self.job_timeouts)
         if self.lease_ms is not None:
-            _int_at_least(self.lease_ms, "lease_ms", MIN_LEASE_MS)
+            _ms(self.lease_ms, "lease_ms", MIN_LEASE_MS)
             check_lease_mode(self)
         if self.handler_fn_mode not in HANDLER_MODES:
             raise ConfigurationError(
@@ -188,7 +220,7 @@ def check_job_timeouts(timeouts: Any) -> None:
     for job_type, ms in timeouts.items():
         check_name(job_type, "job_timeouts' job type")
         if ms is not None:
-            _int_at_least(ms, f"job_timeouts[{job_type!r}]", 1)
+            _ms(ms, f"job_timeouts[{job_type!r}]", 1)
 
 
 def check_lease_mode(settings: WorkerSettings) -> None:

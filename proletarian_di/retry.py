@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 MAX_DELAY_MS = 100 * 366 * 24 * 3600 * 1000
 """The longest retry delay: about a century, so `now + delay` always fits a datetime."""
 
+MAX_RETRIES = 2**31 - 2
+"""The most retries: a job's last attempt, `retries + 1`, is then counted by the `attempts`
+column (a 32-bit INTEGER on both databases)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RetrySpec:
@@ -29,8 +33,11 @@ class RetrySpec:
     def __post_init__(self) -> None:
         if isinstance(self.retries, bool) or not isinstance(self.retries, int):
             raise InvalidRetrySpec(f"retries must be an int, got {self.retries!r}")
-        if self.retries < 0:
-            raise InvalidRetrySpec(f"retries must be >= 0, got {self.retries}")
+        if not 0 <= self.retries <= MAX_RETRIES:
+            raise InvalidRetrySpec(
+                f"retries must be >= 0 and at most {MAX_RETRIES} (the attempts column counts "
+                f"up to {MAX_RETRIES + 1}), got {self.retries}"
+            )
         if isinstance(self.delays, (str, bytes)) or not isinstance(self.delays, Sequence):
             raise InvalidRetrySpec(f"delays must be a sequence of ints (ms), got {self.delays!r}")
         for delay in self.delays:

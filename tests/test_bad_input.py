@@ -19,11 +19,13 @@ from faults import EventLog, NotAnException, running, wait_for
 
 from proletarian_di import (
     ConfigurationError,
+    PayloadError,
     create_queue_worker,
     enqueue,
     enqueue_many,
     process_next_job,
 )
+from proletarian_di._options import MAX_DURATION_MS
 from proletarian_di.router import JobRouter
 
 from backends import archive_by_id, enqueue_committed, store_raw_payload
@@ -133,21 +135,32 @@ def test_a_10_mb_payload_round_trips(backend, pool):
 
 
 @pytest.mark.parametrize(
-    ("job_type", "payload", "queue"),
+    ("text", "error", "message"),
     [
-        ("ok", {"s": "\ud800"}, "default"),
-        ("ok", ["\udcff"], "default"),
-        ("ok", {"\udc80key": 1}, "default"),
-        ("\ud800", {"s": 1}, "default"),
-        ("ok", {"s": 1}, "q\udfff"),
+        ({"payload": {"s": "\ud800"}}, PayloadError, "payload is not JSON-serializable"),
+        ({"payload": ["\udcff"]}, PayloadError, "payload is not JSON-serializable"),
+        ({"payload": {"\udc80key": 1}}, PayloadError, "payload is not JSON-serializable"),
+        ({"job_type": "\ud800"}, ConfigurationError, "job_type must be valid Unicode text"),
+        ({"queue": "q\udfff"}, ConfigurationError, "queue must be valid Unicode text"),
+        ({"unique_key": "k\udc80"}, ConfigurationError, "unique_key must be valid Unicode"),
     ],
 )
 def test_text_that_is_not_valid_utf8_is_a_clear_error_and_writes_nothing(
-    backend, job_type, payload, queue
+    backend, text, error, message
 ):
+    """A lone surrogate is named by the option it is in, before anything is sent (it was a
+    raw UnicodeEncodeError from the driver)."""
+    job = {"job_type": "ok", "payload": {"s": 1}, **text}
+    options = {key: value for key, value in text.items() if key in ("queue", "unique_key")}
     with contextlib.closing(backend.connect()) as conn:
-        with pytest.raises(ValueError, match=r"surrogate|UTF-8|utf-8|encode"):
-            enqueue(conn, job_type, payload, queue=queue, job_table=JOB)
+        with pytest.raises(error, match=message) as raised:
+            enqueue(conn, job["job_type"], job["payload"], job_table=JOB, **options)
+        assert "surrogate" in str(raised.value)
+        if "unique_key" not in options:
+            with pytest.raises(error, match=message):
+                enqueue_many(
+                    conn, [("fine", 1), (job["job_type"], job["payload"])], **options, job_table=JOB
+                )
         enqueue(conn, "after", {"emoji": "😀", "nul": "\x00"}, job_table=JOB)
         conn.commit()
     assert backend.jobs() == [("after", 0, "default")]
@@ -158,6 +171,50 @@ def test_text_that_is_not_valid_utf8_is_a_clear_error_and_writes_nothing(
     finally:
         source.close()
     assert seen == [{"emoji": "😀", "nul": "\x00"}]
+
+
+def test_a_lone_surrogate_in_a_workers_queue_or_job_timeouts_is_a_configuration_error(pool):
+    with pytest.raises(ConfigurationError, match="queue must be valid Unicode text"):
+        create_queue_worker(pool, lambda t, p: None, queue="q\ud800", **TABLES)
+    with pytest.raises(ConfigurationError, match="job type must be valid Unicode text"):
+        create_queue_worker(pool, lambda t, p: None, job_timeouts={"t\udc80": 5}, **TABLES)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "lease_ms",
+        "job_timeout_ms",
+        "polling_interval_ms",
+        "fallback_polling_interval_ms",
+        "await_termination_timeout_ms",
+    ],
+)
+def test_a_duration_past_the_bound_is_a_configuration_error(pool, option):
+    """`lease_ms=2**62` killed the heartbeat with an OverflowError and every claim failed
+    forever; now it, and every other duration past about a century, is refused."""
+    for too_long in (MAX_DURATION_MS + 1, 2**62):
+        with pytest.raises(ConfigurationError, match=f"{option} must be at most {MAX_DURATION_MS}"):
+            create_queue_worker(pool, lambda t, p: None, **{option: too_long}, **TABLES)
+    with pytest.raises(ConfigurationError, match=r"job_timeouts\['t'\] must be at most"):
+        create_queue_worker(pool, lambda t, p: None, job_timeouts={"t": 2**62}, **TABLES)
+
+
+def test_the_longest_lease_runs_jobs(backend, pool):
+    """The bound is real: a worker with the longest lease claims, renews and settles."""
+    ids = commit_jobs(backend, ("a", 1), ("b", 2))
+    ran = []
+    worker = create_queue_worker(
+        pool,
+        lambda t, p: ran.append(p),
+        lease_ms=MAX_DURATION_MS,
+        polling_interval_ms=10,
+        **TABLES,
+    )
+    with running(worker):
+        wait_for(lambda: len(archive_by_id(backend)) == 2)
+    assert sorted(ran) == [1, 2]
+    assert archive_by_id(backend) == {job_id: ("success", 1) for job_id in ids}
 
 
 def test_bad_input_under_concurrency_loses_nothing(backend, pool):
@@ -223,3 +280,24 @@ def test_the_last_representable_time_is_stored_as_it_is(backend):
     enqueue_committed(backend, ("last", None), job_table=JOB, process_at=last)
     (due,) = backend.query(f"SELECT process_at FROM {JOB}")[0]
     assert due.replace(tzinfo=timezone.utc) == last
+
+
+def test_an_error_message_with_a_lone_surrogate_is_stored_escaped(backend, pool):
+    """A handler's error text goes to last_error: a lone surrogate in it (a file name decoded
+    with surrogateescape) made every retry and archive of the job fail, so it ran forever."""
+    (job_id,) = commit_jobs(backend, ("odd", None))
+
+    def handle(job_type, payload):
+        raise RuntimeError("cannot open b'\udcff' \ud800")
+
+    def retry_once(job, exc):
+        return {"retries": 1} if job.attempts == 1 else None
+
+    options = {"retry_strategy_fn": retry_once, **TABLES}
+    assert process_next_job(pool, handle, **options) is False
+    (last_error,) = backend.query(f"SELECT last_error FROM {JOB}")[0]
+    assert last_error.startswith("RuntimeError: cannot open b'\\udcff' \\ud800")
+    assert process_next_job(pool, handle, **options) is False
+    assert archive_by_id(backend) == {job_id: ("failure", 2)}
+    (archived_error,) = backend.query(f"SELECT last_error FROM {ARCHIVE}")[0]
+    assert archived_error.startswith("RuntimeError: cannot open b'\\udcff' \\ud800")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -19,7 +20,7 @@ from proletarian_di import (
 )
 from proletarian_di.schema import install_schema, schema_sql
 
-from backends import enqueue_committed
+from backends import as_uuid, enqueue_committed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -225,3 +226,72 @@ def test_utf8_payloads_survive(backend, pool):
     seen = []
     process_next_job(pool, lambda t, p: seen.append(p))
     assert seen == [payload]
+
+
+@pytest.mark.parametrize("returned", ["bad \udc80 text", b"bytes", None])
+def test_a_custom_serializers_output_that_cannot_be_sent_is_a_payload_error(backend, returned):
+    class Broken:
+        def encode(self, payload):
+            return returned
+
+        def decode(self, text):
+            return text
+
+    with contextlib.closing(backend.connect()) as conn:
+        with pytest.raises(PayloadError, match=r"serializer .* (lone surrogate|encode to a str)"):
+            enqueue(conn, "x", 1, serializer=Broken())
+        with pytest.raises(PayloadError, match="serializer"):
+            enqueue_many(conn, [("x", 1)], serializer=Broken())
+        enqueue(conn, "after", 1)
+        conn.commit()
+    assert backend.jobs() == [("after", 0, "default")]
+
+
+def max_allowed_packet(conn):
+    cursor = conn.cursor()
+    cursor.execute("SELECT @@SESSION.max_allowed_packet")
+    return cursor.fetchone()[0]
+
+
+def test_mysql_a_payload_past_max_allowed_packet_is_an_error_and_the_transaction_goes_on(
+    mysql_backend,
+):
+    """The server drops the connection on a statement of max_allowed_packet bytes or more
+    (error 1153), taking the caller's transaction with it: it is refused before it is sent."""
+    mysql_backend.reset()
+    with contextlib.closing(mysql_backend.connect()) as conn:
+        limit = max_allowed_packet(conn)
+        earlier = enqueue(conn, "earlier", {"n": 1})
+        too_big = "x" * limit
+        message = rf"would be a \d+-byte packet, and max_allowed_packet is {limit}"
+        with pytest.raises(PayloadError, match=f"max_allowed_packet is {limit}"):
+            enqueue(conn, "big", too_big)
+        with pytest.raises(PayloadError, match="max_allowed_packet"):
+            enqueue(conn, "big", too_big, unique_key="big")
+        with pytest.raises(PayloadError, match=message):
+            enqueue_many(conn, [("small", 1), ("big", too_big)])
+        assert max_allowed_packet(conn) == limit, "the connection is alive"
+        conn.commit()
+    assert [
+        as_uuid(row[0])
+        for row in mysql_backend.query(f"SELECT job_id FROM {mysql_backend.job_table}")
+    ] == [earlier]
+
+
+def test_mysql_the_largest_payload_that_fits_max_allowed_packet_is_enqueued(mysql_backend):
+    """The count is the server's: a packet one byte under max_allowed_packet is taken, on
+    its own and in a batch; one more byte is refused."""
+    mysql_backend.reset()
+    with contextlib.closing(mysql_backend.connect()) as conn:
+        limit = max_allowed_packet(conn)
+        with pytest.raises(PayloadError) as raised:
+            enqueue(conn, "near", "y" * limit)
+        size = int(re.search(r"(\d+)-byte packet", str(raised.value)).group(1))
+        fits = "y" * (limit - (size - (limit - 1)))
+        ids = [enqueue(conn, "near", fits), *enqueue_many(conn, [("near", fits), ("b", 1)])]
+        with pytest.raises(PayloadError, match=f"would be a {limit}-byte packet"):
+            enqueue(conn, "near", fits + "y")
+        conn.commit()
+    stored = mysql_backend.query(f"SELECT job_id, LENGTH(payload) FROM {mysql_backend.job_table}")
+    assert {as_uuid(job_id) for job_id, _ in stored} == set(ids)
+    assert sorted(length for _, length in stored) == [1, len(fits) + 2, len(fits) + 2]

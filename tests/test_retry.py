@@ -39,6 +39,8 @@ def test_retry_spec_delays_and_repetition():
     ("args", "message"),
     [
         ((-1,), "retries must be >= 0"),
+        ((2**40, [0]), "at most 2147483646 .the attempts column counts up to 2147483647"),
+        ((2**31 - 1,), "at most 2147483646"),
         (("3",), "retries must be an int"),
         ((True,), "retries must be an int"),
         ((2, [10, -5]), "delay must be an int >= 0"),
@@ -137,6 +139,14 @@ def raising_strategy(job, exc):
             id="negative-delay",
         ),
         pytest.param(lambda job, exc: {"retries": 2.5}, "retries must be an int", id="float"),
+        pytest.param(
+            lambda job, exc: {"retries": 2**40, "delays": [0]},
+            "at most 2147483646",
+            id="retries-past-the-attempts-column",
+        ),
+        pytest.param(
+            lambda job, exc: RetrySpec(2**40, [0]), "at most 2147483646", id="spec-past-it"
+        ),
         pytest.param(raising_strategy, "strategy bug", id="raises"),
     ],
 )
@@ -220,6 +230,10 @@ def test_a_raising_failed_job_fn_keeps_the_failure_archived_and_never_loops(
     assert error["exception"] is raised
     assert error["job_id"] == bad
     assert process_next_job(pool, failing) is None, "the job never loops"
+
+
+def test_the_most_retries_the_attempts_column_counts_are_accepted():
+    assert RetrySpec(retries=2**31 - 2, delays=[0]).retries == 2_147_483_646
 
 
 def test_a_delay_that_cannot_be_scheduled_is_refused_with_the_limit():

@@ -223,3 +223,142 @@ def test_postgres_never_aborts_the_transaction_on_a_duplicate(pg: Backend) -> No
         assert conn.info.transaction_status.name == "INTRANS"
         conn.commit()
     assert len(rows(pg)) == 1
+
+
+@pytest.mark.parametrize("write_first", [False, True], ids=["alone", "after-a-write"])
+def test_enqueuers_racing_a_worker_that_archives_the_holder_never_deadlock(
+    backend: Backend, pool: Any, write_first: bool
+) -> None:
+    """Two enqueuers of one key while a worker keeps archiving the job holding it: on MySQL
+    both used to wait on the holder's index entry and deadlock (1213, their transactions
+    rolled back) once it was deleted. Each transaction may write before it enqueues (so
+    the connection's previous transaction must not count as holding the key)."""
+    deadline = threading.Event()
+    errors: list[BaseException] = []
+    enqueued = [0, 0]
+    ran: list[Any] = []
+    most = [0]
+
+    def enqueuer(n: int) -> None:
+        with contextlib.closing(backend.connect()) as conn:
+            while not deadline.is_set():
+                try:
+                    if write_first:
+                        enqueue(conn, "elsewhere", n, queue="elsewhere")
+                    enqueue(conn, "invoice", n, unique_key="invoice:42")
+                    conn.commit()
+                    enqueued[n] += 1
+                except BaseException as exc:
+                    errors.append(exc)
+                    conn.rollback()
+
+    def worker() -> None:
+        while not deadline.is_set():
+            process_next_job(pool, lambda job_type, payload: ran.append(payload))
+
+    def watcher() -> None:
+        while not deadline.is_set():
+            most[0] = max(most[0], len(rows(backend)))
+
+    threads = [threading.Thread(target=enqueuer, args=(n,)) for n in (0, 1)]
+    threads += [threading.Thread(target=worker), threading.Thread(target=watcher)]
+    for thread in threads:
+        thread.start()
+    deadline.wait(4)
+    deadline.set()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    assert min(enqueued) > 0 and len(ran) > 1, "the enqueuers raced the worker's archives"
+    assert most[0] == 1, "at most one job holds the key"
+
+
+def test_a_transaction_holding_the_key_enqueues_it_again_while_another_waits_for_it(
+    backend: Backend,
+) -> None:
+    """The second enqueue of a key that the caller's own transaction holds does not wait
+    for another transaction's enqueue of it, which waits for the caller's commit."""
+    owner = backend.connect()
+    first = enqueue(owner, "invoice", 1, unique_key="invoice:42")
+    waiter_got: list[Any] = []
+    with contextlib.closing(backend.connect()) as other:
+
+        def waiter() -> None:
+            waiter_got.append(enqueue(other, "invoice", 2, unique_key="invoice:42"))
+            other.commit()
+
+        waiting = threading.Thread(target=waiter)
+        waiting.start()
+        threading.Event().wait(0.3)  # the waiter reaches the key and waits on the owner
+        again: list[Any] = []
+        second = threading.Thread(
+            target=lambda: again.append(enqueue(owner, "invoice", 3, unique_key="invoice:42"))
+        )
+        second.start()
+        second.join(10)
+        assert again == [first], "the owner's second enqueue returned its own job"
+        owner.commit()
+        owner.close()
+        waiting.join(10)
+    assert waiter_got == [first]
+    assert [as_uuid(r[0]) for r in rows(backend)] == [first]
+
+
+def test_mysql_finds_a_holder_committed_after_the_callers_snapshot(
+    mysql_backend: Backend,
+) -> None:
+    """At REPEATABLE READ, a snapshot taken before the holder committed does not show it: the
+    holder's id is read by a locking read, which sees the latest committed row."""
+    mysql_backend.reset()
+    with contextlib.closing(mysql_backend.connect()) as late:
+        cursor = late.cursor()
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        late.begin()
+        cursor.execute(f"SELECT COUNT(*) FROM {mysql_backend.job_table}")
+        assert cursor.fetchone()[0] == 0, "the snapshot is fixed before the holder exists"
+        with contextlib.closing(mysql_backend.connect()) as early:
+            holder = enqueue(early, "invoice", 1, unique_key="invoice:42")
+            early.commit()
+        assert enqueue(late, "invoice", 2, unique_key="invoice:42") == holder
+        late.commit()
+    assert [as_uuid(r[0]) for r in rows(mysql_backend)] == [holder]
+
+
+def test_mysql_a_turn_at_a_key_not_had_in_time_is_a_lock_wait_timeout_the_transaction_survives(
+    mysql_backend: Backend,
+) -> None:
+    """An enqueuer waits for its turn at a key at most innodb_lock_wait_timeout, then goes
+    without: its INSERT waits for the key's row as before, and a lock wait timeout (1205)
+    rolls back that statement alone."""
+    mysql_backend.reset()
+    impatient = mysql_backend.connect()
+    impatient.cursor().execute("SET SESSION innodb_lock_wait_timeout = 1")
+    other = enqueue(impatient, "other", 1)
+    owner = mysql_backend.connect()
+    holder = enqueue(owner, "invoice", 1, unique_key="invoice:42")
+    first_waiter: list[Any] = []
+
+    def wait_for_the_owner() -> None:
+        with contextlib.closing(mysql_backend.connect()) as conn:
+            first_waiter.append(enqueue(conn, "invoice", 2, unique_key="invoice:42"))
+            conn.commit()
+
+    waiting = threading.Thread(target=wait_for_the_owner)
+    waiting.start()
+    try:
+        threading.Event().wait(0.3)  # the first waiter takes its turn, waiting on the owner
+        with contextlib.closing(impatient):
+            with pytest.raises(Exception, match="Lock wait timeout") as raised:
+                enqueue(impatient, "invoice", 3, unique_key="invoice:42")
+            assert raised.value.args[0] == 1205
+            impatient.commit()
+    finally:
+        owner.commit()
+        owner.close()
+        waiting.join(10)
+    assert first_waiter == [holder]
+    jobs = mysql_backend.query(f"SELECT job_id, job_type FROM {mysql_backend.job_table}")
+    assert sorted((as_uuid(job_id), job_type) for job_id, job_type in jobs) == sorted(
+        [(holder, "invoice"), (other, "other")]
+    )

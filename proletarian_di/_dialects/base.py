@@ -536,6 +536,9 @@ class Dialect:
             marks = ", ".join(["%s"] * len(job_ids))
             self.execute(conn, f"DELETE FROM {table} WHERE job_id IN ({marks})", job_ids)
 
+    def check_rows(self, conn: Any, rows: Sequence[Sequence[Any]], key: str | None) -> None:
+        """Refuse, before anything is sent, rows the server would not take (none here)."""
+
     def insert_one(self, conn: Any, row: Sequence[Any]) -> None:
         sql, params = self.insert_statement(row)
         self.execute(conn, sql, params)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import re
+import weakref
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import UnsupportedDatabase
+from ..errors import PayloadError, UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
 from .base import (
     FIRST_POSITION,
@@ -64,6 +66,10 @@ class MySQLDialect(Dialect):
         self._delete_many: dict[int, str] = {}
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
+        self._packet_limits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._held_keys: weakref.WeakKeyDictionary[Any, tuple[Any, set[tuple[str, str]]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def encode_time(self, value: datetime) -> Any:
         return value.astimezone(timezone.utc).replace(tzinfo=None)
@@ -209,9 +215,47 @@ class MySQLDialect(Dialect):
             self._delete_many[count] = sql
         return sql
 
+    def check_rows(self, conn: Any, rows: Sequence[Sequence[Any]], key: str | None) -> None:
+        """A statement of max_allowed_packet bytes or more makes the server drop the
+        connection (error 1153), the caller's transaction with it: refuse the row before
+        anything is sent. Only a row that may come near the smallest limit a server takes
+        costs a look at the connection's (once per connection) or an exact count."""
+        shared = _FIXED_BOUND + 4 * len(key or "")
+        for row in rows:
+            _, queue, job_type, payload, *_, trace = row
+            bound = shared + 4 * (len(queue) + len(job_type) + len(trace or ""))
+            bound += (2 if payload.isascii() else 4) * len(payload)
+            if bound < _MIN_PACKET or bound < self._packet_limit(conn):
+                continue
+            limit = self._packet_limit(conn)
+            sql, params = self.insert_statement(row, key)
+            raw = unwrap_connection(conn)
+            with self.cursor(conn) as cursor:
+                text = cursor.mogrify(sql, params)
+            size = len(text.encode(raw.encoding, "surrogateescape")) + 1
+            if size >= limit:
+                raise PayloadError(
+                    f"payload too large for this MySQL server: the INSERT of job type "
+                    f"{row[2]!r} would be a {size}-byte packet, and max_allowed_packet is "
+                    f"{limit} (a packet must be smaller); nothing was sent. Store the data "
+                    "elsewhere and enqueue a reference to it, or raise max_allowed_packet"
+                )
+
+    def _packet_limit(self, conn: Any) -> int:
+        """The session's max_allowed_packet, read once per connection (a session cannot
+        change it)."""
+        raw = unwrap_connection(conn)
+        limit = self._packet_limits.get(raw)
+        if limit is None:
+            limit = self._packet_limits[raw] = int(
+                self.fetchone(conn, "SELECT @@SESSION.max_allowed_packet")[0]
+            )
+        return limit
+
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         """Multi-row INSERTs (PyMySQL's executemany batches them only when every value is
-        a parameter); the times all rows share are converted once."""
+        a parameter); the times all rows share are converted once. Each statement stays
+        under max_allowed_packet (`check_rows` saw that each row fits alone)."""
         if not rows:
             return
         enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
@@ -221,9 +265,56 @@ class MySQLDialect(Dialect):
             (row[0], row[1], row[2], row[3], 0, enqueued_at, process_at, *given) for row in rows
         ]
         with self.cursor(conn) as cursor:
+            if sum(map(_size_bound, params)) >= _MIN_PACKET:
+                limit = self._packet_limit(conn) - 2
+                cursor.max_stmt_length = min(cursor.max_stmt_length, limit)
             cursor.executemany(self.insert_statement(rows[0])[0], params)
 
+    def insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> Any:
+        """As every dialect does, remembering the keys that the connection's transaction
+        holds until anything else runs on it: then they are forgotten, lest a commit went
+        unseen (PyMySQL's `commit()` leaves its last result alone and clears the server's
+        in-transaction flag; any statement replaces that result)."""
+        raw = unwrap_connection(conn)
+        marker, keys = self._held_keys.get(raw, (None, set()))
+        if marker is None or marker is not getattr(raw, "_result", None):
+            keys = set()
+        if not raw.server_status & _IN_TRANSACTION:
+            keys = set()
+        self._held_keys[raw] = (None, keys)
+        holder = super().insert_unique(conn, row, key)
+        if raw.server_status & _IN_TRANSACTION:
+            keys.add((row[1], key))
+            self._held_keys[raw] = (getattr(raw, "_result", None), keys)
+        return holder
+
     def try_insert_unique(self, conn: Any, row: Sequence[Any], key: str) -> bool:
+        """Enqueuers of one key take turns for the INSERT, under a named lock: two waiting
+        together on the index entry of a holder that a worker deletes are both granted a
+        shared lock on it once it commits, and then deadlock inserting. A transaction that
+        already holds the key does not wait for a turn (the one at its turn may be waiting
+        for it); a turn not had within innodb_lock_wait_timeout is gone without."""
+        if (row[1], key) in self._held_keys.get(unwrap_connection(conn), (None, set()))[1]:
+            return self._insert_keyed(conn, row, key)
+        name = self._key_lock(row[1], key)
+        turn = self.fetchone(conn, _TAKE_KEY_LOCK, (name,))[0] == 1
+        try:
+            inserted = self._insert_keyed(conn, row, key)
+        except BaseException:
+            if turn:
+                with contextlib.suppress(Exception):  # a dead session has let its lock go
+                    self.execute(conn, _GIVE_KEY_LOCK, (name,))
+            raise
+        if turn:
+            self.execute(conn, _GIVE_KEY_LOCK, (name,))
+        return inserted
+
+    def _key_lock(self, queue: str, key: str) -> str:
+        """The named lock of `key` in `queue` (a name is at most 64 characters)."""
+        text = "\0".join((self.job_table, queue, key)).encode()
+        return "proletarian:" + hashlib.sha1(text, usedforsecurity=False).hexdigest()
+
+    def _insert_keyed(self, conn: Any, row: Sequence[Any], key: str) -> bool:
         """A duplicate key fails the INSERT alone (MySQL keeps the transaction): only that
         error, on this index, is taken for "held"; anything else is raised."""
         try:
@@ -499,6 +590,8 @@ def _tuple_cursor() -> type:
 
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
+_TAKE_KEY_LOCK = "SELECT GET_LOCK(%s, @@innodb_lock_wait_timeout)"
+_GIVE_KEY_LOCK = "DO RELEASE_LOCK(%s)"
 _NEXT_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 _OTHERS_ROW_LOCKING = (
     "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id <> "
@@ -540,6 +633,29 @@ _TRANSIENT_CODES = frozenset(
     }
 )
 DISCONNECT_CODES = frozenset({1053, 1077, 1078, 1079, 1152, 1927, 3032, 4031})
+
+
+_MIN_PACKET = 1024
+"""The smallest max_allowed_packet a server takes: a smaller statement always fits."""
+
+
+_FIXED_BOUND = 600
+"""At least the bytes of an enqueue's INSERT besides its texts: the statement with every
+column, the id, the times, the numbers and the quotes."""
+
+
+def _size_bound(params: Sequence[Any]) -> int:
+    """At least the bytes PyMySQL sends for `params`, escaped, without encoding them: an
+    escaped ASCII character takes two, any other at most four; a byte two."""
+    total = 0
+    for value in params:
+        if isinstance(value, str):
+            total += (2 if value.isascii() else 4) * len(value) + 2
+        elif isinstance(value, (bytes, bytearray)):
+            total += 2 * len(value) + 10
+        else:
+            total += 40
+    return total
 
 
 def error_code(exc: BaseException) -> int | None:
