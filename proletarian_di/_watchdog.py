@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from ._runner import Slot
+from ._slot import Slot
 
 CHECK_EVERY_S = 0.05
 """How often the watchdog looks at the running jobs' deadlines (no database involved)."""

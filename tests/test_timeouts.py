@@ -325,7 +325,10 @@ def test_process_next_job_cancels_an_async_handler_but_not_a_sync_one(
         time.sleep(0.4)
 
     enqueue_committed(backend, ("async", None))
+    began = time.monotonic()
     assert process_next_job(pool, slow_async, job_timeout_ms=100) is False
+    # a bound on correctness, not speed: cancelled at its deadline, not when the sleep ends
+    assert time.monotonic() - began < 10, "the coroutine was not cancelled at its deadline"
     assert "timed out after 0.1 s (cancelled)" in archived_error(backend, "async")[2]
     enqueue_committed(backend, ("sync", None))
     assert process_next_job(pool, slow_sync, job_timeout_ms=100) is True

@@ -1,0 +1,257 @@
+"""The held-transaction mode, Proletarian's own: claim due jobs with `SELECT … FOR UPDATE
+SKIP LOCKED`, run each handler while the claim's transaction holds its row, and settle
+every job in that same transaction, which commits once for the batch (successes are
+archived in the commit's round trip). If the process dies, the database rolls the batch
+back and its jobs run again: at-least-once.
+
+What happens to one job, top to bottom: `run_batch` → `_claim_and_run` (claim, then for
+each row: decode, `Steps._run`, then `Batch.succeeded` or `_settle_failure`) →
+`Batch.commit` → `Batch.count`. A timeout settles the batch from the watchdog's thread
+(`settle_timed_out`); a callback that ended the transaction, from `_after_lost`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._datasource import ConnectionFactory
+from ._dialects import Dialect, Session, TransactionLost
+from ._slot import Slot
+from ._steps import LOST_WAIT_S, Steps
+from .errors import CrashLoop, JobTimedOut, PayloadError, TransactionAborted
+from .jobs import Job
+
+
+class Checkout:
+    """A worker thread's connection from its data source, set up for the worker
+    (`Dialect.attached`), and given back exactly once: by the thread, or by the watchdog
+    once it has settled the thread's timed-out job (its handler never touches the
+    connection again)."""
+
+    def __init__(
+        self,
+        connect: ConnectionFactory,
+        dialect_for: Callable[[Any], Dialect],
+    ) -> None:
+        self._lent = connect()
+        conn = self._lent.__enter__()
+        try:
+            self.dialect = dialect_for(conn)
+            self._attached = self.dialect.attached(conn)
+            self.session = self._attached.__enter__()
+        except BaseException:
+            self._lent.__exit__(*sys.exc_info())
+            raise
+        self.conn = conn
+        self._lock = threading.Lock()
+        self._returned = False
+
+    def give_back(self, error: BaseException | None = None) -> None:
+        """Undo the worker's set-up and return the connection (once; later calls do nothing)."""
+        with self._lock:
+            if self._returned:
+                return
+            self._returned = True
+        info = (None, None, None) if error is None else (type(error), error, error.__traceback__)
+        try:
+            self._attached.__exit__(*info)
+        finally:
+            self._lent.__exit__(*info)
+
+
+class Batch:
+    """The jobs of one held-mode claim, settled one by one in the claim's transaction:
+    successes are archived together when it commits, in the commit's round trip."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.succeeded: list[tuple[Any, Job]] = []
+        """(raw id, job) of each success, archived at the commit."""
+        self.settled: list[tuple[str, Job]] = []
+        """(outcome, job) of each attempt written already: "retried" or "failed"."""
+        self.failed: list[Any] = []
+        """Raw ids of the jobs archived as failures."""
+        self.outcomes: list[bool] = []
+
+    def commit(self, runner: HeldMode) -> None:
+        """Archive the successes and commit the claim's transaction."""
+        session = self.session
+        if runner.claims is not None:
+            runner.claims.forget(
+                session.conn, session.dialect, [*(i for i, _ in self.succeeded), *self.failed]
+            )
+        if self.succeeded:
+            session.archive_and_commit([i for i, _ in self.succeeded], runner.clock())
+        else:
+            session.dialect.commit(session.conn)
+
+    def count(self, runner: Steps) -> None:
+        """Tell the stats and the log of every outcome, once committed."""
+        for outcome, job in self.settled:
+            runner.stats.add(outcome, job)
+        for _, job in self.succeeded:
+            runner.stats.add("succeeded", job)
+            runner.emit("job_finished", job, status="success")
+
+
+class HeldMode(Steps):
+    """The held-transaction mode's path."""
+
+    def run_next(self, conn: Any) -> bool | None:
+        """Run one due job: True if it succeeded, False if it failed, None if none was due."""
+        outcomes = self.run_batch(self.dialect(conn).session(conn))
+        return outcomes[0] if outcomes else None
+
+    def run_batch(self, session: Session, slot: Slot | None = None, limit: int = 1) -> list[bool]:
+        """Claim up to `limit` due jobs in one transaction and settle each; [] if none, if
+        the queue is paused, or if its running slots (`max_running`) are all taken.
+
+        Each job is settled on its own (retry or failure as it comes); successes
+        are archived together at the end, in the commit's round trip.
+
+        With `max_crashes` one job per transaction: a process dying mid-batch would roll
+        back the jobs that ran fine before it too, and their counted claims would make
+        them look like crashes of their own.
+        """
+        if self.pauses.known_paused():
+            return []
+        if self.claims is not None:
+            limit = 1
+        try:
+            return self._claim_and_run(session, slot, limit)
+        finally:
+            session.release_slot()  # nothing to do unless a MySQL slot was taken
+
+    def _claim_and_run(self, session: Session, slot: Slot | None, limit: int) -> list[bool]:
+        dialect, conn, frontier = session.dialect, session.conn, self.frontier
+        start = None if frontier is None else frontier.start(slot)
+        if self.running_slots is None:
+            rows = session.claim(self.options.queue, self.clock(), limit, start)
+        else:
+            rows = session.claim_in_slot(
+                self.running_slots, self.options.queue, self.clock(), limit, start
+            )
+        if not rows or self.pauses.check(session):
+            if frontier is not None:
+                frontier.missed(slot)
+            dialect.rollback(conn)  # a paused queue's jobs go back unrun
+            return []
+        self.on_claim()
+        if frontier is not None:
+            frontier.claimed(slot, dialect.position(rows[-1]))
+        batch = Batch(session)
+        if slot is not None:
+            slot.batch = batch
+        job: Job | None = None
+        raw_id: Any = None
+        error: BaseException | None = None
+        try:
+            for row in rows:
+                raw_id = row[0]
+                job, error = self._job(row, conn, dialect)
+                if error is None and self.claims is not None:
+                    error = self._crash_loop(dialect, raw_id, job)
+                    if error is not None:
+                        job = dataclasses.replace(job, attempts=job.attempts - 1 + error.crashes)
+                        dialect.count_attempts(conn, raw_id, job.attempts - 1)
+                if error is not None:
+                    if isinstance(error, PayloadError):
+                        self.emit("payload_decode_error", job, exception=error)
+                    self._settle_failure(batch, raw_id, job, error, retry=False)
+                    continue
+                if slot is not None:
+                    slot.begin(job, raw_id, self.options.timeout_s(job.job_type), None)
+                error = self._run(conn, dialect, job, slot)
+                if slot is not None:
+                    slot.end()
+                if error is None:
+                    batch.succeeded.append((raw_id, job))
+                    batch.outcomes.append(True)
+                else:
+                    self._settle_failure(batch, raw_id, job, error)
+            batch.commit(self)
+        except TransactionLost as lost:
+            assert job is not None
+            self._after_lost(conn, dialect, raw_id, job, error, lost)
+            return [False]
+        finally:
+            if slot is not None:
+                slot.clear()
+                slot.batch = None
+        batch.count(self)
+        return batch.outcomes
+
+    def _settle_failure(
+        self, batch: Batch, raw_id: Any, job: Job, error: BaseException, retry: bool = True
+    ) -> None:
+        """Write a failed attempt in the batch's transaction: a retry, if `retry` and the
+        strategy allows one, else the failure archive."""
+        conn, dialect = batch.session.conn, batch.session.dialect
+        if retry:
+            outcome = self._retry_or_fail(conn, dialect, raw_id, job, error)
+        else:
+            outcome = self._fail(conn, dialect, raw_id, job, error)
+        batch.settled.append((outcome, job))
+        if outcome == "failed":
+            batch.failed.append(raw_id)
+        batch.outcomes.append(False)
+
+    def settle_timed_out(self, slot: Slot, job: Job, raw_id: Any, failure: JobTimedOut) -> bool:
+        """Held mode, a sync handler past its deadline (the watchdog's thread): record its
+        attempt in its own batch's transaction, which still holds its row, with the batch's
+        earlier outcomes, and commit; the jobs claimed after it go back unrun. Whether the
+        batch's connection may be given back now: not while it holds the job's running slot
+        (`max_running`), which stays taken until the handler returns."""
+        batch = slot.batch
+        assert batch is not None
+        session = batch.session
+        job = dataclasses.replace(job, connection=session.conn)
+        self._settle_failure(batch, raw_id, job, failure)
+        keeps_slot = self.running_slots is not None and session.keep_slot(self.running_slots)
+        batch.commit(self)
+        batch.count(self)
+        return not keeps_slot
+
+    def _crash_loop(self, dialect: Dialect, raw_id: Any, job: Job) -> CrashLoop | None:
+        """Count this claim; a `CrashLoop` if `max_crashes` runs of the job died before."""
+        assert self.claims is not None and self.options.max_crashes is not None
+        crashes = self.claims.count(dialect, raw_id) - job.attempts
+        if crashes < self.options.max_crashes:
+            return None
+        self.emit("crash_loop", job, crashes=crashes, max_crashes=self.options.max_crashes)
+        error = CrashLoop(
+            f"process died {crashes} times while running this job "
+            f"(max_crashes={self.options.max_crashes}); not run again"
+        )
+        error.crashes = crashes
+        return error
+
+    def _after_lost(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        failure: BaseException | None,
+        lost: TransactionLost,
+    ) -> None:
+        """A callback ended the job's transaction: its batch is rolled back (those jobs run
+        again, as after a crash) and this job's attempt is counted in a new transaction,
+        on a connection of its own if the callback closed the job's."""
+        if lost.stage == "handler":
+            ended = TransactionAborted(f"handler ended the job's transaction: {lost}")
+            failure = lost.cause or ended
+        self.emit("transaction_lost", job, callback=lost.stage, reason=str(lost))
+        assert failure is not None
+        if not dialect.is_closed(conn):
+            dialect.rollback(conn)
+            self.record_attempt(conn, dialect, raw_id, job, failure, stage=lost.stage)
+            return
+        with self.recording_connection() as other:
+            self.record_attempt(
+                other, self.dialect(other), raw_id, job, failure, stage=lost.stage, wait=LOST_WAIT_S
+            )
