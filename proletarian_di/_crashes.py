@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._dialects import Dialect, dialect_name, unwrap_connection
+from ._dialects import Dialect
 from .schema import claims_table
 
 
@@ -34,7 +34,7 @@ class ClaimCounter:
         with self._lock:
             for tries_left in (1, 0):
                 try:
-                    return dialect.count_claim(self._connection(), self.table, job_id)
+                    return dialect.count_claim(self._connection(dialect), self.table, job_id)
                 except Exception:
                     self._close()
                     if not tries_left:
@@ -45,13 +45,10 @@ class ClaimCounter:
         """In the jobs' own transaction: they left the queue, their counts go too."""
         dialect.forget_claims(conn, self.table, job_ids)
 
-    def _connection(self) -> Any:
+    def _connection(self, dialect: Dialect) -> Any:
         if self._conn is None:
             conn = self.connect()
-            if dialect_name(conn) == "postgresql":
-                conn.autocommit = True
-            else:
-                unwrap_connection(conn).autocommit(True)
+            dialect.set_autocommit(conn)
             self._conn = conn
         return self._conn
 

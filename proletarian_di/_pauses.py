@@ -65,9 +65,8 @@ def paused_queues(conn: Any, dialect: Dialect) -> dict[str, datetime]:
 
 
 def _announce(conn: Any, dialect: Dialect, queue: str) -> None:
-    """Tell PostgreSQL workers, once the caller commits, that the queue's state changed."""
-    if dialect.name == "postgresql":
-        dialect.execute(conn, "SELECT pg_notify(%s, %s)", (STATE_CHANNEL, queue))
+    """Tell listening workers, once the caller commits, that the queue's state changed."""
+    dialect.announce(conn, STATE_CHANNEL, queue)
 
 
 class PauseWatch:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._crashes import ClaimCounter
 from ._datasource import connection_factory, direct_connect
-from ._dialects import is_transient
+from ._dialects import Dialect, is_transient
 from ._dialects.base import reserved
 from ._frontier import Frontier
 from ._leases import Heartbeat, Leases
@@ -146,9 +146,9 @@ class QueueWorker:
     def check(self) -> str:
         """Check the server version, the tables and their schema version; raise a clear
         error if unfit. Returns the dialect name, 'postgresql' or 'mysql'."""
-        return self._check(note=False)
+        return self._check(note=False).name
 
-    def _check(self, note: bool) -> str:
+    def _check(self, note: bool) -> Dialect:
         """`check()`; with `note`, also say once when the tables sit outside the
         connection's own database (MySQL's default tables are in `proletarian`)."""
         with self._connect() as conn:
@@ -159,7 +159,7 @@ class QueueWorker:
                 database, tables = locate(conn)
                 if any(name.rpartition(".")[0] != database for name in tables.values()):
                     self._emit("tables_elsewhere", **tables, database=database)
-            return dialect.name
+            return dialect
 
     def start(self) -> QueueWorker:
         """Check the database, then start polling in background threads.
@@ -178,7 +178,7 @@ class QueueWorker:
         try:
             if self._hook is not None:
                 self._hook.install()
-            if self._check(note=True) == "postgresql" and self._direct_connect is not None:
+            if self._check(note=True).listens and self._direct_connect is not None:
                 self._listener = Listener(
                     self._direct_connect,
                     self.options.queue,

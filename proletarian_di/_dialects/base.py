@@ -383,6 +383,17 @@ class Dialect:
         """Open a transaction explicitly where the driver would not (autocommit)."""
         raise NotImplementedError
 
+    listens = False
+    """Whether the database can wake idle workers (LISTEN/NOTIFY): they then sleep until told."""
+
+    def set_autocommit(self, conn: Any) -> None:
+        """Make every statement on `conn` commit by itself (a side connection's counts)."""
+        raise NotImplementedError
+
+    def announce(self, conn: Any, channel: str, payload: str) -> None:
+        """Tell listening workers `payload` on `channel` once the caller commits; nothing
+        where the database cannot (its workers poll instead)."""
+
     def session(self, conn: Any) -> Session:
         """`conn` as the runner uses it, with nothing set up on it (see `attached`)."""
         return Session(self, conn)

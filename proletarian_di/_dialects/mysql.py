@@ -116,6 +116,9 @@ class MySQLDialect(Dialect):
                 ) from exc
             raise
 
+    def set_autocommit(self, conn: Any) -> None:
+        unwrap_connection(conn).autocommit(True)
+
     def is_closed(self, conn: Any) -> bool:
         return not unwrap_connection(conn).open
 

@@ -167,6 +167,14 @@ class PostgresDialect(Dialect):
         if conn.autocommit:
             conn.execute("BEGIN")
 
+    listens = True
+
+    def set_autocommit(self, conn: Any) -> None:
+        conn.autocommit = True
+
+    def announce(self, conn: Any, channel: str, payload: str) -> None:
+        self.execute(conn, "SELECT pg_notify(%s, %s)", (channel, payload))
+
     def _in_savepoint(self, conn: Any, *statements: str) -> None:
         if conn.info.transaction_status == _IDLE:
             raise TransactionLost("the job's transaction was committed or rolled back")
