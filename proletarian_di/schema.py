@@ -219,10 +219,14 @@ def schema_version(
     conn: Any,
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+    *,
+    verify: bool = False,
 ) -> int:
-    """The schema version of these tables: the steps, from the first, whose changes are all
-    in the catalog, and never more than the version recorded by the last upgrade (a step
-    interrupted half-way, or applied by hand in part, does not count).
+    """The schema version of these tables: the one recorded by the last upgrade, else the
+    steps, from the first, whose changes are all in the catalog (a step applied in part does
+    not count). `verify`: never more than the catalog shows, even when recorded (an older
+    upgrade may have recorded a step it left half-done); this needs a role that sees every
+    queue table, as MySQL's information_schema shows a user only the tables it may use.
 
     0 when there is no job table (whatever a version table says). Runs in the caller's
     transaction and changes nothing.
@@ -230,8 +234,10 @@ def schema_version(
     dialect = dialect_for(conn, job_table, archived_job_table)
     if not dialect.table_columns(conn, job_table):
         return 0
-    applied = _applied_version(dialect, conn, job_table, archived_job_table)
     recorded = _recorded_version(dialect, conn, job_table)
+    if recorded is not None and not verify:
+        return recorded
+    applied = _applied_version(dialect, conn, job_table, archived_job_table)
     return applied if recorded is None else min(recorded, applied)
 
 
@@ -316,10 +322,11 @@ def upgrade_schema(
     On PostgreSQL everything runs in one transaction. On MySQL every DDL statement commits,
     so each step is applied and recorded on its own, and `report` hears of each as it lands.
     Every step makes only the changes the catalog shows missing, so an upgrade interrupted
-    anywhere (or failed: the error raised is the step's own) is finished by running it again.
+    anywhere (or failed: the error raised is the step's own) is finished by running it again,
+    and a step recorded but not applied in full is applied again (`schema_version(verify=True)`).
     """
     dialect = dialect_for(conn, job_table, archived_job_table)
-    current = schema_version(conn, job_table, archived_job_table)
+    current = schema_version(conn, job_table, archived_job_table, verify=True)
     steps = [m for m in MIGRATIONS[dialect.name] if m.version > current]
     if dry_run or not steps:
         dialect.rollback(conn)
