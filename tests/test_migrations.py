@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import SchemaError, _ddl, create_queue_worker, process_next_job
+from proletarian_di import SchemaError, _ddl, create_queue_worker, enqueue, process_next_job
 from proletarian_di.schema import (
     LATEST,
     MIGRATIONS,
@@ -229,8 +229,9 @@ def interruptions(step: list[str]) -> list[int]:
 def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(scratch):
     """Every step, stopped after each of its statements (MySQL commits each DDL statement;
     a step file run by hand stops where it failed): the catalog never shows the step as
-    applied before it is, and the next upgrade, whether the version before the step was
-    recorded or not, completes and leaves what a fresh install creates."""
+    applied before it is (files run by hand resume at it), and the next upgrade, from the
+    version an interrupted upgrade recorded, completes and leaves what a fresh install
+    creates."""
     backend = scratch
     upgrade(backend, FRESH)
     fresh = catalog(backend, FRESH)
@@ -319,19 +320,54 @@ def test_an_error_inside_a_step_is_raised_as_it_is_and_the_next_upgrade_finishes
         with conn.cursor() as cursor:
             if backend.name == "mysql":
                 cursor.execute("SET time_zone = '+05:00'")
-                cursor.execute("SET SESSION lock_wait_timeout = 1")
-            else:
-                cursor.execute("SET lock_timeout = '1s'")
         conn.commit()
+        short_lock_timeout(backend, conn)
         before = session_setting(backend, conn)
         with table_in_use(backend), pytest.raises(Exception) as error:
             upgrade_schema(conn, **tables(OLD))
         assert session_setting(backend, conn) == before, "the session is put back"
-    lock_timeout = "Lock wait timeout exceeded" if backend.name == "mysql" else "lock timeout"
-    assert lock_timeout in str(error.value), error.value
+    assert lock_timed_out(backend) in str(error.value), error.value
     assert version_of(backend, OLD) == 1
     upgrade(backend)
     assert catalog(backend, OLD) == catalog(backend, FRESH)
+
+
+def short_lock_timeout(backend: Any, conn: Any) -> None:
+    """Lock waits on `conn` fail after a second (committed: PostgreSQL undoes a SET rolled back)."""
+    with conn.cursor() as cursor:
+        if backend.name == "mysql":
+            cursor.execute("SET SESSION lock_wait_timeout = 1")
+        else:
+            cursor.execute("SET lock_timeout = '1s'")
+    conn.commit()
+
+
+def lock_timed_out(backend: Any) -> str:
+    """The error message of a lock wait that timed out."""
+    return "Lock wait timeout exceeded" if backend.name == "mysql" else "lock timeout"
+
+
+def test_a_step_waiting_for_a_running_job_blocks_enqueues_until_the_job_ends(scratch):
+    """What docs/operations.md says: a step that alters the job table waits for the open
+    transactions on it (a held-mode job's), and enqueues queue behind the step."""
+    backend = scratch
+    create_at(backend, 1)
+    conn = backend.connect()
+    thread = threading.Thread(target=upgrade_schema, args=(conn,), kwargs=tables(OLD))
+    try:
+        with table_in_use(backend):
+            thread.start()
+            wait_until(lambda: blocked(backend, conn), description="the step waits for the job")
+            with contextlib.closing(backend.connect()) as enqueuer:
+                short_lock_timeout(backend, enqueuer)
+                with pytest.raises(Exception, match=lock_timed_out(backend)):
+                    enqueue(enqueuer, "blocked", job_table=f"{OLD}.job")
+        thread.join(30)
+    finally:
+        conn.close()
+    assert not thread.is_alive()
+    assert version_of(backend, OLD) == LATEST[backend.name], "the step ran once the job ended"
+    enqueue_committed(backend, ("after", 1), job_table=f"{OLD}.job")
 
 
 def test_a_connection_lost_inside_a_step_raises_its_own_error(scratch):
