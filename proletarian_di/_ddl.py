@@ -170,7 +170,8 @@ CREATE INDEX {index} ON {job_table} (queue, process_at);
 
 def _pg_column(table: str, column: str) -> str:
     return (
-        f"EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{{{table}}}') "
+        "EXISTS (SELECT 1 FROM pg_attribute\n"
+        f"        WHERE attrelid = to_regclass('{{{table}}}') "
         f"AND attname = '{column}' AND NOT attisdropped)"
     )
 
@@ -196,25 +197,25 @@ def _pg_add_column(table: str, definition: str) -> str:
 
 
 def _my_where(table: str) -> str:
-    return f"table_schema = {{db}} AND table_name = '{{{table}_name}}'"
+    return f"\n        WHERE table_schema = {{db}} AND table_name = '{{{table}_name}}'"
 
 
 def _my_column(table: str, column: str) -> str:
     return (
-        f"EXISTS (SELECT 1 FROM information_schema.columns WHERE {_my_where(table)} "
+        f"EXISTS (SELECT 1 FROM information_schema.columns{_my_where(table)} "
         f"AND column_name = '{column}')"
     )
 
 
 def _my_table(table: str) -> str:
-    return f"EXISTS (SELECT 1 FROM information_schema.tables WHERE {_my_where(table)})"
+    return f"EXISTS (SELECT 1 FROM information_schema.tables{_my_where(table)})"
 
 
 def _my_index(table: str, name: str, column: str | None = None) -> str:
     """The index exists (and includes `column`)."""
     including = f" AND column_name = '{column}'" if column else ""
     return (
-        f"EXISTS (SELECT 1 FROM information_schema.statistics WHERE {_my_where(table)} "
+        f"EXISTS (SELECT 1 FROM information_schema.statistics{_my_where(table)} "
         f"AND index_name = '{name}'{including})"
     )
 
@@ -222,7 +223,7 @@ def _my_index(table: str, name: str, column: str | None = None) -> str:
 def _my_converted(table: str) -> str:
     """The table has proletarian-di's column types (Proletarian's process_at is a TIMESTAMP)."""
     return (
-        f"NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE {_my_where(table)} "
+        f"NOT EXISTS (SELECT 1 FROM information_schema.columns{_my_where(table)} "
         "AND column_name = 'process_at' AND data_type = 'timestamp')"
     )
 
@@ -233,8 +234,8 @@ def _my_alter(table: str, *changes: tuple[str, str]) -> str:
     IF NOT EXISTS for columns and indexes."""
     for _, clause in changes:
         if any(mark in clause for mark in ("'", ";", "--")):
-            raise ValueError(f"a clause is quoted in a string: {clause!r}")
-    parts = ",\n    ".join(f"IF({done}, NULL, '{clause}')" for done, clause in changes)
+            raise ValueError(f"a clause, quoted in a string, holds ' or ; or --: {clause!r}")
+    parts = ",\n    ".join(f"IF({done},\n       NULL, '{clause}')" for done, clause in changes)
     return (
         f"SET @ddl = CONCAT_WS(', ',\n    {parts});\n"
         f"SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE {{{table}}} ', @ddl));\n"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proletarian_di.schema import schema_file, schema_sql
+from proletarian_di.schema import schema_file, schema_sql, statements
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,3 +60,17 @@ def test_custom_names_render_everywhere():
 def test_bad_schema_requests_are_rejected(args):
     with pytest.raises(ValueError):
         schema_sql(*args)
+
+
+def test_statements_keep_dollar_quoted_bodies_and_strings_whole():
+    """What the guarded steps need: a `$$` body is kept as it is, comments and all."""
+    sql = (
+        "DO $$ BEGIN\n    ALTER TABLE t ADD COLUMN c TEXT; -- a; comment\nEND $$;\n"
+        "SET @ddl = IF(x, 'DO 0', 'ALTER TABLE t ADD c INT; no split');  -- trailing\n"
+        "SELECT 'it''s -- not a comment'"
+    )
+    assert statements(sql) == [
+        "DO $$ BEGIN\n    ALTER TABLE t ADD COLUMN c TEXT; -- a; comment\nEND $$",
+        "SET @ddl = IF(x, 'DO 0', 'ALTER TABLE t ADD c INT; no split')",
+        "SELECT 'it''s -- not a comment'",
+    ]

@@ -4,13 +4,17 @@
 -- interrupted half-way is finished by running it again.
 
 SET @ddl = CONCAT_WS(', ',
-    IF(EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'last_error'), NULL, 'ADD COLUMN last_error TEXT NULL'));
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'last_error'),
+       NULL, 'ADD COLUMN last_error TEXT NULL'));
 SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
 PREPARE ddl FROM @ddl;
 EXECUTE ddl;
 DEALLOCATE PREPARE ddl;
 SET @ddl = CONCAT_WS(', ',
-    IF(EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND column_name = 'last_error'), NULL, 'ADD COLUMN last_error TEXT NULL'));
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND column_name = 'last_error'),
+       NULL, 'ADD COLUMN last_error TEXT NULL'));
 SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.archived_job ', @ddl));
 PREPARE ddl FROM @ddl;
 EXECUTE ddl;

@@ -4,8 +4,12 @@
 -- interrupted half-way is finished by running it again.
 
 SET @ddl = CONCAT_WS(', ',
-    IF(EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'unique_key'), NULL, 'ADD COLUMN unique_key VARCHAR(255) NULL'),
-    IF(EXISTS (SELECT 1 FROM information_schema.statistics WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_queue_unique_key'), NULL, 'ADD UNIQUE INDEX job_queue_unique_key (queue, unique_key)'));
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'unique_key'),
+       NULL, 'ADD COLUMN unique_key VARCHAR(255) NULL'),
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_queue_unique_key'),
+       NULL, 'ADD UNIQUE INDEX job_queue_unique_key (queue, unique_key)'));
 SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
 PREPARE ddl FROM @ddl;
 EXECUTE ddl;

@@ -4,7 +4,9 @@
 -- interrupted half-way is finished by running it again.
 
 SET @ddl = CONCAT_WS(', ',
-    IF(EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'leased_by'), NULL, 'ADD COLUMN leased_by VARCHAR(255) NULL'));
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'leased_by'),
+       NULL, 'ADD COLUMN leased_by VARCHAR(255) NULL'));
 SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
 PREPARE ddl FROM @ddl;
 EXECUTE ddl;

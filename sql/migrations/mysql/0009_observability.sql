@@ -4,14 +4,20 @@
 -- interrupted half-way is finished by running it again.
 
 SET @ddl = CONCAT_WS(', ',
-    IF(EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'trace_context'), NULL, 'ADD COLUMN trace_context TEXT NULL'),
-    IF(EXISTS (SELECT 1 FROM information_schema.statistics WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_queue_priority_process_at' AND column_name = 'attempts'), NULL, 'DROP INDEX job_queue_priority_process_at, ADD INDEX job_queue_priority_process_at (queue, priority_rank, process_at, attempts, leased_by)'));
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'trace_context'),
+       NULL, 'ADD COLUMN trace_context TEXT NULL'),
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_queue_priority_process_at' AND column_name = 'attempts'),
+       NULL, 'DROP INDEX job_queue_priority_process_at, ADD INDEX job_queue_priority_process_at (queue, priority_rank, process_at, attempts, leased_by)'));
 SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
 PREPARE ddl FROM @ddl;
 EXECUTE ddl;
 DEALLOCATE PREPARE ddl;
 SET @ddl = CONCAT_WS(', ',
-    IF(EXISTS (SELECT 1 FROM information_schema.statistics WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND index_name = 'archived_job_finished_at'), NULL, 'ADD INDEX archived_job_finished_at (finished_at, queue, status)'));
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND index_name = 'archived_job_finished_at'),
+       NULL, 'ADD INDEX archived_job_finished_at (finished_at, queue, status)'));
 SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.archived_job ', @ddl));
 PREPARE ddl FROM @ddl;
 EXECUTE ddl;

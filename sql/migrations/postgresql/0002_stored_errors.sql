@@ -4,12 +4,14 @@
 -- interrupted half-way is finished by running it again.
 
 DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('proletarian.job') AND attname = 'last_error' AND NOT attisdropped) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass('proletarian.job') AND attname = 'last_error' AND NOT attisdropped) THEN
         ALTER TABLE proletarian.job ADD COLUMN last_error TEXT;
     END IF;
 END $$;
 DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('proletarian.archived_job') AND attname = 'last_error' AND NOT attisdropped) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass('proletarian.archived_job') AND attname = 'last_error' AND NOT attisdropped) THEN
         ALTER TABLE proletarian.archived_job ADD COLUMN last_error TEXT;
     END IF;
 END $$;

@@ -4,7 +4,8 @@
 -- interrupted half-way is finished by running it again.
 
 DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('proletarian.job') AND attname = 'leased_by' AND NOT attisdropped) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass('proletarian.job') AND attname = 'leased_by' AND NOT attisdropped) THEN
         ALTER TABLE proletarian.job ADD COLUMN leased_by TEXT;
     END IF;
 END $$;

@@ -4,7 +4,8 @@
 -- interrupted half-way is finished by running it again.
 
 DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('proletarian.job') AND attname = 'trace_context' AND NOT attisdropped) THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass('proletarian.job') AND attname = 'trace_context' AND NOT attisdropped) THEN
         ALTER TABLE proletarian.job ADD COLUMN trace_context TEXT;
     END IF;
 END $$;
