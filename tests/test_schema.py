@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from proletarian_di.schema import schema_file, schema_sql, statements
+from proletarian_di.schema import (
+    LATEST,
+    schema_file,
+    schema_sql,
+    schema_version,
+    statements,
+    upgrade_schema,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,3 +82,19 @@ def test_statements_keep_dollar_quoted_bodies_and_strings_whole():
         "SET @ddl = IF(x, 'DO 0', 'ALTER TABLE t ADD c INT; no split')",
         "SELECT 'it''s -- not a comment'",
     ]
+
+
+def test_unqualified_tables_are_installed_and_recognised_in_the_connections_schema(backend):
+    """The steps' catalog checks find tables named without a schema where the connection
+    puts them (PostgreSQL's search path, MySQL's current database)."""
+    names = {"job_table": "plain_job", "archived_job_table": "plain_job_done"}
+    tables = ["plain_job", "plain_job_done", "plain_job_periodic", "plain_job_paused"]
+    tables += ["plain_job_claims", "plain_job_schema_version"]
+    try:
+        with contextlib.closing(backend.connect()) as conn:
+            assert upgrade_schema(conn, **names)
+            assert schema_version(conn, **names, verify=True) == LATEST[backend.name]
+            assert upgrade_schema(conn, **names) == []
+    finally:
+        for table in tables:
+            backend.execute(f"DROP TABLE IF EXISTS {table}")
