@@ -2,12 +2,15 @@
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
-{claims_table} and, on MySQL, {collation} (a `COLLATE` clause that each server reads for
-itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so a database
-created by Proletarian (Clojure) is at version 1.
+{claims_table}, each table's name without its schema ({job_table_name}, ...) and, on MySQL,
+{db} (the tables' database as an SQL value) and {collation} (a `COLLATE` clause that each
+server reads for itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so
+a database created by Proletarian (Clojure) is at version 1.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 POSTGRESQL = """\
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -160,10 +163,136 @@ DROP INDEX IF EXISTS {schema}.{index};
 CREATE INDEX {index} ON {job_table} (queue, process_at);
 """
 
-POSTGRESQL_2 = """\
-ALTER TABLE {job_table} ADD COLUMN last_error TEXT;
-ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT;
+# Each later step is safe to run again after an interruption at any statement (MySQL commits
+# every DDL statement, and a file run by hand stops where it failed): a change is made only
+# when the catalog shows it missing. A condition below is true once a change is in place.
+
+
+def _pg_column(table: str, column: str) -> str:
+    return (
+        "EXISTS (SELECT 1 FROM pg_attribute\n"
+        f"        WHERE attrelid = to_regclass('{{{table}}}') "
+        f"AND attname = '{column}' AND NOT attisdropped)"
+    )
+
+
+def _pg_table(table: str) -> str:
+    return f"to_regclass('{{{table}}}') IS NOT NULL"
+
+
+def _pg_index(table: str, name: str) -> str:
+    return (
+        "EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        f"WHERE i.indrelid = to_regclass('{{{table}}}') AND c.relname = '{name}')"
+    )
+
+
+def _pg_add_column(table: str, definition: str) -> str:
+    """ADD COLUMN unless the column is there (ADD COLUMN IF NOT EXISTS needs 9.6)."""
+    done = _pg_column(table, definition.split()[0])
+    return (
+        f"DO $$ BEGIN\n    IF NOT {done} THEN\n"
+        f"        ALTER TABLE {{{table}}} ADD COLUMN {definition};\n    END IF;\nEND $$;\n"
+    )
+
+
+def _my_where(table: str) -> str:
+    return f"\n        WHERE table_schema = {{db}} AND table_name = '{{{table}_name}}'"
+
+
+def _my_column(table: str, column: str) -> str:
+    return (
+        f"EXISTS (SELECT 1 FROM information_schema.columns{_my_where(table)} "
+        f"AND column_name = '{column}')"
+    )
+
+
+def _my_table(table: str) -> str:
+    return f"EXISTS (SELECT 1 FROM information_schema.tables{_my_where(table)})"
+
+
+def _my_index(table: str, name: str, column: str | None = None) -> str:
+    """The index exists (and includes `column`)."""
+    including = f" AND column_name = '{column}'" if column else ""
+    return (
+        f"EXISTS (SELECT 1 FROM information_schema.statistics{_my_where(table)} "
+        f"AND index_name = '{name}'{including})"
+    )
+
+
+def _my_converted(table: str) -> str:
+    """The table has proletarian-di's column types (Proletarian's process_at is a TIMESTAMP)."""
+    return (
+        f"NOT EXISTS (SELECT 1 FROM information_schema.columns{_my_where(table)} "
+        "AND column_name = 'process_at' AND data_type = 'timestamp')"
+    )
+
+
+def _my_alter(table: str, *changes: tuple[str, str]) -> str:
+    """ALTER TABLE with those of its (done, clause) changes not done yet, in one statement (one
+    rebuild, one wait for the table's lock); nothing when all are. Prepared, as MySQL has no
+    IF NOT EXISTS for columns and indexes."""
+    for _, clause in changes:
+        if any(mark in clause for mark in ("'", ";", "--")):
+            raise ValueError(f"a clause, quoted in a string, holds ' or ; or --: {clause!r}")
+    parts = ",\n    ".join(f"IF({done},\n       NULL, '{clause}')" for done, clause in changes)
+    return (
+        f"SET @ddl = CONCAT_WS(', ',\n    {parts});\n"
+        f"SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE {{{table}}} ', @ddl));\n"
+        "PREPARE ddl FROM @ddl;\nEXECUTE ddl;\nDEALLOCATE PREPARE ddl;\n"
+    )
+
+
+def _statement(schema: str, start: str) -> str:
+    """The full schema's statement that begins with `start`, as a step of its own."""
+    begin = schema.index(start)
+    return schema[begin : schema.index(";\n", begin) + 2]
+
+
+POSTGRESQL_2 = _pg_add_column("job_table", "last_error TEXT") + _pg_add_column(
+    "archived_job_table", "last_error TEXT"
+)
+
+# The periodic table: the step is the full schema's own statement.
+POSTGRESQL_3 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
+
+POSTGRESQL_4 = (
+    _pg_add_column("job_table", "unique_key TEXT")
+    + """\
+CREATE UNIQUE INDEX IF NOT EXISTS {unique_index} ON {job_table} (queue, unique_key)
+    WHERE unique_key IS NOT NULL;
 """
+)
+
+# Priorities: the claim's index orders a queue's jobs by priority, higher first, then by
+# process_at; it replaces the (queue, process_at) index.
+POSTGRESQL_5 = (
+    _pg_add_column("job_table", "priority INTEGER NOT NULL DEFAULT 0")
+    + _pg_add_column("archived_job_table", "priority INTEGER NOT NULL DEFAULT 0")
+    + """\
+CREATE INDEX IF NOT EXISTS {claim_index} ON {job_table} (queue, (-priority), process_at);
+DROP INDEX IF EXISTS {schema}.{index};
+"""
+)
+
+# Paused queues: one row per paused queue, which workers read once per polling interval.
+POSTGRESQL_6 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
+
+# Long jobs: lease mode's holder of a running job, and the claim counts that bound crash
+# loops in the held-transaction mode (max_crashes).
+POSTGRESQL_7 = _pg_add_column("job_table", "leased_by TEXT") + _statement(
+    POSTGRESQL, "CREATE TABLE IF NOT EXISTS {claims_table}"
+)
+
+# Observability: the trace context captured at enqueue (tracing links a job's run to the
+# request that enqueued it), and the archive by time for the dashboard's overview. On a
+# large archive, build the index beforehand with CREATE INDEX CONCURRENTLY.
+POSTGRESQL_8 = (
+    _pg_add_column("job_table", "trace_context TEXT")
+    + """\
+CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at, queue, status);
+"""
+)
 
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
@@ -195,131 +324,182 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
 
 # proletarian-di's column types: UTC DATETIME(6) (TIMESTAMP converts through the session's
 # time zone and ends in 2038), whole-column VARCHAR index, LONGTEXT payloads, NO PAD collation.
-MYSQL_2 = """\
-SET time_zone = '+00:00'; -- TIMESTAMP values become UTC DATETIME values
+_MY_TYPES = (
+    "CONVERT TO CHARACTER SET utf8mb4 {collation}, "
+    "MODIFY queue VARCHAR(255) NOT NULL, MODIFY job_type VARCHAR(255) NOT NULL, "
+    "MODIFY payload LONGTEXT NOT NULL, MODIFY enqueued_at DATETIME(6) NOT NULL, "
+    "MODIFY process_at DATETIME(6) NOT NULL"
+)
+MYSQL_2 = (
+    "SET time_zone = '+00:00'; -- TIMESTAMP values become UTC DATETIME values\n\n"
+    + _my_alter(
+        "job_table",
+        # Proletarian's unnamed INDEX (queue(256), process_at) is called queue
+        (f"NOT {_my_index('job_table', 'queue')}", "DROP INDEX queue"),
+        (_my_converted("job_table"), _MY_TYPES),
+        (_my_index("job_table", "{index}"), "ADD INDEX {index} (queue, process_at)"),
+    )
+    + _my_alter(
+        "archived_job_table",
+        (
+            _my_converted("archived_job_table"),
+            f"{_MY_TYPES}, MODIFY status VARCHAR(16) NOT NULL, "
+            "MODIFY finished_at DATETIME(6) NOT NULL",
+        ),
+    )
+)
 
-ALTER TABLE {job_table}
-    DROP INDEX queue, -- Proletarian's unnamed INDEX (queue(256), process_at)
-    CONVERT TO CHARACTER SET utf8mb4 {collation},
-    MODIFY queue       VARCHAR(255) NOT NULL,
-    MODIFY job_type    VARCHAR(255) NOT NULL,
-    MODIFY payload     LONGTEXT NOT NULL,
-    MODIFY enqueued_at DATETIME(6) NOT NULL,
-    MODIFY process_at  DATETIME(6) NOT NULL,
-    ADD INDEX {index} (queue, process_at);
+MYSQL_3 = _my_alter(
+    "job_table", (_my_column("job_table", "last_error"), "ADD COLUMN last_error TEXT NULL")
+) + _my_alter(
+    "archived_job_table",
+    (_my_column("archived_job_table", "last_error"), "ADD COLUMN last_error TEXT NULL"),
+)
 
-ALTER TABLE {archived_job_table}
-    CONVERT TO CHARACTER SET utf8mb4 {collation},
-    MODIFY queue       VARCHAR(255) NOT NULL,
-    MODIFY job_type    VARCHAR(255) NOT NULL,
-    MODIFY payload     LONGTEXT NOT NULL,
-    MODIFY enqueued_at DATETIME(6) NOT NULL,
-    MODIFY process_at  DATETIME(6) NOT NULL,
-    MODIFY status      VARCHAR(16) NOT NULL,
-    MODIFY finished_at DATETIME(6) NOT NULL;
-"""
-
-MYSQL_3 = """\
-ALTER TABLE {job_table} ADD COLUMN last_error TEXT NULL;
-ALTER TABLE {archived_job_table} ADD COLUMN last_error TEXT NULL;
-"""
-
-
-def _statement(schema: str, start: str) -> str:
-    """The full schema's statement that begins with `start`, as a step of its own."""
-    begin = schema.index(start)
-    return schema[begin : schema.index(";\n", begin) + 2]
-
-
-# The periodic table: the step is the full schema's own statement.
-POSTGRESQL_3 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
 MYSQL_4 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
 
-POSTGRESQL_4 = """\
-ALTER TABLE {job_table} ADD COLUMN unique_key TEXT;
-CREATE UNIQUE INDEX {unique_index} ON {job_table} (queue, unique_key)
-    WHERE unique_key IS NOT NULL;
-"""
+MYSQL_5 = _my_alter(
+    "job_table",
+    (_my_column("job_table", "unique_key"), "ADD COLUMN unique_key VARCHAR(255) NULL"),
+    (
+        _my_index("job_table", "{unique_index}"),
+        "ADD UNIQUE INDEX {unique_index} (queue, unique_key)",
+    ),
+)
 
-MYSQL_5 = """\
-ALTER TABLE {job_table}
-    ADD COLUMN unique_key VARCHAR(255) NULL,
-    ADD UNIQUE INDEX {unique_index} (queue, unique_key);
-"""
+MYSQL_6 = _my_alter(
+    "job_table",
+    (_my_column("job_table", "priority"), "ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"),
+    (
+        _my_column("job_table", "priority_rank"),
+        "ADD COLUMN priority_rank INTEGER AS (-priority) VIRTUAL",
+    ),
+    (
+        _my_index("job_table", "{claim_index}"),
+        "ADD INDEX {claim_index} (queue, priority_rank, process_at)",
+    ),
+    (f"NOT {_my_index('job_table', '{index}')}", "DROP INDEX {index}"),
+) + _my_alter(
+    "archived_job_table",
+    (
+        _my_column("archived_job_table", "priority"),
+        "ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+    ),
+)
 
-# Priorities: the claim's index orders a queue's jobs by priority, higher first, then by
-# process_at; it replaces the (queue, process_at) index.
-POSTGRESQL_5 = """\
-ALTER TABLE {job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE {archived_job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX {claim_index} ON {job_table} (queue, (-priority), process_at);
-DROP INDEX IF EXISTS {schema}.{index};
-"""
-
-MYSQL_6 = """\
-ALTER TABLE {job_table}
-    ADD COLUMN priority INTEGER NOT NULL DEFAULT 0,
-    ADD COLUMN priority_rank INTEGER AS (-priority) VIRTUAL,
-    ADD INDEX {claim_index} (queue, priority_rank, process_at),
-    DROP INDEX {index};
-ALTER TABLE {archived_job_table} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
-"""
-
-# Paused queues: one row per paused queue, which workers read once per polling interval.
-POSTGRESQL_6 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
 MYSQL_7 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {paused_table}")
 
-# Long jobs: lease mode's holder of a running job, and the claim counts that bound crash
-# loops in the held-transaction mode (max_crashes).
-POSTGRESQL_7 = "ALTER TABLE {job_table} ADD COLUMN leased_by TEXT;\n" + _statement(
-    POSTGRESQL, "CREATE TABLE IF NOT EXISTS {claims_table}"
-)
-MYSQL_8 = "ALTER TABLE {job_table} ADD COLUMN leased_by VARCHAR(255) NULL;\n" + _statement(
-    MYSQL, "CREATE TABLE IF NOT EXISTS {claims_table}"
-)
-
-# Observability: the trace context captured at enqueue (tracing links a job's run to the
-# request that enqueued it), and the archive by time for the dashboard's overview. IF NOT
-# EXISTS: on a large archive, build the index beforehand with CREATE INDEX CONCURRENTLY.
-POSTGRESQL_8 = """\
-ALTER TABLE {job_table} ADD COLUMN trace_context TEXT;
-CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at, queue, status);
-"""
+MYSQL_8 = _my_alter(
+    "job_table", (_my_column("job_table", "leased_by"), "ADD COLUMN leased_by VARCHAR(255) NULL")
+) + _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {claims_table}")
 
 # On MySQL the claim index also gains attempts and leased_by, so the overview counts a
 # queue's jobs by state from the index alone rather than from every row.
-MYSQL_9 = """\
-ALTER TABLE {job_table}
-    ADD COLUMN trace_context TEXT NULL,
-    DROP INDEX {claim_index},
-    ADD INDEX {claim_index} (queue, priority_rank, process_at, attempts, leased_by);
-ALTER TABLE {archived_job_table} ADD INDEX {finished_index} (finished_at, queue, status);
-"""
+MYSQL_9 = _my_alter(
+    "job_table",
+    (_my_column("job_table", "trace_context"), "ADD COLUMN trace_context TEXT NULL"),
+    (
+        _my_index("job_table", "{claim_index}", "attempts"),
+        "DROP INDEX {claim_index}, "
+        "ADD INDEX {claim_index} (queue, priority_rank, process_at, attempts, leased_by)",
+    ),
+) + _my_alter(
+    "archived_job_table",
+    (
+        _my_index("archived_job_table", "{finished_index}"),
+        "ADD INDEX {finished_index} (finished_at, queue, status)",
+    ),
+)
 
-STEPS: dict[str, tuple[tuple[str, str], ...]] = {
+
+def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
+    """The condition on the job table and on the archive."""
+    return check("job_table", *args), check("archived_job_table", *args)
+
+
+STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     "postgresql": (
-        ("proletarian", POSTGRESQL_1),
-        ("stored_errors", POSTGRESQL_2),
-        ("periodic_jobs", POSTGRESQL_3),
-        ("unique_jobs", POSTGRESQL_4),
-        ("priorities", POSTGRESQL_5),
-        ("paused_queues", POSTGRESQL_6),
-        ("long_jobs", POSTGRESQL_7),
-        ("observability", POSTGRESQL_8),
+        (
+            "proletarian",
+            POSTGRESQL_1,
+            # its index, or the claim index that replaces it at step 5
+            (
+                *_both(_pg_table),
+                f"({_pg_index('job_table', '{index}')} OR "
+                f"{_pg_index('job_table', '{claim_index}')})",
+            ),
+        ),
+        ("stored_errors", POSTGRESQL_2, _both(_pg_column, "last_error")),
+        ("periodic_jobs", POSTGRESQL_3, (_pg_table("periodic_table"),)),
+        (
+            "unique_jobs",
+            POSTGRESQL_4,
+            (_pg_column("job_table", "unique_key"), _pg_index("job_table", "{unique_index}")),
+        ),
+        (
+            "priorities",
+            POSTGRESQL_5,
+            (
+                *_both(_pg_column, "priority"),
+                _pg_index("job_table", "{claim_index}"),
+                f"NOT {_pg_index('job_table', '{index}')}",
+            ),
+        ),
+        ("paused_queues", POSTGRESQL_6, (_pg_table("paused_table"),)),
+        (
+            "long_jobs",
+            POSTGRESQL_7,
+            (_pg_column("job_table", "leased_by"), _pg_table("claims_table")),
+        ),
+        (
+            "observability",
+            POSTGRESQL_8,
+            (
+                _pg_column("job_table", "trace_context"),
+                _pg_index("archived_job_table", "{finished_index}"),
+            ),
+        ),
     ),
     "mysql": (
-        ("proletarian", MYSQL_1),
-        ("proletarian_di_types", MYSQL_2),
-        ("stored_errors", MYSQL_3),
-        ("periodic_jobs", MYSQL_4),
-        ("unique_jobs", MYSQL_5),
-        ("priorities", MYSQL_6),
-        ("paused_queues", MYSQL_7),
-        ("long_jobs", MYSQL_8),
-        ("observability", MYSQL_9),
+        ("proletarian", MYSQL_1, _both(_my_table)),
+        ("proletarian_di_types", MYSQL_2, _both(_my_converted)),
+        ("stored_errors", MYSQL_3, _both(_my_column, "last_error")),
+        ("periodic_jobs", MYSQL_4, (_my_table("periodic_table"),)),
+        (
+            "unique_jobs",
+            MYSQL_5,
+            (_my_column("job_table", "unique_key"), _my_index("job_table", "{unique_index}")),
+        ),
+        (
+            "priorities",
+            MYSQL_6,
+            (
+                *_both(_my_column, "priority"),
+                _my_column("job_table", "priority_rank"),
+                _my_index("job_table", "{claim_index}"),
+                f"NOT {_my_index('job_table', '{index}')}",
+            ),
+        ),
+        ("paused_queues", MYSQL_7, (_my_table("paused_table"),)),
+        (
+            "long_jobs",
+            MYSQL_8,
+            (_my_column("job_table", "leased_by"), _my_table("claims_table")),
+        ),
+        (
+            "observability",
+            MYSQL_9,
+            (
+                _my_column("job_table", "trace_context"),
+                _my_index("job_table", "{claim_index}", "attempts"),
+                _my_index("archived_job_table", "{finished_index}"),
+            ),
+        ),
     ),
 }
-"""Each database's migrations in order: (name, template); the version is the position + 1."""
+"""Each database's migrations in order: (name, template, what it leaves behind: the
+conditions, true once it is applied, by which an unrecorded or interrupted schema's version is
+read off the catalog); the version is the position + 1."""
 
 VERSION_TABLE = {
     "postgresql": (

@@ -46,22 +46,33 @@ def connect(url: str, timeout: int = CONNECT_TIMEOUT) -> Any:
     )
 
 
+# The server's own refusals of a connection, or its end: it could not be used, not that a
+# statement failed (PyMySQL raises OperationalError for most of a server's errors).
+_MYSQL_REFUSALS = frozenset(
+    {1040, 1044, 1045, 1049, 1053, 1077, 1078, 1079, 1129, 1130, 1152, 1203, 1927, 3032, 4031}
+)
+_POSTGRES_REFUSALS = ("08", "28", "53300", "57P01", "57P02", "57P03")
+
+
 def is_unreachable(exc: BaseException) -> bool:
-    """True for errors that mean the database server cannot be reached or refused us."""
+    """True for errors that mean the database server cannot be reached or refused us; not
+    for an error the server answered a statement with (a duplicate column, a lock timeout)."""
     if isinstance(exc, (ConnectionError, TimeoutError)):
         return True
     try:
         import psycopg
 
         if isinstance(exc, psycopg.OperationalError):
-            return True
+            state = exc.sqlstate
+            return state is None or state.startswith(_POSTGRES_REFUSALS)
     except ImportError:
         pass
     try:
         import pymysql
 
         if isinstance(exc, pymysql.err.OperationalError):
-            return True
+            code = exc.args[0] if exc.args else None
+            return not isinstance(code, int) or 2000 <= code < 3000 or code in _MYSQL_REFUSALS
     except ImportError:
         pass
     return False

@@ -11,7 +11,9 @@ refuses to start on an older schema and names the command that upgrades it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +48,8 @@ class Migration:
     version: int
     name: str
     template: str
+    applied: tuple[str, ...] = ()
+    """Conditions (SQL) that hold once the step is applied, and stay true after later ones."""
 
     @property
     def filename(self) -> str:
@@ -62,8 +66,8 @@ class Migration:
 
 MIGRATIONS: dict[str, tuple[Migration, ...]] = {
     dialect: tuple(
-        Migration(dialect, number, name, template)
-        for number, (name, template) in enumerate(steps, start=1)
+        Migration(dialect, number, name, template, applied)
+        for number, (name, template, applied) in enumerate(steps, start=1)
     )
     for dialect, steps in _ddl.STEPS.items()
 }
@@ -96,19 +100,24 @@ def _render(
     schema, _, name = job_table.rpartition(".")
     if schema != archived_job_table.rpartition(".")[0]:
         raise ConfigurationError("job_table and archived_job_table must be in the same schema")
+    tables = {
+        "job_table": job_table,
+        "archived_job_table": archived_job_table,
+        "version_table": version_table(job_table),
+        "periodic_table": periodic_table(job_table),
+        "paused_table": paused_table(job_table),
+        "claims_table": claims_table(job_table),
+    }
     sql = template.format(
         schema=schema or "public",
-        job_table=job_table,
-        archived_job_table=archived_job_table,
+        db=f"'{schema}'" if schema else "DATABASE()",
         index=f"{name}_queue_process_at",
         claim_index=f"{name}_queue_priority_process_at",
         unique_index=unique_index(job_table),
         finished_index=finished_index(archived_job_table),
         collation=collation,
-        version_table=version_table(job_table),
-        periodic_table=periodic_table(job_table),
-        paused_table=paused_table(job_table),
-        claims_table=claims_table(job_table),
+        **tables,
+        **{f"{key}_name": table.rpartition(".")[2] for key, table in tables.items()},
     )
     if not schema:
         lines = sql.splitlines(keepends=True)
@@ -158,10 +167,24 @@ def schema_sql(
     return _render(_ddl.FULL[dialect], dialect, job_table, archived_job_table, NO_PAD_COLLATION)
 
 
+_TOKENS = re.compile(r"--[^\n]*|'(?:[^']|'')*'|(\$\w*\$).*?\1|;", re.DOTALL)
+
+
 def statements(sql: str) -> list[str]:
-    """Split DDL into single statements (drivers run one statement per call)."""
-    lines = [line.split("--", 1)[0].rstrip() for line in sql.splitlines()]
-    return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
+    """Split DDL into single statements (drivers run one statement per call), without their
+    `--` comments; a `;` inside a string or a PostgreSQL `$$` body does not split."""
+    parts, current, at = [], [], 0
+    for token in _TOKENS.finditer(sql):
+        current.append(sql[at : token.start()])
+        at = token.end()
+        if token.group() == ";":
+            parts.append("".join(current))
+            current = []
+        elif not token.group().startswith("--"):
+            current.append(token.group())
+    parts.append("".join(current) + sql[at:])
+    lines = ("\n".join(line.rstrip() for line in part.splitlines()) for part in parts)
+    return [part.strip() for part in lines if part.strip()]
 
 
 # The version of a database's schema --------------------------------------------------------
@@ -175,34 +198,17 @@ def _recorded_version(dialect: Dialect, conn: Any, job_table: str) -> int | None
     return int(row[0]) if row else None
 
 
-def _detected_version(dialect: Dialect, conn: Any, job_table: str) -> int:
-    """The version an unrecorded schema is at, read off its columns (0: no tables)."""
-    columns = dialect.table_columns(conn, job_table)
-    if dialect.name == "mysql":
-        schema, _, name = job_table.rpartition(".")
-        row = dialect.fetchone(
-            conn,
-            "SELECT data_type FROM information_schema.columns WHERE table_schema = "
-            "COALESCE(%s, DATABASE()) AND table_name = %s AND column_name = 'process_at'",
-            (schema or None, name),
-        )
-        if row and str(row[0]).lower() == "timestamp":
-            return 1
-    if "last_error" not in columns:
-        return _step(dialect.name, "stored_errors") - 1
-    if not dialect.table_columns(conn, periodic_table(job_table)):
-        return _step(dialect.name, "stored_errors")
-    if "unique_key" not in columns:
-        return _step(dialect.name, "periodic_jobs")
-    if "priority" not in columns:
-        return _step(dialect.name, "unique_jobs")
-    if not dialect.table_columns(conn, paused_table(job_table)):
-        return _step(dialect.name, "priorities")
-    if "leased_by" not in columns:
-        return _step(dialect.name, "paused_queues")
-    if "trace_context" not in columns:
-        return _step(dialect.name, "long_jobs")
-    return _step(dialect.name, "observability")
+def _applied_version(dialect: Dialect, conn: Any, job_table: str, archived_job_table: str) -> int:
+    """How many steps, from the first, the catalog shows applied in full (0: not even
+    Proletarian's two tables), read in one query."""
+    steps = MIGRATIONS[dialect.name]
+    conditions = (" AND ".join(m.applied) for m in steps)
+    sql = "SELECT " + ",\n".join(f"CASE WHEN {c} THEN 1 ELSE 0 END" for c in conditions)
+    row = dialect.fetchone(
+        conn, _render(sql, dialect.name, job_table, archived_job_table, NO_PAD_COLLATION)
+    )
+    applied = [bool(flag) for flag in row]
+    return applied.index(False) if False in applied else len(steps)
 
 
 def _step(dialect: str, name: str) -> int:
@@ -213,8 +219,14 @@ def schema_version(
     conn: Any,
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+    *,
+    verify: bool = False,
 ) -> int:
-    """The schema version of these tables: the one recorded, else read off their columns.
+    """The schema version of these tables: the one recorded by the last upgrade, else the
+    steps, from the first, whose changes are all in the catalog (a step applied in part does
+    not count). `verify`: never more than the catalog shows, even when recorded (an older
+    upgrade may have recorded a step it left half-done); this needs a role that sees every
+    queue table, as MySQL's information_schema shows a user only the tables it may use.
 
     0 when there is no job table (whatever a version table says). Runs in the caller's
     transaction and changes nothing.
@@ -223,7 +235,10 @@ def schema_version(
     if not dialect.table_columns(conn, job_table):
         return 0
     recorded = _recorded_version(dialect, conn, job_table)
-    return recorded if recorded is not None else _detected_version(dialect, conn, job_table)
+    if recorded is not None and not verify:
+        return recorded
+    applied = _applied_version(dialect, conn, job_table, archived_job_table)
+    return applied if recorded is None else min(recorded, applied)
 
 
 def pending_migrations(
@@ -306,15 +321,18 @@ def upgrade_schema(
 
     On PostgreSQL everything runs in one transaction. On MySQL every DDL statement commits,
     so each step is applied and recorded on its own, and `report` hears of each as it lands.
+    Every step makes only the changes the catalog shows missing, so an upgrade interrupted
+    anywhere (or failed: the error raised is the step's own) is finished by running it again,
+    and a step recorded but not applied in full is applied again (`schema_version(verify=True)`).
     """
     dialect = dialect_for(conn, job_table, archived_job_table)
-    current = schema_version(conn, job_table, archived_job_table)
+    current = schema_version(conn, job_table, archived_job_table, verify=True)
     steps = [m for m in MIGRATIONS[dialect.name] if m.version > current]
     if dry_run or not steps:
         dialect.rollback(conn)
         return steps
     collation = _collation(dialect, conn)
-    if current == 0:
+    if not dialect.table_columns(conn, job_table):
         full = _render(
             _ddl.FULL[dialect.name], dialect.name, job_table, archived_job_table, collation
         )
@@ -333,12 +351,18 @@ def upgrade_schema(
                     report(migration)
         conn.commit()
     except BaseException:
-        dialect.rollback(conn)
+        with contextlib.suppress(Exception):  # the step's error, not a dead connection's
+            dialect.rollback(conn)
+        with contextlib.suppress(Exception):
+            _put_back_time_zone(dialect, conn, time_zone)
         raise
-    finally:
-        if time_zone is not None:
-            dialect.execute(conn, "SET time_zone = %s", (time_zone,))
+    _put_back_time_zone(dialect, conn, time_zone)
     return steps
+
+
+def _put_back_time_zone(dialect: Dialect, conn: Any, time_zone: str | None) -> None:
+    if time_zone is not None:
+        dialect.execute(conn, "SET time_zone = %s", (time_zone,))
 
 
 def _session_time_zone(dialect: Dialect, conn: Any) -> str | None:
@@ -389,6 +413,7 @@ def migration_file(migration: Migration) -> str:
     return (
         f"-- proletarian-di schema, step {migration.version} "
         f"({migration.name.replace('_', ' ')}) for {_HEADERS[migration.dialect]}.\n"
-        "-- Run the steps in order, each once; `proletarian-di schema upgrade` does it for\n"
-        "-- you and records the version.\n\n" + migration.sql()
+        "-- Run the steps in order; `proletarian-di schema upgrade` does it for you and\n"
+        "-- records the version. A step makes only the changes it finds missing, so one\n"
+        "-- interrupted half-way is finished by running it again.\n\n" + migration.sql()
     )

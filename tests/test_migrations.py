@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from datetime import timezone
 from pathlib import Path
@@ -10,21 +11,23 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import SchemaError, create_queue_worker, process_next_job
+from proletarian_di import SchemaError, _ddl, create_queue_worker, enqueue, process_next_job
 from proletarian_di.schema import (
     LATEST,
     MIGRATIONS,
     WORKERS_NEED,
     migration_file,
+    schema_sql,
     schema_version,
     statements,
     upgrade_schema,
+    version_table,
 )
 
-from backends import enqueue_committed
+from backends import enqueue_committed, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-OLD, FRESH = "proletarian_old", "proletarian_fresh"
+OLD, FRESH, REFERENCE = "proletarian_old", "proletarian_fresh", "proletarian_ref"
 
 
 def tables(schema: str) -> dict[str, str]:
@@ -40,11 +43,12 @@ def drop(backend: Any, schema: str) -> None:
 
 @pytest.fixture
 def scratch(backend: Any) -> Any:
-    """Two empty schemas: one for old tables to upgrade, one for a fresh install."""
-    for schema in (OLD, FRESH):
+    """Empty schemas: one for old tables to upgrade, one for a fresh install, one for
+    tables as the steps leave them."""
+    for schema in (OLD, FRESH, REFERENCE):
         drop(backend, schema)
     yield backend
-    for schema in (OLD, FRESH):
+    for schema in (OLD, FRESH, REFERENCE):
         drop(backend, schema)
 
 
@@ -85,34 +89,46 @@ def put_proletarian_job(backend: Any, n: int) -> None:
 
 
 def catalog(backend: Any, schema: str) -> list[tuple[Any, ...]]:
-    """Columns (type, nullability, collation) and secondary indexes of the two tables."""
+    """Every table of the schema: its columns (type, nullability, default, collation), its
+    indexes and (MySQL) its engine and collation, from the catalog."""
     if backend.name == "mysql":
-        columns = backend.query(
-            "SELECT table_name, column_name, column_type, is_nullable, collation_name "
-            "FROM information_schema.columns WHERE table_schema = %s "
-            "AND table_name IN ('job', 'archived_job') ORDER BY table_name, column_name",
-            (schema,),
+        where = "WHERE table_schema = %s"
+        return (
+            backend.query(
+                "SELECT table_name, column_name, column_type, is_nullable, collation_name, "
+                f"column_default, extra, generation_expression FROM information_schema.columns "
+                f"{where} ORDER BY table_name, column_name",
+                (schema,),
+            )
+            + backend.query(
+                "SELECT table_name, index_name, non_unique, seq_in_index, column_name, sub_part "
+                f"FROM information_schema.statistics {where} "
+                "ORDER BY table_name, index_name, seq_in_index",
+                (schema,),
+            )
+            + backend.query(
+                "SELECT table_name, engine, table_collation FROM information_schema.tables "
+                f"{where} ORDER BY table_name",
+                (schema,),
+            )
         )
-        indexes = backend.query(
-            "SELECT table_name, index_name, column_name, sub_part FROM "
-            "information_schema.statistics WHERE table_schema = %s "
-            "AND table_name IN ('job', 'archived_job') "
-            "ORDER BY table_name, index_name, seq_in_index",
-            (schema,),
-        )
-        return columns + indexes
     columns = backend.query(
-        "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns "
-        "WHERE table_schema = %s AND table_name IN ('job', 'archived_job') "
+        "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = %s "
         "ORDER BY table_name, column_name",
         (schema,),
     )
     indexes = backend.query(
         "SELECT tablename, indexname, replace(indexdef, %s, 'X.') FROM pg_indexes "
-        "WHERE schemaname = %s AND tablename IN ('job', 'archived_job') ORDER BY indexname",
+        "WHERE schemaname = %s ORDER BY tablename, indexname",
         (f"{schema}.", schema),
     )
     return columns + indexes
+
+
+def tables_only(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A catalog without the version table, which an upgrade creates when it records one."""
+    return [row for row in rows if row[0] != "job_schema_version"]
 
 
 def version_of(backend: Any, schema: str) -> int:
@@ -175,12 +191,13 @@ def test_the_sql_files_are_the_rendered_steps_and_give_a_fresh_install(scratch):
             backend,
             path.read_text()
             .replace("proletarian.", f"{OLD}.")
+            .replace("table_schema = 'proletarian'", f"table_schema = '{OLD}'")
             .replace("DATABASE IF NOT EXISTS proletarian", f"DATABASE IF NOT EXISTS {OLD}")
             .replace("SCHEMA IF NOT EXISTS proletarian", f"SCHEMA IF NOT EXISTS {OLD}"),
         )
     upgrade(backend, FRESH)
-    assert catalog(backend, OLD) == catalog(backend, FRESH)
-    assert version_of(backend, OLD) == LATEST[backend.name], "detected from the columns"
+    assert catalog(backend, OLD) == tables_only(catalog(backend, FRESH)), "no version recorded"
+    assert version_of(backend, OLD) == LATEST[backend.name], "detected from the catalog"
 
 
 def test_upgrade_dry_run_changes_nothing_and_a_second_upgrade_is_a_no_op(scratch):
@@ -194,8 +211,225 @@ def test_upgrade_dry_run_changes_nothing_and_a_second_upgrade_is_a_no_op(scratch
     assert version_of(backend, OLD) == LATEST[backend.name]
 
 
+def record(backend: Any, schema: str, version: int) -> None:
+    """The version table as an upgrade leaves it once step `version` has landed."""
+    table = version_table(f"{schema}.job")
+    run_sql(backend, _ddl.VERSION_TABLE[backend.name].format(version_table=table))
+    with contextlib.closing(backend.connect()) as conn:
+        conn.cursor().execute(
+            _ddl.RECORD_VERSION[backend.name].format(version_table=table),
+            (f"{schema}.job", version),
+        )
+        conn.commit()
+
+
+def interruptions(step: list[str]) -> list[int]:
+    """How many of a step's statements an interruption may have applied: none, and each
+    count that ends with a change (a MySQL step's `SET @ddl`, `PREPARE` and `DEALLOCATE`
+    only set the session's state, which an interruption loses with the session)."""
+    session = ("SET @ddl", "PREPARE ddl", "DEALLOCATE PREPARE")
+    return [0] + [n for n, sql in enumerate(step, start=1) if not sql.startswith(session)]
+
+
+def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(scratch):
+    """Every step, stopped after each of its statements (MySQL commits each DDL statement;
+    a step file run by hand stops where it failed): the catalog never shows the step as
+    applied before it is (files run by hand resume at it), and the next upgrade, from the
+    version an interrupted upgrade recorded, completes and leaves what a fresh install
+    creates."""
+    backend = scratch
+    upgrade(backend, FRESH)
+    fresh = catalog(backend, FRESH)
+    in_full: dict[int, list[tuple[Any, ...]]] = {}
+
+    def as_after(version: int) -> list[tuple[Any, ...]]:
+        """The catalog of the tables the first `version` steps make, each run in full."""
+        if version not in in_full:
+            create_at(backend, version, REFERENCE)
+            in_full[version] = catalog(backend, REFERENCE)
+            drop(backend, REFERENCE)
+        return in_full[version]
+
+    wrong = []
+    for migration in MIGRATIONS[backend.name]:
+        version = migration.version
+        step = statements(migration.sql(**tables(OLD)))
+        for done in interruptions(step):
+            drop(backend, OLD)
+            create_at(backend, version - 1)
+            run_sql(backend, ";\n".join(step[:done]))
+            detected = version_of(backend, OLD)
+            if detected == version and catalog(backend, OLD) != as_after(version):
+                wrong.append((version, done, "detected as applied"))
+            elif detected not in (version - 1, version):
+                wrong.append((version, done, f"detected as version {detected}"))
+            if version > 1:
+                record(backend, OLD, version - 1)
+            upgrade(backend)
+            if catalog(backend, OLD) != fresh or version_of(backend, OLD) != LATEST[backend.name]:
+                wrong.append((version, done, "not finished"))
+    assert wrong == [], "(step, statements applied, what went wrong)"
+
+
+def test_a_fresh_install_interrupted_after_any_statement_is_finished_by_the_next_upgrade(scratch):
+    """sql/<database>.sql run by hand, stopped after each statement (the upgrade itself runs
+    it in one transaction on PostgreSQL, statement by statement on MySQL)."""
+    backend = scratch
+    upgrade(backend, FRESH)
+    fresh = tables_only(catalog(backend, FRESH))
+    full = statements(schema_sql(backend.name, **tables(OLD)))
+    differ = []
+    for done in range(len(full)):
+        drop(backend, OLD)
+        run_sql(backend, ";\n".join(full[:done]))
+        upgrade(backend)
+        if tables_only(catalog(backend, OLD)) != fresh:
+            differ.append(done)
+    assert differ == [], "statements applied before the upgrade that it did not finish"
+
+
+def test_the_version_is_that_of_the_steps_applied_in_full(scratch):
+    backend = scratch
+    *_, last = MIGRATIONS[backend.name]
+    create_at(backend, last.version - 1)
+    step = statements(last.sql(**tables(OLD)))
+    run_sql(backend, ";\n".join(step[: interruptions(step)[1]]))
+    assert version_of(backend, OLD) == last.version - 1, "a step applied in part does not count"
+    record(backend, OLD, last.version)  # as an older upgrade interrupted in the step did
+    assert version_of(backend, OLD) == last.version, "the record is trusted"
+    with contextlib.closing(backend.connect()) as conn:
+        assert schema_version(conn, **tables(OLD), verify=True) == last.version - 1
+    assert [m.version for m in upgrade(backend)] == [last.version], "applied again"
+    upgrade(backend, FRESH)
+    assert catalog(backend, OLD) == catalog(backend, FRESH)
+
+
+def blocked(backend: Any, conn: Any) -> Any:
+    """Whether `conn` (busy in another thread) is waiting for a lock on a table."""
+    if backend.name == "mysql":
+        rows = backend.query(
+            "SELECT state FROM information_schema.processlist WHERE id = %s", (conn.thread_id(),)
+        )
+        return rows and "lock" in str(rows[0][0]).lower()
+    rows = backend.query(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (conn.info.backend_pid,)
+    )
+    return rows and rows[0][0] == "Lock"
+
+
+@contextlib.contextmanager
+def table_in_use(backend: Any) -> Any:
+    """A transaction that has read the job table, as a held-mode job's has: DDL on the table
+    waits for it to end."""
+    with contextlib.closing(backend.connect()) as holder:
+        holder.cursor().execute(f"SELECT COUNT(*) FROM {OLD}.job")
+        yield
+        holder.rollback()
+
+
+def session_setting(backend: Any, conn: Any) -> Any:
+    name = "@@SESSION.time_zone" if backend.name == "mysql" else "current_setting('TimeZone')"
+    with conn.cursor() as cursor:
+        cursor.execute(f"SELECT {name}")
+        return cursor.fetchone()[0]
+
+
+def test_an_error_inside_a_step_is_raised_as_it_is_and_the_next_upgrade_finishes(scratch):
+    backend = scratch
+    upgrade(backend, FRESH)
+    create_at(backend, 1)
+    with contextlib.closing(backend.connect()) as conn:
+        with conn.cursor() as cursor:
+            if backend.name == "mysql":
+                cursor.execute("SET time_zone = '+05:00'")
+        conn.commit()
+        short_lock_timeout(backend, conn)
+        before = session_setting(backend, conn)
+        with table_in_use(backend), pytest.raises(Exception) as error:
+            upgrade_schema(conn, **tables(OLD))
+        assert session_setting(backend, conn) == before, "the session is put back"
+    assert lock_timed_out(backend) in str(error.value), error.value
+    assert version_of(backend, OLD) == 1
+    upgrade(backend)
+    assert catalog(backend, OLD) == catalog(backend, FRESH)
+
+
+def short_lock_timeout(backend: Any, conn: Any) -> None:
+    """Lock waits on `conn` fail after a second (committed: PostgreSQL undoes a SET rolled back)."""
+    with conn.cursor() as cursor:
+        if backend.name == "mysql":
+            cursor.execute("SET SESSION lock_wait_timeout = 1")
+        else:
+            cursor.execute("SET lock_timeout = '1s'")
+    conn.commit()
+
+
+def lock_timed_out(backend: Any) -> str:
+    """The error message of a lock wait that timed out."""
+    return "Lock wait timeout exceeded" if backend.name == "mysql" else "lock timeout"
+
+
+def test_a_step_waiting_for_a_running_job_blocks_enqueues_until_the_job_ends(scratch):
+    """What docs/operations.md says: a step that alters the job table waits for the open
+    transactions on it (a held-mode job's), and enqueues queue behind the step."""
+    backend = scratch
+    create_at(backend, 1)
+    conn = backend.connect()
+    thread = threading.Thread(target=upgrade_schema, args=(conn,), kwargs=tables(OLD))
+    try:
+        with table_in_use(backend):
+            thread.start()
+            wait_until(lambda: blocked(backend, conn), description="the step waits for the job")
+            with contextlib.closing(backend.connect()) as enqueuer:
+                short_lock_timeout(backend, enqueuer)
+                with pytest.raises(Exception, match=lock_timed_out(backend)):
+                    enqueue(enqueuer, "blocked", job_table=f"{OLD}.job")
+        thread.join(30)
+    finally:
+        conn.close()
+    assert not thread.is_alive()
+    assert version_of(backend, OLD) == LATEST[backend.name], "the step ran once the job ended"
+    enqueue_committed(backend, ("after", 1), job_table=f"{OLD}.job")
+
+
+def test_a_connection_lost_inside_a_step_raises_its_own_error(scratch):
+    """The rollback and the time zone put back after a failed step cannot run on a dead
+    connection: their errors must not replace the step's."""
+    backend = scratch
+    create_at(backend, 1)
+    conn = backend.connect()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            upgrade_schema(conn, **tables(OLD))
+        except BaseException as exc:
+            raised.append(exc)
+
+    with table_in_use(backend):
+        thread = threading.Thread(target=run)
+        thread.start()
+        wait_until(lambda: blocked(backend, conn), description="the step waits for the table")
+        if backend.name == "mysql":
+            backend.execute(f"KILL {conn.thread_id()}")
+        else:
+            backend.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        thread.join(10)
+    conn.close()
+    (error,) = raised
+    if backend.name == "mysql":
+        assert type(error).__name__ == "OperationalError" and error.args[0] in (1927, 2013), error
+    else:
+        assert "terminating connection due to administrator command" in str(error), error
+    assert version_of(backend, OLD) == 1
+
+
+def step_number(dialect: str, name: str) -> int:
+    return next(m.version for m in MIGRATIONS[dialect] if m.name == name)
+
+
 def workers_need(dialect: str) -> int:
-    return next(m.version for m in MIGRATIONS[dialect] if m.name == WORKERS_NEED)
+    return step_number(dialect, WORKERS_NEED)
 
 
 def test_a_worker_on_an_older_schema_names_the_command_that_upgrades_it(scratch):
@@ -271,3 +505,45 @@ def test_the_cli_checks_upgrades_and_reports_versions(scratch):
     assert ready.exit_code == 0, ready.output
     assert f"are ready (schema version {latest} of {latest})" in ready.stdout
     assert backend.query(f"SELECT COUNT(*) FROM {OLD}.job")[0][0] == 1
+
+
+def test_the_cli_reports_an_interrupted_upgrade_and_finishes_it(scratch):
+    backend = scratch
+    migration = MIGRATIONS[backend.name][step_number(backend.name, "stored_errors") - 1]
+    create_at(backend, migration.version - 1)
+    record(backend, OLD, migration.version - 1)
+    step = statements(migration.sql(**tables(OLD)))
+    run_sql(backend, ";\n".join(step[: interruptions(step)[1]]))  # last_error on the job table
+    names = ["--job-table", f"{OLD}.job", "--archived-job-table", f"{OLD}.archived_job"]
+    url = ["-d", backend.url]
+
+    check = cli("schema", "check", *url, *names)
+    assert check.exit_code == 6, check.output
+    assert f"at schema version {migration.version - 1};" in check.stderr
+    assert f"missing steps: {migration.version} (stored errors)" in check.stderr
+
+    upgraded = cli("schema", "upgrade", *url, *names)
+    assert upgraded.exit_code == 0, upgraded.output
+    assert f"step {migration.version} (stored errors) applied" in upgraded.stdout
+    ready = cli("schema", "check", *url, *names)
+    assert ready.exit_code == 0, ready.output
+    upgrade(backend, FRESH)
+    assert catalog(backend, OLD) == catalog(backend, FRESH)
+
+
+def test_a_statement_the_server_refuses_is_not_called_unreachable(postgresql_backend, monkeypatch):
+    """PostgreSQL: a lock timeout inside a step (PGOPTIONS sets one for the CLI's connection;
+    PyMySQL's connection takes no such option from the URL)."""
+    backend = postgresql_backend
+    drop(backend, OLD)
+    try:
+        create_at(backend, 1)
+        monkeypatch.setenv("PGOPTIONS", "-c lock_timeout=500")
+        names = ["--job-table", f"{OLD}.job", "--archived-job-table", f"{OLD}.archived_job"]
+        with table_in_use(backend):
+            failed = cli("schema", "upgrade", "-d", backend.url, *names)
+        assert failed.exit_code != 0
+        assert "unreachable" not in failed.output
+        assert "canceling statement due to lock timeout" in failed.output
+    finally:
+        drop(backend, OLD)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from proletarian_di.schema import schema_file, schema_sql
+from proletarian_di.schema import (
+    LATEST,
+    schema_file,
+    schema_sql,
+    schema_version,
+    statements,
+    upgrade_schema,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,3 +68,33 @@ def test_custom_names_render_everywhere():
 def test_bad_schema_requests_are_rejected(args):
     with pytest.raises(ValueError):
         schema_sql(*args)
+
+
+def test_statements_keep_dollar_quoted_bodies_and_strings_whole():
+    """What the guarded steps need: a `$$` body is kept as it is, comments and all."""
+    sql = (
+        "DO $$ BEGIN\n    ALTER TABLE t ADD COLUMN c TEXT; -- a; comment\nEND $$;\n"
+        "SET @ddl = IF(x, 'DO 0', 'ALTER TABLE t ADD c INT; no split');  -- trailing\n"
+        "SELECT 'it''s -- not a comment'"
+    )
+    assert statements(sql) == [
+        "DO $$ BEGIN\n    ALTER TABLE t ADD COLUMN c TEXT; -- a; comment\nEND $$",
+        "SET @ddl = IF(x, 'DO 0', 'ALTER TABLE t ADD c INT; no split')",
+        "SELECT 'it''s -- not a comment'",
+    ]
+
+
+def test_unqualified_tables_are_installed_and_recognised_in_the_connections_schema(backend):
+    """The steps' catalog checks find tables named without a schema where the connection
+    puts them (PostgreSQL's search path, MySQL's current database)."""
+    names = {"job_table": "plain_job", "archived_job_table": "plain_job_done"}
+    tables = ["plain_job", "plain_job_done", "plain_job_periodic", "plain_job_paused"]
+    tables += ["plain_job_claims", "plain_job_schema_version"]
+    try:
+        with contextlib.closing(backend.connect()) as conn:
+            assert upgrade_schema(conn, **names)
+            assert schema_version(conn, **names, verify=True) == LATEST[backend.name]
+            assert upgrade_schema(conn, **names) == []
+    finally:
+        for table in tables:
+            backend.execute(f"DROP TABLE IF EXISTS {table}")

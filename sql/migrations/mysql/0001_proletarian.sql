@@ -1,6 +1,7 @@
 -- proletarian-di schema, step 1 (proletarian) for MySQL 8.0.1+ and MariaDB 10.6+.
--- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
--- you and records the version.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
 
 CREATE DATABASE IF NOT EXISTS proletarian;
 

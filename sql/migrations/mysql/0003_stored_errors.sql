@@ -1,6 +1,21 @@
 -- proletarian-di schema, step 3 (stored errors) for MySQL 8.0.1+ and MariaDB 10.6+.
--- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
--- you and records the version.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
 
-ALTER TABLE proletarian.job ADD COLUMN last_error TEXT NULL;
-ALTER TABLE proletarian.archived_job ADD COLUMN last_error TEXT NULL;
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'last_error'),
+       NULL, 'ADD COLUMN last_error TEXT NULL'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND column_name = 'last_error'),
+       NULL, 'ADD COLUMN last_error TEXT NULL'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.archived_job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;

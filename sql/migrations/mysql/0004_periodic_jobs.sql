@@ -1,6 +1,7 @@
 -- proletarian-di schema, step 4 (periodic jobs) for MySQL 8.0.1+ and MariaDB 10.6+.
--- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
--- you and records the version.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
 
 CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
     name        VARCHAR(255) PRIMARY KEY, -- the schedule's name (PeriodicJob.name)

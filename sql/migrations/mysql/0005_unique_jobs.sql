@@ -1,7 +1,16 @@
 -- proletarian-di schema, step 5 (unique jobs) for MySQL 8.0.1+ and MariaDB 10.6+.
--- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
--- you and records the version.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
 
-ALTER TABLE proletarian.job
-    ADD COLUMN unique_key VARCHAR(255) NULL,
-    ADD UNIQUE INDEX job_queue_unique_key (queue, unique_key);
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'unique_key'),
+       NULL, 'ADD COLUMN unique_key VARCHAR(255) NULL'),
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_queue_unique_key'),
+       NULL, 'ADD UNIQUE INDEX job_queue_unique_key (queue, unique_key)'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;

@@ -1,9 +1,24 @@
 -- proletarian-di schema, step 9 (observability) for MySQL 8.0.1+ and MariaDB 10.6+.
--- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
--- you and records the version.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
 
-ALTER TABLE proletarian.job
-    ADD COLUMN trace_context TEXT NULL,
-    DROP INDEX job_queue_priority_process_at,
-    ADD INDEX job_queue_priority_process_at (queue, priority_rank, process_at, attempts, leased_by);
-ALTER TABLE proletarian.archived_job ADD INDEX archived_job_finished_at (finished_at, queue, status);
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.columns
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND column_name = 'trace_context'),
+       NULL, 'ADD COLUMN trace_context TEXT NULL'),
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_queue_priority_process_at' AND column_name = 'attempts'),
+       NULL, 'DROP INDEX job_queue_priority_process_at, ADD INDEX job_queue_priority_process_at (queue, priority_rank, process_at, attempts, leased_by)'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND index_name = 'archived_job_finished_at'),
+       NULL, 'ADD INDEX archived_job_finished_at (finished_at, queue, status)'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.archived_job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;

@@ -1,6 +1,7 @@
 -- proletarian-di schema, step 1 (proletarian) for PostgreSQL 9.5+.
--- Run the steps in order, each once; `proletarian-di schema upgrade` does it for
--- you and records the version.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
 
 CREATE SCHEMA IF NOT EXISTS proletarian;
 
