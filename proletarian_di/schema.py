@@ -287,11 +287,7 @@ def check_schema(
 
 
 def _collation(dialect: Dialect, conn: Any) -> str:
-    if dialect.name == "mysql":
-        product, version = dialect.server_version(conn)
-        if product == "MySQL" and version < (8, 0, 17):
-            return OLD_MYSQL_COLLATION
-    return NO_PAD_COLLATION
+    return OLD_MYSQL_COLLATION if dialect.lacks_no_pad_collation(conn) else NO_PAD_COLLATION
 
 
 def _run(conn: Any, sql: str) -> None:
@@ -339,12 +335,12 @@ def upgrade_schema(
         batches = [(full, steps[-1].version, steps)]
     else:
         batches = [(m.sql(job_table, archived_job_table, collation), m.version, [m]) for m in steps]
-    time_zone = _session_time_zone(dialect, conn)
+    time_zone = dialect.session_time_zone(conn)
     try:
         for sql, version, applied in batches:
             _run(conn, sql)
             _record(dialect, conn, job_table, version)
-            if dialect.name == "mysql":
+            if not dialect.transactional_ddl:
                 conn.commit()
             for migration in applied:
                 if report is not None:
@@ -354,22 +350,10 @@ def upgrade_schema(
         with contextlib.suppress(Exception):  # the step's error, not a dead connection's
             dialect.rollback(conn)
         with contextlib.suppress(Exception):
-            _put_back_time_zone(dialect, conn, time_zone)
+            dialect.put_back_time_zone(conn, time_zone)
         raise
-    _put_back_time_zone(dialect, conn, time_zone)
+    dialect.put_back_time_zone(conn, time_zone)
     return steps
-
-
-def _put_back_time_zone(dialect: Dialect, conn: Any, time_zone: str | None) -> None:
-    if time_zone is not None:
-        dialect.execute(conn, "SET time_zone = %s", (time_zone,))
-
-
-def _session_time_zone(dialect: Dialect, conn: Any) -> str | None:
-    """MySQL's session time zone, which a step sets to UTC: put back afterwards."""
-    if dialect.name != "mysql":
-        return None
-    return str(dialect.fetchone(conn, "SELECT @@SESSION.time_zone")[0])
 
 
 def install_schema(

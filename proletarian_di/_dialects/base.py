@@ -383,6 +383,21 @@ class Dialect:
         """Open a transaction explicitly where the driver would not (autocommit)."""
         raise NotImplementedError
 
+    transactional_ddl = True
+    """Whether schema changes roll back with their transaction (else each commits)."""
+
+    def lacks_no_pad_collation(self, conn: Any) -> bool:
+        """Whether the server predates the binary NO PAD collation the schema uses."""
+        return False
+
+    def session_time_zone(self, conn: Any) -> str | None:
+        """The session's time zone where a schema step changes it, to put back after."""
+        return None
+
+    def put_back_time_zone(self, conn: Any, time_zone: str | None) -> None:
+        if time_zone is not None:
+            self.execute(conn, "SET time_zone = %s", (time_zone,))
+
     listens = False
     """Whether the database can wake idle workers (LISTEN/NOTIFY): they then sleep until told."""
 

@@ -116,6 +116,15 @@ class MySQLDialect(Dialect):
                 ) from exc
             raise
 
+    transactional_ddl = False
+
+    def lacks_no_pad_collation(self, conn: Any) -> bool:
+        product, version = self.server_version(conn)
+        return product == "MySQL" and version < (8, 0, 17)
+
+    def session_time_zone(self, conn: Any) -> str | None:
+        return str(self.fetchone(conn, "SELECT @@SESSION.time_zone")[0])
+
     def set_autocommit(self, conn: Any) -> None:
         unwrap_connection(conn).autocommit(True)
 
