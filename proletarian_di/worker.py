@@ -327,8 +327,7 @@ class QueueWorker:
         if conn is None or dialect is None:
             return
         try:
-            with self._recording_connection() as side:
-                dialect.cancel_statement(conn, side)
+            dialect.cancel_statement(conn, self._recording_connection)
         except Exception as exc:
             self._emit("polling_error", exception=exc)
 
@@ -534,7 +533,7 @@ class QueueWorker:
         while not self._stopping.is_set():
             slot.mark("connecting")
             checkout: Checkout | None = None
-            error: BaseException | None = None
+            error: Exception | None = None
             try:
                 checkout = slot.checkout = Checkout(self._connect, self._runner.dialect)
                 slot.conn, slot.dialect = checkout.conn, checkout.dialect
@@ -549,12 +548,13 @@ class QueueWorker:
                         self._idle(slot, interval)
             except Exception as exc:
                 error = exc
-                if not self._polling_failed(slot, exc, backoff):
-                    break
             finally:
                 slot.conn = slot.dialect = slot.checkout = None
                 if checkout is not None:  # unless the watchdog gave it back already
                     self._give_back(checkout, error)
+            # backing off only once the connection is back (handing it back may wait on it)
+            if error is not None and not self._polling_failed(slot, error, backoff):
+                break
 
     def _poll_leased(self, slot: Slot) -> None:
         """Lease mode's worker thread: it takes a connection only to claim and to settle."""

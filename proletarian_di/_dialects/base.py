@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -723,10 +723,11 @@ class Dialect:
         """Drop the connection under a stuck job so the server rolls it back."""
         raise NotImplementedError
 
-    def cancel_statement(self, conn: Any, side: Any) -> None:
-        """Cancel the statement `conn` runs now, if any, from another thread (`side`: a
-        connection of the caller's own, where the database needs one); the transaction
-        stays open."""
+    def cancel_statement(
+        self, conn: Any, side: Callable[[], contextlib.AbstractContextManager[Any]]
+    ) -> None:
+        """Cancel the statement `conn` runs now, if any, from another thread (on a
+        connection `side` opens, where the database needs one); the transaction stays open."""
         raise NotImplementedError
 
     # Admin: operators' reads and moves -----------------------------------

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import re
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -421,18 +421,21 @@ class MySQLDialect(Dialect):
         if sock is not None:
             shutdown_socket(sock.fileno())
 
-    def cancel_statement(self, conn: Any, side: Any) -> None:
-        """KILL QUERY from `side`, only while the session runs one: a KILL that finds the
-        session idle would end its next statement instead, on some servers."""
+    def cancel_statement(
+        self, conn: Any, side: Callable[[], contextlib.AbstractContextManager[Any]]
+    ) -> None:
+        """KILL QUERY from a side connection, only while the session runs one: a KILL that
+        finds the session idle would end its next statement instead, on some servers."""
         thread_id = unwrap_connection(conn).thread_id()
-        running = self.fetchone(
-            side,
-            "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s AND COMMAND = 'Query'",
-            (thread_id,),
-        )
-        if running is not None:
-            self.execute(side, f"KILL QUERY {int(thread_id)}")
-        self.rollback(side)
+        with side() as other:
+            running = self.fetchone(
+                other,
+                "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s AND COMMAND = 'Query'",
+                (thread_id,),
+            )
+            if running is not None:
+                self.execute(other, f"KILL QUERY {int(thread_id)}")
+            self.rollback(other)
 
     def in_transaction(self, conn: Any) -> bool:
         """Whether a transaction is open, asked of the server: `DO 0` returns its status

@@ -10,7 +10,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -410,7 +410,9 @@ class PostgresDialect(Dialect):
     def abort(self, conn: Any) -> None:
         shutdown_socket(conn.pgconn.socket)
 
-    def cancel_statement(self, conn: Any, side: Any) -> None:
+    def cancel_statement(
+        self, conn: Any, side: Callable[[], contextlib.AbstractContextManager[Any]]
+    ) -> None:
         conn.cancel_safe(timeout=5.0)  # a no-op while no statement runs
 
     def held_rows(self, conn: Any) -> HeldRows:
