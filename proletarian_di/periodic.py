@@ -69,11 +69,27 @@ def _cronsim() -> Any:
     return cronsim
 
 
+MAX_CRON_LENGTH = 255
+"""The longest cron string, as declared: the schedules' table stores no more on MySQL."""
+
+MAX_TIMEZONE_LENGTH = 64
+"""The longest time zone name the schedules' table stores on MySQL (IANA's are under 40)."""
+
+
+def _bounded(value: str, limit: int, what: str) -> None:
+    """Refuse a text longer than its column, which MySQL would fail on at the first write."""
+    if len(value) > limit:
+        raise ConfigurationError(
+            f"{what} must be at most {limit} characters, got {len(value)}: {value[:40]!r}…"
+        )
+
+
 def _zone(name: Any, where: str) -> Any:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"{where}: timezone must be an IANA name such as 'UTC'")
+    _bounded(name, MAX_TIMEZONE_LENGTH, f"{where}: timezone")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -86,6 +102,7 @@ def _expression(cron: Any, where: str) -> str:
     """The five-field expression `cron` stands for, checked by cronsim."""
     if not isinstance(cron, str) or not cron.strip():
         raise ConfigurationError(f"{where}: cron must be a cron expression such as '0 * * * *'")
+    _bounded(cron, MAX_CRON_LENGTH, f"{where}: cron")
     text = " ".join(cron.split())
     expr = ALIASES.get(text.lower(), text)
     if expr.startswith("@"):
@@ -125,6 +142,11 @@ class PeriodicJob:
     timezone: str = "UTC"
 
     def __post_init__(self) -> None:
+        self._check()
+
+    def _check(self) -> None:
+        """Refuse a field the schedules' table cannot store as given, or cron cannot read:
+        a `ConfigurationError` naming the schedule, before anything is written."""
         check_name(self.name, "PeriodicJob name")
         where = f"periodic job {self.name!r}"
         check_name(self.job_type, f"{where}: job_type")
@@ -136,6 +158,15 @@ class PeriodicJob:
     def expression(self) -> str:
         """The five-field expression (an alias spelled out)."""
         return _expression(self.cron, self.name)
+
+    def _reads_as(self, cron: str) -> bool:
+        """Whether a recorded `cron` reads as this schedule's expression: spacing, the case
+        of names (`MON`, `@Hourly`) and an alias for its expression are no change."""
+        try:
+            recorded = _expression(cron, self.name)
+        except ConfigurationError:
+            return False
+        return recorded.upper() == self.expression.upper()
 
     def ticks(self, after: datetime) -> Iterator[datetime]:
         """The schedule's ticks after `after` (aware), in order, as UTC datetimes."""
@@ -151,27 +182,29 @@ def _ticks(expression: str, zone_name: str, after: datetime) -> Iterator[datetim
         raise ConfigurationError(f"a schedule's time must be timezone-aware, got {after!r}")
     zone = _zone(zone_name, "schedule")
     for tick in _cronsim().CronSim(expression, after.astimezone(zone)):
-        yield tick.astimezone(timezone.utc)
+        # Started inside a repeated hour, cronsim can give the hour's first pass first.
+        if tick > after:
+            yield tick.astimezone(timezone.utc)
 
 
 def _latest_tick(job: PeriodicJob, after: datetime, now: datetime) -> datetime | None:
     """The newest tick in (after, now], or None: the one a late scheduler enqueues."""
-    ticks = job.ticks(after)
-    first = next(ticks, None)
-    if first is None or first > now:
+    latest = job.next_run(after)
+    if latest is None or latest > now:
         return None
-    # Jump close to now (cronsim goes back as well as forward), then step on to it.
-    zone = _zone(job.timezone, job.name)
-    start = (now.replace(microsecond=0) + timedelta(seconds=1)).astimezone(zone)
-    back = next(_cronsim().CronSim(job.expression, start, reverse=True), None)
-    latest = first
-    if back is not None and back - timedelta(seconds=1) > first:
-        ticks = job.ticks(back - timedelta(seconds=1))
-    for tick in ticks:
-        if tick > now:
-            break
-        latest = max(latest, tick)
-    return latest
+    # Bisect (after, now] in UTC with forward steps only: cronsim's reverse iteration can
+    # return times after its start near a DST change, and a second taken off a zone's wall
+    # clock can land in a DST gap, an hour later. Ticks lie in (low, high] past `latest`.
+    low, high = latest, now
+    while high - low >= timedelta(seconds=1):
+        middle = low + (high - low) / 2
+        tick = job.next_run(middle)
+        if tick is not None and tick <= now:
+            latest = low = tick
+        else:
+            high = middle
+    tick = job.next_run(low)  # ticks are a minute apart or more: (low, high] holds one at most
+    return tick if tick is not None and tick <= now else latest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,7 +320,9 @@ class Scheduler:
     def register(self) -> list[Tick]:
         """Record every schedule in the database; with `catch_up`, enqueue the newest tick
         each missed while no process ran it. A schedule whose expression or time zone
-        changed starts afresh: its first tick is the next one after now."""
+        changed starts afresh: its first tick is the next one after now, or after the
+        recorded last tick if that is later (another process's clock may run ahead).
+        Another spelling of the same expression is no change."""
         now = self.settings.clock()
         handled: list[Tick] = []
         with self._connect() as conn:
@@ -326,10 +361,11 @@ class Scheduler:
             (job.name,),
         )
         last = dialect.decode_time(last)
-        changed = (cron, zone) != (job.cron, job.timezone)
+        changed = zone != job.timezone or not job._reads_as(cron)
         missed = None if changed else _latest_tick(job, last, now)
         if changed:
-            last = now
+            # Never back: a process whose clock runs ahead may have enqueued a tick after now.
+            last = max(last, now)
         elif missed is not None:
             last = missed
         dialect.execute(
@@ -449,6 +485,7 @@ def create_scheduler(
     for job in jobs:
         if not isinstance(job, PeriodicJob):
             raise ConfigurationError(f"periodic_jobs must hold PeriodicJob objects, got {job!r}")
+        job._check()
         if job.name in names:
             raise ConfigurationError(f"two periodic jobs are named {job.name!r}; names are unique")
         names.add(job.name)

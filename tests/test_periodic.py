@@ -5,11 +5,13 @@ effect on restart, and Debian cron's daylight-saving rules, on a fake clock."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -86,6 +88,83 @@ def test_a_bad_time_zone_and_a_bad_name_are_errors() -> None:
         PeriodicJob("", "@daily", "report")
     with pytest.raises(ConfigurationError, match="job_type must be a non-empty string"):
         PeriodicJob("report", "@daily", "")
+
+
+def long_cron(length: int) -> str:
+    """A valid expression of exactly `length` characters (from 237): every minute and hour
+    listed, padded with spaces."""
+    minutes = ",".join(str(m) for m in range(60))
+    hours = ",".join(str(h) for h in range(24))
+    return minutes + " " * (length - 236) + hours + " * * *"
+
+
+def test_a_cron_longer_than_its_column_is_refused_when_the_job_is_made() -> None:
+    """MySQL's VARCHAR(255) would refuse it at the scheduler's first write (DataError 1406)."""
+    assert PeriodicJob("wide", long_cron(255), "t").expression.startswith("0,1,2")
+    with pytest.raises(
+        ConfigurationError, match="periodic job 'wide': cron must be at most 255 characters"
+    ):
+        PeriodicJob("wide", long_cron(256), "t")
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ("name", "PeriodicJob name must be at most 255 characters"),
+        ("job_type", "job_type must be at most 255 characters"),
+        ("queue", "queue must be at most 255 characters"),
+    ],
+)
+def test_a_name_type_or_queue_longer_than_its_column_is_refused(field: str, message: str) -> None:
+    fields = {"name": "n", "cron": "@hourly", "job_type": "t", field: "x" * 256}
+    with pytest.raises(ConfigurationError, match=message):
+        PeriodicJob(**fields)
+
+
+@pytest.fixture
+def long_zone(tmp_path: Path) -> Iterator[str]:
+    """A real time zone file under a name longer than the table's 64 characters."""
+    import zoneinfo
+
+    name = "Very/" * 12 + "Long/Berlin"
+    found = [Path(p, BERLIN) for p in zoneinfo.TZPATH if Path(p, BERLIN).is_file()]
+    source = found[0] if found else Path(importlib.import_module("tzdata").__file__).parent
+    if not found:
+        source = source / "zoneinfo" / BERLIN
+    target = tmp_path / name
+    target.parent.mkdir(parents=True)
+    target.write_bytes(source.read_bytes())
+    zoneinfo.reset_tzpath(to=[str(tmp_path), *zoneinfo.TZPATH])
+    try:
+        assert zoneinfo.ZoneInfo(name).key == name
+        yield name
+    finally:
+        zoneinfo.reset_tzpath()
+
+
+def test_a_time_zone_longer_than_its_column_is_refused(long_zone: str) -> None:
+    with pytest.raises(
+        ConfigurationError, match="periodic job 'far': timezone must be at most 64 characters"
+    ):
+        PeriodicJob("far", "@daily", "t", timezone=long_zone)
+
+
+def test_create_scheduler_checks_each_field_again(schedules: Backend) -> None:
+    """A job altered after it was made (a frozen dataclass can be) is refused before the
+    scheduler touches the database; the longest cron the column holds is recorded whole."""
+    altered = PeriodicJob("wide", "@hourly", "t")
+    object.__setattr__(altered, "cron", long_cron(256))
+    source = schedules.pool(1)
+    try:
+        with pytest.raises(ConfigurationError, match="cron must be at most 255 characters"):
+            create_scheduler(source, [altered])
+    finally:
+        source.close()
+    assert list_schedules_now(schedules, datetime.now(UTC)) == []
+    register_at(schedules, at("2026-05-01 10:30"), [PeriodicJob("wide", long_cron(255), "t")])
+    [schedule] = list_schedules_now(schedules, at("2026-05-01 10:30"))
+    assert schedule.cron == long_cron(255)
+    assert schedule.next_run == at("2026-05-01 10:31")
 
 
 @pytest.mark.parametrize(
@@ -169,6 +248,13 @@ def test_an_hourly_schedule_runs_every_hour_across_both_changes() -> None:
         "2026-03-29 01:30",  # 03:30 CEST: still one hour after the last
         "2026-03-29 02:30",
     ]
+
+
+def test_the_next_run_from_inside_a_repeated_hour_is_after_it() -> None:
+    """Chatham's clocks go from 03:45 back to 02:45; from 02:51 the second time, cronsim's
+    first answer is 03:00 the first time, 51 minutes earlier."""
+    job = PeriodicJob("j", "0 3 * * *", "t", timezone="Pacific/Chatham")
+    assert job.next_run(at("2026-04-04 14:06:06")) == at("2026-04-05 14:15")
 
 
 def test_the_scheduler_enqueues_the_dst_days_ticks_once_each(schedules: Backend) -> None:
