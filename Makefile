@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Test processes: the MySQL tests all run in one (they share its database), the rest spread
+# over the others, each with an embedded PostgreSQL of its own; 0 runs everything in one, as
+# it must when DATABASE_URL names one server for all of them.
+PYTEST_WORKERS ?= $(if $(DATABASE_URL),0,2)
 # Django 6 (its built-in django.tasks) needs Python 3.12+: `make test-django6` tests the
 # Django backend on it, in a venv of its own.
 PYTHON312 ?= python3.12
@@ -23,7 +27,7 @@ demo: $(BIN)/.installed
 	$(BIN)/proletarian-di demo
 
 test: $(BIN)/.installed
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 $(BIN_DJANGO6)/.installed: pyproject.toml
 	$(PYTHON312) -m venv $(VENV_DJANGO6)

@@ -22,16 +22,40 @@ from proletarian_di.testing import mysql_unreachable_reason
 
 from backends import MYSQL_URL, Backend, MySQLBackend, PostgresBackend
 
+
+def _import_the_cli_with_no_fixed_width() -> None:
+    """Rich fixes a console's width for good from COLUMNS when it is made: import the CLI (and
+    its consoles) before any test sets COLUMNS, so each test's own COLUMNS counts, whatever
+    order the tests run in (pytest-xdist's workers run them in another)."""
+    columns = os.environ.pop("COLUMNS", None)
+    try:
+        import proletarian_di.contrib.cli._app  # noqa: F401
+    except ImportError:  # the cli extra is not installed
+        pass
+    finally:
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
+
+
+_import_the_cli_with_no_fixed_width()
+
 DATABASE_FIXTURES = frozenset(
     {"backend", "pg", "pool", "effects", "postgresql_backend", "mysql_backend"}
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `db` every test whose fixtures, direct or indirect, include a database."""
+    """Mark `db` every test whose fixtures, direct or indirect, include a database; and put
+    every test that uses MySQL in one xdist group, so that under `pytest -n N --dist
+    loadgroup` one worker runs them all (they share the one MySQL database, while each
+    worker starts an embedded PostgreSQL of its own)."""
     for item in items:
-        if DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = getattr(item, "fixturenames", ())
+        if DATABASE_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.db)
+        if "mysql" in item.nodeid.lower() or "mysql_backend" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("mysql"))
 
 
 @pytest.fixture(scope="session")
