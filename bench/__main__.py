@@ -24,7 +24,8 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import dashboard, django_tasks, horizon, measure, peers, pgbench
+from . import compare, dashboard, django_tasks, horizon, measure, peers, pgbench
+from .cpu import Figure
 from .db import Database, MySQL, Postgres
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
@@ -64,10 +65,19 @@ class Results:
             self.errors.append(f"{db.label} {row} {column}: {type(exc).__name__}: {exc}")
             console.print(f"  [red]{row} {column}: {type(exc).__name__}: {exc}[/]")
             return None
+        cpu = ""
+        if isinstance(value, Figure):
+            for side in ("client", "server"):
+                per_job = value.per_job(getattr(value, side))
+                if per_job is not None:
+                    self.values[(db.name, row, f"{column}/{side}")].append(per_job)
+                    cpu += f" {side} {per_job:,.0f}"
+            value = value.rate
+            cpu = f"  µs/job:{cpu}" if cpu else ""
         if isinstance(value, (int, float)):
             self.values[(db.name, row, column)].append(float(value))
             console.print(
-                f"  {row:<14} {column:<7} {fmt(row, value):>9}  "
+                f"  {row:<14} {column:<7} {fmt(row, value):>9}{cpu}  "
                 f"({time.perf_counter() - started:.1f} s)"
             )
         return value
@@ -293,6 +303,39 @@ def table(dbs: list[Database], args: argparse.Namespace, results: Results) -> Ta
     return out
 
 
+CPU_COLUMNS = ("ours", "plain", "pgbench")
+
+
+def cpu_table(dbs: list[Database], args: argparse.Namespace, results: Results) -> Table:
+    """Client and server CPU per job, where they were measured (rows of jobs, not latency)."""
+    out = Table(
+        title="CPU per job (µs), client / server: medians; the client is the Python process "
+        "(pgbench's own process for pgbench), the server its processes",
+        title_justify="left",
+    )
+    out.add_column("measurement", no_wrap=True)
+    shown: list[tuple[Database, str]] = []
+    for db in dbs:
+        for column in CPU_COLUMNS:
+            if any(key[0] == db.name and key[2] == f"{column}/client" for key in results.values):
+                shown.append((db, column))
+                name = "proletarian-di" if column == "ours" else column
+                out.add_column(f"{db.label}\n{name}", justify="right", no_wrap=True)
+    for key, label in rows(args):
+        cells = [label]
+        for db, column in shown:
+            client = results.median(db, key, f"{column}/client")
+            server = results.median(db, key, f"{column}/server")
+            cells.append(f"{cpu(client)} / {cpu(server)}" if client is not None else "")
+        if any(cells[1:]):
+            out.add_row(*cells)
+    return out
+
+
+def cpu(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
 def machine(dbs: list[Database]) -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -340,6 +383,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "dashboard (the overview on 100,000 waiting and 1,000,000 archived jobs, "
         "bench/dashboard.py)",
     )
+    parser.add_argument(
+        "--compare",
+        metavar="REF",
+        help="run this checkout and revision REF (built in a venv of its own under .bench/) "
+        "in turn, --runs times each, and print both side by side (bench/compare.py)",
+    )
+    parser.add_argument("--json", metavar="FILE", help=argparse.SUPPRESS)  # for --compare
     horizon.add_arguments(parser)
     args = parser.parse_args(argv)
     args.runs = max(1, args.runs or (1 if args.quick else 3))
@@ -380,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         return django(args)
     if args.scenario == "dashboard":
         return dashboard_overview(args)
+    if args.compare:
+        return compared(args)
     per_run = 8 * measure.deadline_for(args.jobs)
     watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
     results = Results()
@@ -403,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             latency_and_memory(db, args, results)
     out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
     out.print(table(dbs, args, results))
+    out.print(cpu_table(dbs, args, results))
     out.print(f"machine: {host}")
     out.print(
         "ratio = proletarian-di / plain loop (same SQL, same threads). Plain latency on "
@@ -413,7 +466,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     for error in results.errors:
         out.print(f"[red]error:[/] {error}")
+    if args.json:
+        compare.dump(args.json, results.values, results.errors, {db.name: db.label for db in dbs})
     return 1 if results.errors else 0
+
+
+def compared(args: argparse.Namespace) -> int:
+    """`--compare REF`: both revisions on the same servers, one run each in turn."""
+    with postgres_url(args.database_url) as url:
+        dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
+        mysql_url = args.mysql_url if len(dbs) > 1 else ""
+        options = ["--database-url", url, "--mysql-url", mysql_url, "--jobs", str(args.jobs)]
+        options += ["--quick"] if args.quick else []
+        options.append("--no-peers")  # the peers do not differ between the sides
+        return compare.main(args.compare, options, args.runs, rows(args), machine(dbs), fmt)
 
 
 def reachable_mysql(args: argparse.Namespace) -> list[Database]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from .db import database
 from .workers import make_worker
@@ -46,9 +47,9 @@ def main(argv: list[str] | None = None) -> None:
             if command == "go" and not started:
                 worker.start()
                 started = True
-                reply(event="started", rss=rss())
+                reply(event="started", rss=rss(), cpu=time.process_time())
             elif command == "rss":
-                reply(event="rss", rss=rss(), done=worker.done())
+                reply(event="rss", rss=rss(), done=worker.done(), cpu=time.process_time())
             elif command == "stop":
                 break
     finally:

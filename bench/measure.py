@@ -17,6 +17,7 @@ from typing import Any
 from proletarian_di import enqueue, enqueue_many
 
 from . import plain
+from .cpu import Figure, metered
 from .db import JOB_TABLE, Database
 from .workers import make_worker
 
@@ -42,10 +43,11 @@ def prefill(db: Database, jobs: int) -> None:
     db.analyze()
 
 
-def enqueue_single(db: Database, impl: str, jobs: int) -> float:
+def enqueue_single(db: Database, impl: str, jobs: int) -> Figure:
     """Jobs/s enqueuing one job per transaction (enqueue + commit)."""
     db.clean()
-    with contextlib.closing(plain.connect(db)) as conn:
+    figure = Figure(0.0, jobs)
+    with contextlib.closing(plain.connect(db)) as conn, metered(db, figure):
         started = time.perf_counter()
         for i in range(jobs):
             if impl == "ours":
@@ -53,25 +55,26 @@ def enqueue_single(db: Database, impl: str, jobs: int) -> float:
             else:
                 plain.enqueue_one(db, conn, {"n": i})
             conn.commit()
-        elapsed = time.perf_counter() - started
+        figure.rate = jobs / (time.perf_counter() - started)
     check_count(db.waiting(), jobs, "enqueued")
-    return jobs / elapsed
+    return figure
 
 
-def enqueue_bulk(db: Database, impl: str, jobs: int) -> float:
+def enqueue_bulk(db: Database, impl: str, jobs: int) -> Figure:
     """Jobs/s enqueuing `jobs` jobs in one call and one transaction."""
     db.clean()
     items = [("noop", {"n": i}) for i in range(jobs)]
-    with contextlib.closing(db.connect()) as conn:
+    figure = Figure(0.0, jobs)
+    with contextlib.closing(db.connect()) as conn, metered(db, figure):
         started = time.perf_counter()
         if impl == "ours":
             enqueue_many(conn, items, job_table=JOB_TABLE)
         else:
             plain.enqueue_bulk(db, conn, [payload for _, payload in items])
         conn.commit()
-        elapsed = time.perf_counter() - started
+        figure.rate = jobs / (time.perf_counter() - started)
     check_count(db.waiting(), jobs, "enqueued")
-    return jobs / elapsed
+    return figure
 
 
 def drain(
@@ -82,27 +85,32 @@ def drain(
     interval: float,
     batch_size: int = 1,
     lease_ms: int | None = None,
-) -> float:
+    **options: Any,
+) -> Figure:
     """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs (in lease
-    mode with `lease_ms`)."""
+    mode with `lease_ms`; other worker `options` as given). The worker's start and stop are
+    outside the CPU figures."""
     prefill(db, jobs)
-    options: dict[str, Any] = {"batch_size": batch_size} if batch_size > 1 else {}
+    if batch_size > 1:
+        options["batch_size"] = batch_size
     if lease_ms is not None:
         options["lease_ms"] = lease_ms
     worker = make_worker(impl, db, threads, interval, **options)
+    figure = Figure(0.0, jobs)
     try:
         limit = time.perf_counter() + deadline_for(jobs)
-        started = time.perf_counter()
-        worker.start()
-        while worker.done() < jobs:
-            if time.perf_counter() > limit:
-                raise BenchError(f"drain timed out after {worker.done()}/{jobs} jobs")
-            time.sleep(0.002)
-        elapsed = time.perf_counter() - started
+        with metered(db, figure):
+            started = time.perf_counter()
+            worker.start()
+            while worker.done() < jobs:
+                if time.perf_counter() > limit:
+                    raise BenchError(f"drain timed out after {worker.done()}/{jobs} jobs")
+                time.sleep(0.002)
+            figure.rate = jobs / (time.perf_counter() - started)
     finally:
         worker.stop()
     check_count(db.waiting(), 0, "left in the job table")
-    return jobs / elapsed
+    return figure
 
 
 class Child:
@@ -170,32 +178,36 @@ class Child:
 
 def drain_processes(
     db: Database, impl: str, processes: int, threads: int, jobs: int, interval: float
-) -> float:
-    """Jobs/s for `processes` worker processes of `threads` threads each."""
+) -> Figure:
+    """Jobs/s for `processes` worker processes of `threads` threads each; the client's CPU is
+    the children's own, from their `go` to the last job."""
     prefill(db, jobs)
     children = [Child(db, impl, threads, interval) for _ in range(processes)]
+    figure = Figure(0.0, jobs)
     try:
         for child in children:
             child.expect("ready")
         limit = time.perf_counter() + deadline_for(jobs)
-        started = time.perf_counter()
-        for child in children:
-            child.send("go")
-        for child in children:
-            child.expect("started")
-        while True:
-            done = sum(child.ask("rss", "rss")["done"] for child in children)
-            if done >= jobs:
-                break
-            if time.perf_counter() > limit:
-                raise BenchError(f"drain timed out after {done}/{jobs} jobs")
-            time.sleep(0.01)
-        elapsed = time.perf_counter() - started
+        with metered(db, figure):
+            started = time.perf_counter()
+            for child in children:
+                child.send("go")
+            begun = sum(child.expect("started")["cpu"] for child in children)
+            while True:
+                replies = [child.ask("rss", "rss") for child in children]
+                if sum(reply["done"] for reply in replies) >= jobs:
+                    break
+                if time.perf_counter() > limit:
+                    done = sum(reply["done"] for reply in replies)
+                    raise BenchError(f"drain timed out after {done}/{jobs} jobs")
+                time.sleep(0.01)
+            figure.rate = jobs / (time.perf_counter() - started)
+        figure.client = sum(reply["cpu"] for reply in replies) - begun
     finally:
         for child in children:
             child.close()
     check_count(db.waiting(), 0, "left in the job table")
-    return jobs / elapsed
+    return figure
 
 
 def latency(db: Database, impl: str, samples: int, interval: float) -> list[float]:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 
+from .cpu import Figure, metered
 from .db import ARCHIVED_JOB_TABLE, COLUMNS, JOB_TABLE, QUEUE, Database
 from .measure import BenchError, deadline_for, prefill
 
@@ -43,34 +44,37 @@ def executable() -> str | None:
     return shutil.which("pgbench")
 
 
-def run(db: Database, script: str, clients: int, per_client: int) -> float:
-    """pgbench's tps for `script`, `per_client` transactions on each of `clients` connections."""
+def run(db: Database, script: str, clients: int, per_client: int) -> Figure:
+    """pgbench's tps for `script`, `per_client` transactions on each of `clients` connections,
+    with its CPU (pgbench's own, a child process) and the server's."""
     program = executable()
     if program is None:
         raise BenchError("pgbench not found")
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as file:
         file.write(script)
+    figure = Figure(0.0, clients * per_client)
     try:
-        result = subprocess.run(
-            [
-                program,
-                "-n",
-                "-M",
-                "prepared",
-                "-f",
-                file.name,
-                "-c",
-                str(clients),
-                "-j",
-                str(min(clients, os.cpu_count() or 1)),
-                "-t",
-                str(per_client),
-                db.url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=deadline_for(clients * per_client),
-        )
+        with metered(db, figure):
+            result = subprocess.run(
+                [
+                    program,
+                    "-n",
+                    "-M",
+                    "prepared",
+                    "-f",
+                    file.name,
+                    "-c",
+                    str(clients),
+                    "-j",
+                    str(min(clients, os.cpu_count() or 1)),
+                    "-t",
+                    str(per_client),
+                    db.url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=deadline_for(clients * per_client),
+            )
     except subprocess.TimeoutExpired:
         raise BenchError("pgbench timed out") from None
     finally:
@@ -78,17 +82,18 @@ def run(db: Database, script: str, clients: int, per_client: int) -> float:
     match = re.search(r"tps = ([\d.]+)", result.stdout)
     if result.returncode != 0 or match is None:
         raise BenchError(f"pgbench failed: {(result.stderr or result.stdout).strip()[-300:]}")
-    return float(match.group(1))
+    figure.rate = float(match.group(1))
+    return figure
 
 
-def drain(db: Database, clients: int, jobs: int) -> float:
+def drain(db: Database, clients: int, jobs: int) -> Figure:
     """Jobs/s moving `jobs` jobs one per transaction with the core's SQL."""
     per_client = max(1, jobs // clients)
     prefill(db, per_client * clients)
     return run(db, DRAIN_SCRIPT, clients, per_client)
 
 
-def enqueue_single(db: Database, jobs: int) -> float:
+def enqueue_single(db: Database, jobs: int) -> Figure:
     """Jobs/s inserting one job per transaction from one client."""
     db.clean()
     return run(db, INSERT_SCRIPT, 1, jobs)
