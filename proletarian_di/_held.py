@@ -77,17 +77,24 @@ class Batch:
         """Raw ids of the jobs archived as failures."""
         self.outcomes: list[bool] = []
 
-    def commit(self, runner: HeldMode) -> None:
-        """Archive the successes and commit the claim's transaction."""
+    def commit(self, runner: HeldMode, ahead: Ahead | None = None) -> None:
+        """Archive the successes and commit the claim's transaction; with `ahead`, claim
+        the next jobs in the same round trip where the session can."""
         session = self.session
         if runner.claims is not None:
             runner.claims.forget(
                 session.conn, session.dialect, [*(i for i, _ in self.succeeded), *self.failed]
             )
-        if self.succeeded:
-            session.archive_and_commit([i for i, _ in self.succeeded], runner.clock())
-        else:
+        if not self.succeeded:
             session.dialect.commit(session.conn)
+            return
+        ids, now = [i for i, _ in self.succeeded], runner.clock()
+        if ahead is not None and runner.claims is None and ahead.going_on():
+            start = runner.claim_start(ahead.slot)
+            queue, slots = runner.options.queue, runner.running_slots
+            if session.archive_commit_and_claim(ids, now, queue, ahead.limit, start, slots):
+                return
+        session.archive_and_commit(ids, now)
 
     def count(self, runner: Steps) -> None:
         """Tell the stats and the log of every outcome, once committed."""
@@ -98,6 +105,16 @@ class Batch:
             runner.emit("job_finished", job, status="success")
 
 
+@dataclasses.dataclass
+class Ahead:
+    """What a worker thread's next claim will be, so that a commit can make it in its own
+    round trip while `going_on()` (the worker is not stopping)."""
+
+    slot: Slot | None
+    limit: int
+    going_on: Callable[[], bool]
+
+
 class HeldMode(Steps):
     """The held-transaction mode's path."""
 
@@ -106,35 +123,59 @@ class HeldMode(Steps):
         outcomes = self.run_batch(self.dialect(conn).session(conn))
         return outcomes[0] if outcomes else None
 
-    def run_batch(self, session: Session, slot: Slot | None = None, limit: int = 1) -> list[bool]:
+    def run_batch(
+        self,
+        session: Session,
+        slot: Slot | None = None,
+        limit: int = 1,
+        going_on: Callable[[], bool] | None = None,
+    ) -> list[bool]:
         """Claim up to `limit` due jobs in one transaction and settle each; [] if none, if
         the queue is paused, or if its running slots (`max_running`) are all taken.
 
         Each job is settled on its own (retry or failure as it comes); successes
-        are archived together at the end, in the commit's round trip.
+        are archived together at the end, in the commit's round trip. A worker thread
+        that will call again (`going_on`, true until it stops) has its next claim made in
+        that round trip too, where the session can (`Session.archive_commit_and_claim`).
 
         With `max_crashes` one job per transaction: a process dying mid-batch would roll
         back the jobs that ran fine before it too, and their counted claims would make
         them look like crashes of their own.
         """
         if self.pauses.known_paused():
+            session.drop_ahead()
             return []
         if self.claims is not None:
             limit = 1
+        ahead = None
+        if going_on is not None:
+            ahead = Ahead(slot, limit, going_on)
         try:
-            return self._claim_and_run(session, slot, limit)
+            return self._claim_and_run(session, slot, limit, ahead)
         finally:
             session.release_slot()  # nothing to do unless a MySQL slot was taken
 
-    def _claim_and_run(self, session: Session, slot: Slot | None, limit: int) -> list[bool]:
-        dialect, conn, frontier = session.dialect, session.conn, self.frontier
-        start = None if frontier is None else frontier.start(slot)
+    def claim_start(self, slot: Slot | None) -> Any:
+        """Where the thread's next claim begins (`Frontier.start`)."""
+        return None if self.frontier is None else self.frontier.start(slot)
+
+    def _claim(self, session: Session, slot: Slot | None, limit: int) -> list[Any]:
+        """The rows claimed ahead, else a claim now (in a running slot with `max_running`)."""
+        rows = session.claimed_ahead()
+        if rows is not None:
+            return rows
         if self.running_slots is None:
-            rows = session.claim(self.options.queue, self.clock(), limit, start)
-        else:
-            rows = session.claim_in_slot(
-                self.running_slots, self.options.queue, self.clock(), limit, start
-            )
+            return session.claim(self.options.queue, self.clock(), limit, self.claim_start(slot))
+        start = self.claim_start(slot)
+        return session.claim_in_slot(
+            self.running_slots, self.options.queue, self.clock(), limit, start
+        )
+
+    def _claim_and_run(
+        self, session: Session, slot: Slot | None, limit: int, ahead: Ahead | None = None
+    ) -> list[bool]:
+        dialect, conn, frontier = session.dialect, session.conn, self.frontier
+        rows = self._claim(session, slot, limit)
         if not rows or self.pauses.check(session):
             if frontier is not None:
                 frontier.missed(slot)
@@ -173,7 +214,7 @@ class HeldMode(Steps):
                     batch.outcomes.append(True)
                 else:
                     self._settle_failure(batch, raw_id, job, error)
-            batch.commit(self)
+            batch.commit(self, ahead)
         except TransactionLost as lost:
             assert job is not None
             self._after_lost(conn, dialect, raw_id, job, error, lost)

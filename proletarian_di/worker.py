@@ -526,6 +526,10 @@ class QueueWorker:
         finally:
             self._runner.loops.close()
 
+    def _going_on(self) -> bool:
+        """Whether a worker thread will claim again (not stopping)."""
+        return not self._stopping.is_set()
+
     def _poll_until_stopped(self, slot: Slot) -> None:
         backoff = _Backoff()
         interval = self.options.polling_interval_ms / 1000
@@ -540,7 +544,7 @@ class QueueWorker:
                 while not self._stopping.is_set():
                     self._emit("polling_for_jobs")
                     slot.mark("polling")
-                    ran = self._runner.run_batch(checkout.session, slot, batch_size)
+                    ran = self._runner.run_batch(checkout.session, slot, batch_size, self._going_on)
                     backoff.reset()
                     if checkout.dialect.is_closed(checkout.conn):
                         break  # a handler closed it: take another

@@ -1,5 +1,6 @@
-"""PostgreSQL's hot path: two round trips per job, prepared statements, and recovery
-when the prepared statements disappear under the worker."""
+"""PostgreSQL's hot path: one round trip per job (the archive, its COMMIT and the next
+claim in one simple query), prepared statements, and recovery when the prepared
+statements disappear under the worker."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def logged_pool(url: str, log: StatementLog):
         pool.close()
 
 
-def test_each_job_takes_two_round_trips_of_prepared_statements(pg):
+def test_each_job_takes_one_round_trip_of_prepared_statements(pg):
+    """The archive commits and the next claim begins in the same simple query."""
     enqueue_committed(pg, *[("noop", i) for i in range(3)])
     log = StatementLog()
     with logged_pool(pg.url, log) as pool:
@@ -64,13 +66,73 @@ def test_each_job_takes_two_round_trips_of_prepared_statements(pg):
         with worker:
             wait_until(lambda: worker.summary()["succeeded"] == 3)
     per_job = [s for s in log.about_jobs() if s.startswith(("BEGIN; EXECUTE", "EXECUTE"))]
-    assert len(per_job) >= 6
-    claims = [s for s in per_job if s.startswith("BEGIN; EXECUTE proletarian_claim_")]
     archives = [s for s in per_job if s.startswith("EXECUTE proletarian_archive_")]
     assert len(archives) == 3
-    assert all(s.endswith("; COMMIT") for s in archives)
-    assert len(claims) == len(per_job) - 3  # the last claims found nothing
+    for archive in archives:
+        first, committed, rest = archive.partition("; COMMIT; ")
+        assert committed and ";" not in first
+        assert rest.startswith("BEGIN; EXECUTE proletarian_claim_") or "; BEGIN; EXECUTE" in rest
+    claims = [s for s in per_job if s.startswith("BEGIN; EXECUTE proletarian_claim_")]
+    assert len(claims) >= 1  # the first claim of each thread; later ones ride on archives
+    assert len(per_job) - len(claims) == 3
     assert any(s.startswith("PREPARE proletarian_claim_") for s in log.statements)
+
+
+def test_a_job_claimed_ahead_of_a_stop_goes_back_unrun(pg):
+    """Stopping after a commit that claimed the next job: that job's transaction rolls
+    back, the connection goes back to the pool idle, and the job runs on the next start."""
+    enqueue_committed(pg, ("first", 0), ("second", 1))
+    ran = []
+    stopping = threading.Event()
+
+    def log(event, data):
+        if event == "job_finished" and data["job_type"] == "first":
+            threading.Thread(target=worker.stop, daemon=True).start()
+            assert wait_until(lambda: worker._stopping.is_set())
+            stopping.set()
+
+    with ConnectionPool(pg.url, min_size=1, max_size=1, open=True) as pool:
+        worker = create_queue_worker(
+            pool, lambda t, p: ran.append(t), polling_interval_ms=10, log=log
+        )
+        worker.start()
+        assert stopping.wait(10)
+        worker.stop()
+        assert ran == ["first"]
+        assert pg.jobs() == [("second", 0, "default")]
+        with pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert not conn.autocommit
+        with create_queue_worker(pool, lambda t, p: ran.append(t), polling_interval_ms=10) as w:
+            wait_until(lambda: w.summary()["succeeded"] == 1)
+    assert ran == ["first", "second"]
+    assert sorted(pg.archived()) == [("first", "success", 1), ("second", "success", 1)]
+
+
+def test_a_claim_ahead_that_fails_after_the_commit_is_claimed_again(pg, pg_pool):
+    """The archive committed; the claim riding on it finds its statement gone: the job
+    stays archived once, and the next claim prepares the statement again."""
+    enqueue_committed(pg, ("drop_claim", 0))
+    enqueue_committed(pg, *[("ok", i) for i in range(1, 3)])
+    events = Events()
+    ran = []
+
+    def handler(job):
+        ran.append(job.job_type)
+        if job.job_type == "drop_claim":
+            [(name,)] = job.connection.execute(
+                "SELECT name FROM pg_prepared_statements WHERE name LIKE 'proletarian_claim_%'"
+            ).fetchall()
+            job.connection.execute(f"DEALLOCATE {name}")
+
+    worker = create_queue_worker(
+        pg_pool, handler, handler_fn_mode="advanced", polling_interval_ms=10, log=events
+    )
+    with worker:
+        wait_until(lambda: len(pg.archived()) == 3)
+    assert sorted(ran) == ["drop_claim", "ok", "ok"]
+    assert sorted(pg.archived()) == [("drop_claim", "success", 1)] + [("ok", "success", 1)] * 2
+    assert not events.named("polling_error")
 
 
 def test_the_connection_is_handed_back_as_it_was_lent(pg):
@@ -221,3 +283,20 @@ def test_without_psycopg_internals_a_cursor_runs_the_hot_path(pg, pg_pool, monke
     assert worker.summary()["succeeded"] == 3
     assert sorted(pg.archived()) == [("bad", "failure", 1)] + [("ok", "success", 1)] * 3
     assert not events.named("polling_error")
+
+
+def test_a_claim_in_a_running_slot_rides_on_the_archive_too(pg):
+    """With `max_running`, the COMMIT gives the slot back and the next claim, in the same
+    round trip, takes one again."""
+    enqueue_committed(pg, *[("noop", i) for i in range(3)])
+    log = StatementLog()
+    with logged_pool(pg.url, log) as pool:
+        worker = create_queue_worker(pool, lambda t, p: None, polling_interval_ms=10, max_running=1)
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 3)
+    archives = [s for s in log.about_jobs() if s.startswith("EXECUTE proletarian_archive_")]
+    assert len(archives) == 3
+    for archive in archives:
+        _, committed, rest = archive.partition("; COMMIT; ")
+        assert committed and rest.startswith("BEGIN; WITH slot AS")
+        assert "pg_try_advisory_xact_lock" in rest

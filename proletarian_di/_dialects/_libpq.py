@@ -9,6 +9,7 @@ and type loaders. Where a psycopg release lacks those parts, a cursor does it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from psycopg import Connection, errors, pq
@@ -28,6 +29,11 @@ except ImportError:  # pragma: no cover - a psycopg without the generator
 _OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
+def direct() -> bool:
+    """Whether `run_then` can be used (`run` works either way)."""
+    return _direct
+
+
 def run(conn: Any, text: str) -> list[tuple[Any, ...]]:
     """Run `text`, one or more statements without parameters, in one round trip.
 
@@ -36,14 +42,27 @@ def run(conn: Any, text: str) -> list[tuple[Any, ...]]:
     """
     if not _direct:
         return _run_with_cursor(conn, text)
+    rows = run_then(conn, text, sys.maxsize)
+    assert rows is not None
+    return rows
+
+
+def run_then(conn: Any, text: str, first: int) -> list[tuple[Any, ...]] | None:
+    """Run `text` in one round trip, as `run` does, where its first `first` statements must
+    succeed (their error is raised) and the rest may fail: None then, no error.
+
+    Only where `direct()`.
+    """
     with conn.lock:
         pgconn = conn.pgconn
         encoding = conn.info.encoding
         pgconn.send_query(text.encode(encoding))
         results = conn.wait(_fetch_results(pgconn))
-    for result in results:
+    for index, result in enumerate(results):
         if result.status not in _OK:
-            raise errors.error_from_result(result, encoding=encoding)
+            if index < first:
+                raise errors.error_from_result(result, encoding=encoding)
+            return None
     last = results[-1]
     if not last.ntuples:
         return []

@@ -4,6 +4,7 @@ hot path."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import math
@@ -78,9 +79,11 @@ class PostgresDialect(Dialect):
             ),
         }
         claim_one, archive_one, archive_many = self._statements
-        self._prepare_sql = "; ".join(
-            f"PREPARE {name}({types}) AS {sql}" for name, (types, sql) in self._statements.items()
-        )
+        self._prepare_one = {
+            name: f"PREPARE {name}({types}) AS {sql}"
+            for name, (types, sql) in self._statements.items()
+        }
+        self._prepare_sql = "; ".join(self._prepare_one.values())
         self._deallocate_sql = "; ".join(f"DEALLOCATE {name}" for name in self._statements)
         self.replan = f"{self._deallocate_sql}; {self._prepare_sql}; "
         self._prepared = _HotPath(
@@ -196,13 +199,14 @@ class PostgresDialect(Dialect):
 
     @contextlib.contextmanager
     def attached(self, conn: Any) -> Iterator[Session]:
-        """Make `conn` a worker connection: two round trips per job, prepared statements.
+        """Make `conn` a worker connection: one round trip per job, prepared statements.
 
         The connection is switched to autocommit, so that the claim sends BEGIN with
-        its SELECT in one simple query and the archive sends its COMMIT along (simple
-        queries, not a pipeline: the server's idle_in_transaction_session_timeout keeps
-        working while a job runs). The statements are prepared with SQL PREPARE once
-        per checkout and deallocated on release. psycopg's own automatic preparing is
+        its SELECT in one simple query and the archive sends its COMMIT along, and the
+        next claim after it (simple queries, not a pipeline: the server's
+        idle_in_transaction_session_timeout keeps working while a job runs). The
+        statements are prepared with SQL PREPARE once per checkout and deallocated on
+        release. psycopg's own automatic preparing is
         off meanwhile: it answers any ROLLBACK (a handler's savepoint too) with
         DEALLOCATE ALL, which would take ours along.
         """
@@ -252,7 +256,12 @@ class PostgresDialect(Dialect):
                 conn.execute("SELECT set_config(%s, %s, false)", (name, saved[name]))
 
     def _prepare(self, conn: Any) -> _HotPath:
-        conn.execute(self._prepare_sql)
+        """Prepare the worker's statements that the session lacks (a handler may have
+        dropped one of them, or all)."""
+        held = {name for (name,) in conn.execute(_PREPARED_NAMES).fetchall()}
+        missing = [name for name in self._statements if name not in held]
+        if missing:
+            conn.execute("; ".join(self._prepare_one[name] for name in missing))
         return self._prepared
 
     def session(self, conn: Any) -> PostgresSession:
@@ -571,18 +580,7 @@ class PostgresSession(Session):
         hot, conn = self._templates(), self.conn
         if hot is None:
             return self.dialect.claim(conn, queue, now, limit, start)
-        template = hot.claim_one if limit == 1 else hot.claim_many
-        quoted = self.dialect.quoted(conn, queue)
-        rank, process_at = FIRST_POSITION if start is None else start
-        text = template.format(
-            queue=quoted,
-            rank=int(rank),
-            start=_timestamp(process_at),
-            now=_timestamp(now),
-            limit=int(limit),
-        )
-        if start is None and template is self.dialect._prepared.claim_one:
-            text = self._replanned(text)
+        text = self._claim_text(hot, queue, now, limit, start)
         try:
             return _run(conn, text)
         except Exception as exc:
@@ -601,6 +599,47 @@ class PostgresSession(Session):
         self.prepared = self.dialect._inline
         return self.claim(queue, now, limit, start)
 
+    def _claim_text(self, hot: _HotPath, queue: str, now: datetime, limit: int, start: Any) -> str:
+        template = hot.claim_one if limit == 1 else hot.claim_many
+        rank, process_at = FIRST_POSITION if start is None else start
+        text = template.format(
+            queue=self.dialect.quoted(self.conn, queue),
+            rank=int(rank),
+            start=_timestamp(process_at),
+            now=_timestamp(now),
+            limit=int(limit),
+        )
+        if start is None and template is self.dialect._prepared.claim_one:
+            text = self._replanned(text)
+        return text
+
+    def archive_commit_and_claim(
+        self,
+        job_ids: Sequence[Any],
+        finished_at: datetime,
+        queue: str,
+        limit: int = 1,
+        start: Any = None,
+        slots: RunningSlots | None = None,
+    ) -> bool:
+        """On a worker's own connection with its statements prepared: the archive, its
+        COMMIT, then BEGIN and the next claim (in a running slot with `slots`: the COMMIT
+        gave the last one back), as one simple query. A claim that fails (the archive
+        committed) is rolled back and dropped: the next claim runs as usual."""
+        hot = self.prepared
+        wire = _wire()
+        if hot is None or not wire.direct() or not all(type(i) is uuid.UUID for i in job_ids):
+            return False
+        archive = self._archive_text(hot, job_ids, finished_at)
+        if slots is None:
+            claim = self._claim_text(hot, queue, finished_at, limit, start)
+        else:
+            claim = self._slot_claim_text(slots, queue, finished_at, limit, start)
+        self.ahead = wire.run_then(self.conn, f"{archive}; {claim}", _ARCHIVE_STATEMENTS)
+        if self.ahead is None:
+            self.dialect.rollback(self.conn)
+        return True
+
     def claim_in_slot(
         self, slots: RunningSlots, queue: str, now: datetime, limit: int = 1, start: Any = None
     ) -> list[JobRow]:
@@ -609,10 +648,15 @@ class PostgresSession(Session):
         conn, dialect = self.conn, self.dialect
         if not conn.autocommit:
             return dialect.claim_in_slot(conn, slots, queue, now, limit, start)
+        return _run(conn, self._slot_claim_text(slots, queue, now, limit, start))
+
+    def _slot_claim_text(
+        self, slots: RunningSlots, queue: str, now: datetime, limit: int, start: Any
+    ) -> str:
         rank, process_at = FIRST_POSITION if start is None else start
-        values = (slots.size, slots.key, dialect.quoted(conn, queue), int(rank))
+        values = (slots.size, slots.key, self.dialect.quoted(self.conn, queue), int(rank))
         times = (_timestamp(process_at), _timestamp(now), str(int(limit)))
-        return _run(conn, "BEGIN; " + _fill(dialect.slot_claim_sql, *map(str, values), *times))
+        return "BEGIN; " + _fill(self.dialect.slot_claim_sql, *map(str, values), *times)
 
     def _replanned(self, text: str) -> str:
         """`text`, preceded every `_REPLAN_EVERY_S` by preparing the statements anew, in the
@@ -632,11 +676,15 @@ class PostgresSession(Session):
         if hot is None or not all(type(job_id) is uuid.UUID for job_id in job_ids):
             super().archive_and_commit(job_ids, finished_at)
             return
+        _run(self.conn, self._archive_text(hot, job_ids, finished_at))
+
+    @staticmethod
+    def _archive_text(hot: _HotPath, job_ids: Sequence[Any], finished_at: datetime) -> str:
         if len(job_ids) == 1:
             template, ids = hot.archive_one, f"'{job_ids[0]}'"
         else:
             template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
-        _run(self.conn, template.format(ids=ids, finished=_timestamp(finished_at)))
+        return template.format(ids=ids, finished=_timestamp(finished_at))
 
 
 class _HotPath(NamedTuple):
@@ -644,7 +692,7 @@ class _HotPath(NamedTuple):
 
     Fields: {queue}, {rank} and {start} (the position claims start from), {now} and
     {limit} for the claims; {ids} and {finished} for
-    the archives (which COMMIT too).
+    the archives (which COMMIT too: `_ARCHIVE_STATEMENTS` statements).
     """
 
     claim_one: str
@@ -675,10 +723,22 @@ def _fill(sql: str, *values: str) -> str:
     return "".join(part + value for part, value in zip(parts[:-1], values, strict=True)) + parts[-1]
 
 
-def _run(conn: Any, text: str) -> list[JobRow]:
-    from . import _libpq  # psycopg is imported only where PostgreSQL is used
+_PREPARED_NAMES = "SELECT name FROM pg_prepared_statements"
+_ARCHIVE_STATEMENTS = 2
+"""An archive template's statements: the archive and its COMMIT."""
 
-    return _libpq.run(conn, text)
+
+@functools.cache
+def _wire() -> Any:
+    """`_libpq`, imported on first use: psycopg is imported only where PostgreSQL is used."""
+    from . import _libpq
+
+    return _libpq
+
+
+def _run(conn: Any, text: str) -> list[JobRow]:
+    rows: list[JobRow] = _wire().run(conn, text)
+    return rows
 
 
 def _timestamp(value: Any) -> str:
