@@ -89,12 +89,16 @@ class Batch:
             session.dialect.commit(session.conn)
             return
         ids, now = [i for i, _ in self.succeeded], runner.clock()
-        if ahead is not None and runner.claims is None and ahead.going_on():
-            start = runner.claim_start(ahead.slot)
-            queue, slots = runner.options.queue, runner.running_slots
-            if session.archive_commit_and_claim(ids, now, queue, ahead.limit, start, slots):
-                return
-        session.archive_and_commit(ids, now)
+        if (
+            ahead is None
+            or runner.claims is not None
+            or not session.can_claim_ahead(ids)
+            or not ahead.going_on()
+        ):
+            session.archive_and_commit(ids, now)
+            return
+        start, queue = runner.claim_start(ahead.slot), runner.options.queue
+        session.archive_commit_and_claim(ids, now, queue, ahead.limit, start, runner.running_slots)
 
     def count(self, runner: Steps) -> None:
         """Tell the stats and the log of every outcome, once committed."""

@@ -212,6 +212,12 @@ class Session:
         """Rows claimed in the round trip of the last commit (`archive_commit_and_claim`),
         locked in the open transaction that follows it, until `claimed_ahead` takes them."""
 
+    def can_claim_ahead(self, job_ids: Sequence[Any]) -> bool:
+        """Whether `archive_commit_and_claim` can make the next claim in the archive's round
+        trip here (only a worker's own PostgreSQL session can); asked before the claim's
+        start is taken, since taking it may begin a sweep (`Frontier.start`)."""
+        return False
+
     def archive_commit_and_claim(
         self,
         job_ids: Sequence[Any],
@@ -220,14 +226,12 @@ class Session:
         limit: int = 1,
         start: Any = None,
         slots: RunningSlots | None = None,
-    ) -> bool:
+    ) -> None:
         """`archive_and_commit`, then `claim` the next jobs (now is `finished_at`; with
         `slots`, `claim_in_slot`) in the same round trip, keeping their rows in `ahead`:
-        one round trip per job instead of two.
-        False, with nothing done, where this session cannot (only a worker's own
-        PostgreSQL session can); the archive's errors are raised, the claim's dropped, so
-        that the next claim runs again as usual."""
-        return False
+        one round trip per job instead of two, where `can_claim_ahead`. The archive's
+        errors are raised, the claim's dropped, so that the next claim runs as usual."""
+        self.archive_and_commit(job_ids, finished_at)
 
     def claimed_ahead(self) -> list[JobRow] | None:
         """The rows `archive_commit_and_claim` claimed (their transaction open), once; None

@@ -621,15 +621,16 @@ class PostgresSession(Session):
         limit: int = 1,
         start: Any = None,
         slots: RunningSlots | None = None,
-    ) -> bool:
+    ) -> None:
         """On a worker's own connection with its statements prepared: the archive, its
         COMMIT, then BEGIN and the next claim (in a running slot with `slots`: the COMMIT
         gave the last one back), as one simple query. A claim that fails (the archive
         committed) is rolled back and dropped: the next claim runs as usual."""
         hot = self.prepared
+        if hot is None or not self.can_claim_ahead(job_ids):
+            self.archive_and_commit(job_ids, finished_at)
+            return
         wire = _wire()
-        if hot is None or not wire.direct() or not all(type(i) is uuid.UUID for i in job_ids):
-            return False
         archive = self._archive_text(hot, job_ids, finished_at)
         if slots is None:
             claim = self._claim_text(hot, queue, finished_at, limit, start)
@@ -638,7 +639,15 @@ class PostgresSession(Session):
         self.ahead = wire.run_then(self.conn, f"{archive}; {claim}", _ARCHIVE_STATEMENTS)
         if self.ahead is None:
             self.dialect.rollback(self.conn)
-        return True
+
+    def can_claim_ahead(self, job_ids: Sequence[Any]) -> bool:
+        """With the statements prepared, libpq's connection at hand, and job ids of the
+        type the inlined archive writes."""
+        return (
+            self.prepared is not None
+            and _wire().direct()
+            and all(type(i) is uuid.UUID for i in job_ids)
+        )
 
     def claim_in_slot(
         self, slots: RunningSlots, queue: str, now: datetime, limit: int = 1, start: Any = None
