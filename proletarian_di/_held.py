@@ -36,12 +36,13 @@ class Checkout:
         self,
         connect: ConnectionFactory,
         dialect_for: Callable[[Any], Dialect],
+        exclusive: bool = False,
     ) -> None:
         self._lent = connect()
         conn = self._lent.__enter__()
         try:
             self.dialect = dialect_for(conn)
-            self._attached = self.dialect.attached(conn)
+            self._attached = self.dialect.attached(conn, exclusive)
             self.session = self._attached.__enter__()
         except BaseException:
             self._lent.__exit__(*sys.exc_info())
@@ -92,7 +93,7 @@ class Batch:
         if (
             ahead is None
             or runner.claims is not None
-            or not session.can_claim_ahead(ids)
+            or not session.can_claim_ahead(ids, runner.running_slots)
             or not ahead.going_on()
         ):
             session.archive_and_commit(ids, now)

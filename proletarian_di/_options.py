@@ -201,6 +201,17 @@ class WorkerSettings:
         check_log(self.log)
         object.__setattr__(self, "observers", check_observers(self.observers))
 
+    @property
+    def lends_connection(self) -> bool:
+        """Whether user code is handed the job's connection: an advanced-mode handler, a
+        retry strategy or a failed-job callback (each is given the `Job`, connection and
+        all). Otherwise the worker's connection runs only the worker's own statements."""
+        return (
+            self.handler_fn_mode == "advanced"
+            or self.retry_strategy_fn is not None
+            or self.failed_job_fn is not None
+        )
+
     def timeout_s(self, job_type: str) -> float | None:
         """How long a job of this type may run, in seconds, or None for no bound."""
         ms = self.job_timeouts.get(job_type, self.job_timeout_ms)

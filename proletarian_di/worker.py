@@ -539,7 +539,9 @@ class QueueWorker:
             checkout: Checkout | None = None
             error: Exception | None = None
             try:
-                checkout = slot.checkout = Checkout(self._connect, self._runner.dialect)
+                checkout = slot.checkout = Checkout(
+                    self._connect, self._runner.dialect, not self.options.lends_connection
+                )
                 slot.conn, slot.dialect = checkout.conn, checkout.dialect
                 while not self._stopping.is_set():
                     self._emit("polling_for_jobs")

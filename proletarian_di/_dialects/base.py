@@ -212,9 +212,9 @@ class Session:
         """Rows claimed in the round trip of the last commit (`archive_commit_and_claim`),
         locked in the open transaction that follows it, until `claimed_ahead` takes them."""
 
-    def can_claim_ahead(self, job_ids: Sequence[Any]) -> bool:
+    def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
         """Whether `archive_commit_and_claim` can make the next claim in the archive's round
-        trip here (only a worker's own PostgreSQL session can); asked before the claim's
+        trip here (a worker's own session, where its dialect can); asked before the claim's
         start is taken, since taking it may begin a sweep (`Frontier.start`)."""
         return False
 
@@ -657,8 +657,10 @@ class Dialect:
         return None if row is None else row[0]
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[Session]:
-        """`conn` as a worker keeps it, tuned for fewer round trips; untuned on release."""
+    def attached(self, conn: Any, exclusive: bool = False) -> Iterator[Session]:
+        """`conn` as a worker keeps it, tuned for fewer round trips; untuned on release.
+        `exclusive`: no user code is handed the connection (default-mode handlers, no
+        callbacks), so the worker may set it up in ways only its own statements expect."""
         yield self.session(conn)
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import hashlib
 import re
+import struct
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -93,15 +94,23 @@ class MySQLDialect(Dialect):
         return conn.cursor(_tuple_cursor())
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[Session]:
+    def attached(self, conn: Any, exclusive: bool = False) -> Iterator[Session]:
         """READ COMMITTED for the whole session while a worker holds the connection; on
-        release, the session is put back as it was lent (handlers may have changed it)."""
+        release, the session is put back as it was lent (handlers may have changed it).
+        `exclusive` (no user code is handed the connection): multi-statements on, so that
+        a job's archive, its COMMIT and the next claim go in one round trip
+        (`MySQLSession.archive_commit_and_claim`); off again on release."""
         saved = session_state(conn)
         self.execute(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        session = MySQLSession(self, conn, read_committed=True)
         try:
-            yield MySQLSession(self, conn, read_committed=True)
+            if exclusive:
+                session.multi = _multi_statements(conn, True)
+            yield session
         finally:
             if not self.is_closed(conn):
+                if session.multi:
+                    _multi_statements(conn, False)
                 restore_session(conn, saved)
 
     def _in_savepoint(self, conn: Any, *statements: str) -> None:
@@ -201,18 +210,35 @@ class MySQLDialect(Dialect):
     ) -> None:
         """Copy, then delete, the jobs by primary-key lookups only: a DELETE that scans
         X-locks every row it reads, so it waits for (and deadlocks on) other workers' jobs."""
-        if len(job_ids) == 1:
-            job_id = job_ids[0]
-            finished = self.encode_time(finished_at)
-            self.execute(conn, self.archive_sql, (status, finished, error, job_id))
-            self.execute(conn, self.delete_sql, (job_id,))
-            return
         if not job_ids:
             return
-        ids = tuple(job_ids)
+        for sql, params in self._archive_and_delete(job_ids, status, finished_at, error):
+            self.execute(conn, sql, params)
+
+    def archive_statements(
+        self, cursor: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
+    ) -> list[str]:
+        """`archive`'s two statements written out (`cursor.mogrify`), for a query of many."""
+        return [
+            cursor.mogrify(sql, params)
+            for sql, params in self._archive_and_delete(job_ids, status, finished_at, None)
+        ]
+
+    def _archive_and_delete(
+        self, job_ids: Sequence[Any], status: str, finished_at: datetime, error: str | None
+    ) -> list[tuple[str, tuple[Any, ...]]]:
         finished = self.encode_time(finished_at)
-        self.execute(conn, self.archive_many_sql, (status, finished, error, ids))
-        self.execute(conn, self._delete_many_sql(len(ids)), ids)
+        if len(job_ids) == 1:
+            job_id = job_ids[0]
+            return [
+                (self.archive_sql, (status, finished, error, job_id)),
+                (self.delete_sql, (job_id,)),
+            ]
+        ids = tuple(job_ids)
+        return [
+            (self.archive_many_sql, (status, finished, error, ids)),
+            (self._delete_many_sql(len(ids)), ids),
+        ]
 
     def _delete_many_sql(self, count: int) -> str:
         """A DELETE of `count` jobs that finds each by its primary key, whatever the statistics:
@@ -573,6 +599,53 @@ class MySQLSession(Session):
         super().__init__(dialect, conn)
         self.read_committed = read_committed
         self.slot: str | None = None
+        self.multi = False
+        """Multi-statements are on (`MySQLDialect.attached` with `exclusive`)."""
+
+    def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
+        """With multi-statements on, and no running slot to take: a GET_LOCK slot is the
+        session's, given back after the commit, so its claim keeps its own round trips."""
+        return self.multi and slots is None and bool(job_ids)
+
+    def archive_commit_and_claim(
+        self,
+        job_ids: Sequence[Any],
+        finished_at: datetime,
+        queue: str,
+        limit: int = 1,
+        start: Any = None,
+        slots: RunningSlots | None = None,
+    ) -> None:
+        """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim as
+        one multi-statement query. The server stops at the first statement that fails: an
+        error up to the COMMIT is raised (nothing more ran), a later one leaves the claim
+        undone (rolled back) for the next claim to make again."""
+        if not self.can_claim_ahead(job_ids, slots):
+            self.archive_and_commit(job_ids, finished_at)
+            return
+        dialect = self.dialect
+        with dialect.cursor(self.conn) as cursor:
+            text = "; ".join(
+                (
+                    *dialect.archive_statements(cursor, job_ids, "success", finished_at),
+                    "COMMIT",
+                    "START TRANSACTION",
+                    cursor.mogrify(
+                        dialect.claim_sql, dialect.claim_params(queue, start, finished_at, limit)
+                    ),
+                )
+            )
+            cursor.execute(text)
+            for _ in range(_ARCHIVE_RESULTS - 1):
+                cursor.nextset()
+            try:
+                cursor.nextset()  # START TRANSACTION
+                cursor.nextset()
+                self.ahead = list(cursor.fetchall())
+            except Exception:
+                self.ahead = None
+        if self.ahead is None:
+            dialect.rollback(self.conn)
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         return self.dialect.claim(self.conn, queue, now, limit, start, self.read_committed)
@@ -602,6 +675,24 @@ def _tuple_cursor() -> type:
     from pymysql.cursors import Cursor
 
     return Cursor
+
+
+_ARCHIVE_RESULTS = 3
+"""The results of a multi-statement archive up to its COMMIT: INSERT, DELETE, COMMIT."""
+_SET_OPTION = 27  # COM_SET_OPTION: MYSQL_OPTION_MULTI_STATEMENTS_ON (0) or _OFF (1)
+
+
+def _multi_statements(conn: Any, on: bool) -> bool:
+    """Turn multi-statements on or off on a PyMySQL connection (COM_SET_OPTION, one round
+    trip); whether they are on. A connection without PyMySQL's command layer is left as
+    it is."""
+    raw = unwrap_connection(conn)
+    send, read = getattr(raw, "_execute_command", None), getattr(raw, "_read_packet", None)
+    if send is None or read is None:
+        return False
+    send(_SET_OPTION, struct.pack("<H", 0 if on else 1))
+    read()
+    return on
 
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags

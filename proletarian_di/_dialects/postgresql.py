@@ -198,7 +198,7 @@ class PostgresDialect(Dialect):
         return first.removeprefix("ERROR:").strip()
 
     @contextlib.contextmanager
-    def attached(self, conn: Any) -> Iterator[Session]:
+    def attached(self, conn: Any, exclusive: bool = False) -> Iterator[Session]:
         """Make `conn` a worker connection: one round trip per job, prepared statements.
 
         The connection is switched to autocommit, so that the claim sends BEGIN with
@@ -627,7 +627,7 @@ class PostgresSession(Session):
         gave the last one back), as one simple query. A claim that fails (the archive
         committed) is rolled back and dropped: the next claim runs as usual."""
         hot = self.prepared
-        if hot is None or not self.can_claim_ahead(job_ids):
+        if hot is None or not self.can_claim_ahead(job_ids, slots):
             self.archive_and_commit(job_ids, finished_at)
             return
         wire = _wire()
@@ -640,7 +640,7 @@ class PostgresSession(Session):
         if self.ahead is None:
             self.dialect.rollback(self.conn)
 
-    def can_claim_ahead(self, job_ids: Sequence[Any]) -> bool:
+    def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
         """With the statements prepared, libpq's connection at hand, and job ids of the
         type the inlined archive writes."""
         return (

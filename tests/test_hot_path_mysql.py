@@ -1,0 +1,218 @@
+"""MySQL's hot path: with no user code handed the worker's connection, a job's archive,
+its COMMIT and the next claim go in one multi-statement query; multi-statements are off
+again when the connection goes back, and never on where user code gets the connection."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+import pymysql
+import pytest
+
+from proletarian_di import create_queue_worker
+from proletarian_di._dialects import MySQLDialect
+from proletarian_di._dialects.base import unwrap_connection
+
+from backends import enqueue_committed, wait_until
+
+COM_QUERY = 3
+
+
+@pytest.fixture
+def my(mysql_backend):
+    mysql_backend.reset()
+    return mysql_backend
+
+
+class CountedConnections:
+    """New PyMySQL connections whose commands to the server are counted (a real connection,
+    its `_execute_command` watched)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.queries: list[str] = []
+        self.made: list[Any] = []
+        self.lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        conn = self.backend.connect()
+        conn.autocommit(True)
+        send = conn._execute_command
+
+        def counted(command: int, sql: Any) -> Any:
+            if command == COM_QUERY:
+                with self.lock:
+                    self.queries.append(sql.decode() if isinstance(sql, bytes) else sql)
+            return send(command, sql)
+
+        conn._execute_command = counted
+        self.made.append(conn)
+        return conn
+
+
+def held_connection(worker: Any) -> Any:
+    """The connection the worker's only thread holds."""
+    (held,) = [slot.conn for slot in worker._slots.values() if slot.conn is not None]
+    return held
+
+
+def multi_statements_work(conn: Any) -> bool:
+    try:
+        with unwrap_connection(conn).cursor() as cursor:
+            cursor.execute("SELECT 1; SELECT 2")
+            while cursor.nextset():
+                pass
+        return True
+    except pymysql.err.ProgrammingError:
+        return False
+
+
+def test_each_job_takes_one_round_trip(my):
+    """After each thread's first claim, a job costs one query: archive, COMMIT, START
+    TRANSACTION and the next claim together."""
+    enqueue_committed(my, *[("noop", i) for i in range(5)])
+    connections = CountedConnections(my)
+    worker = create_queue_worker(connections, lambda t, p: None, polling_interval_ms=10)
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 5)
+    per_job = [
+        q for q in connections.queries if q.startswith("INSERT INTO proletarian.archived_job")
+    ]
+    assert len(per_job) == 5
+    for query in per_job:
+        assert "; COMMIT; START TRANSACTION; SELECT " in query
+        assert "FOR UPDATE SKIP LOCKED" in query
+    assert sorted(my.archived()) == [("noop", "success", 1)] * 5
+    assert my.jobs() == []
+
+
+def test_the_connection_goes_back_without_multi_statements(my):
+    """On while the worker holds a pool's connection, off once the pool has it back."""
+    enqueue_committed(my, ("noop", 0))
+    source = my.pool(1)
+    seen: list[bool] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        seen.append(multi_statements_work(held_connection(worker)))
+
+    try:
+        worker = create_queue_worker(source, handler, polling_interval_ms=10)
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 1)
+        with source.connection() as pooled:
+            assert not multi_statements_work(pooled)
+    finally:
+        source.close()
+    assert seen == [True]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"handler_fn_mode": "advanced"},
+        {"failed_job_fn": lambda job, exc: None},
+        {"retry_strategy_fn": lambda job, exc: None},
+    ],
+    ids=["advanced", "failed_job_fn", "retry_strategy_fn"],
+)
+def test_user_code_never_gets_a_connection_with_multi_statements(my, options):
+    """Where user code is handed the job's connection, it runs as the pool lent it:
+    stacked queries stay refused, whatever the code does with the connection."""
+    enqueue_committed(my, ("first", 0), ("second", 1))
+    connections = CountedConnections(my)
+    seen: list[bool] = []
+    if options.get("handler_fn_mode") == "advanced":
+
+        def handler(job: Any) -> None:
+            seen.append(multi_statements_work(job.connection))
+    else:
+
+        def handler(job_type: str, payload: Any) -> None:
+            seen.append(multi_statements_work(held_connection(worker)))
+
+    worker = create_queue_worker(connections, handler, polling_interval_ms=10, **options)
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 2)
+    assert seen == [False, False]
+    assert not [q for q in connections.queries if "; COMMIT; START TRANSACTION" in q]
+    assert sorted(my.archived()) == [("first", "success", 1), ("second", "success", 1)]
+
+
+def test_a_claim_that_fails_after_the_commit_leaves_the_archive_and_no_transaction(my):
+    """The server stops at the failing claim: the archive before it is committed, the
+    claim is undone, and the next claim finds the next job."""
+    enqueue_committed(my, ("first", 0), ("second", 1))
+    dialect = MySQLDialect(my.job_table, my.archived_job_table)
+    conn = my.connect()
+    try:
+        conn.autocommit(True)
+        with dialect.attached(conn, exclusive=True) as session:
+            assert session.multi
+            now = datetime.now(timezone.utc)
+            [row] = session.claim("default", now)
+            assert row[2] == "first"
+            # LIMIT -1 is a syntax error: the claim fails after the COMMIT ran
+            session.archive_commit_and_claim([row[0]], now, "default", limit=-1)
+            assert session.claimed_ahead() is None
+            assert conn.get_autocommit()
+            assert my.archived() == [("first", "success", 1)]
+            assert my.jobs() == [("second", 0, "default")]
+            [row] = session.claim("default", datetime.now(timezone.utc))
+            assert row[2] == "second"
+            session.archive_commit_and_claim([row[0]], datetime.now(timezone.utc), "default")
+            assert session.claimed_ahead() == []
+            dialect.rollback(conn)
+        assert not multi_statements_work(conn)
+    finally:
+        conn.close()
+    assert sorted(my.archived()) == [("first", "success", 1), ("second", "success", 1)]
+
+
+def test_an_archive_that_fails_raises_and_commits_nothing(my):
+    """An error before the COMMIT (here the archive's INSERT, its table gone) is raised,
+    and nothing after it ran: the job is still claimed in the open transaction, and a
+    rollback gives it back."""
+    enqueue_committed(my, ("first", 0))
+    dialect = MySQLDialect(my.job_table, "proletarian.no_such_archive")
+    conn = my.connect()
+    try:
+        conn.autocommit(True)
+        with dialect.attached(conn, exclusive=True) as session:
+            [row] = session.claim("default", datetime.now(timezone.utc))
+            with pytest.raises(pymysql.err.ProgrammingError, match="no_such_archive"):
+                session.archive_commit_and_claim([row[0]], datetime.now(timezone.utc), "default")
+            assert session.claimed_ahead() is None
+            dialect.rollback(conn)
+    finally:
+        conn.close()
+    assert my.jobs() == [("first", 0, "default")]
+    assert my.archived() == []
+
+
+def test_a_job_claimed_ahead_of_a_stop_goes_back_unrun(my):
+    enqueue_committed(my, ("first", 0), ("second", 1))
+    ran: list[str] = []
+    stopping = threading.Event()
+
+    def log(event: str, data: dict[str, Any]) -> None:
+        if event == "job_finished" and data["job_type"] == "first":
+            threading.Thread(target=worker.stop, daemon=True).start()
+            assert wait_until(lambda: worker._stopping.is_set())
+            stopping.set()
+
+    connections = CountedConnections(my)
+    worker = create_queue_worker(
+        connections, lambda t, p: ran.append(t), polling_interval_ms=10, log=log
+    )
+    worker.start()
+    assert stopping.wait(10)
+    worker.stop()
+    assert ran == ["first"]
+    assert my.jobs() == [("second", 0, "default")]
+    with create_queue_worker(
+        connections, lambda t, p: ran.append(t), polling_interval_ms=10
+    ) as again:
+        wait_until(lambda: again.summary()["succeeded"] == 1)
+    assert ran == ["first", "second"]
