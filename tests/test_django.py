@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from backends import Backend, as_uuid, wait_until
+from proletarian_di import admin
+
+from backends import Backend, as_uuid, committed, wait_until
 
 django = pytest.importorskip("django")
 try:  # Django 6's own tasks framework, else the backport
@@ -244,6 +247,62 @@ def test_sigterm_drains_and_exits_0(
     assert "stopped cleanly: 1 succeeded" in worker.output()
     [result] = client(django_db, {"do": "result", "id": held})
     assert (result["status"], result["return_value"]) == ("SUCCESSFUL", 1)
+
+
+def archived(db: Backend, status: str) -> int:
+    rows = db.query("SELECT job_id FROM proletarian.archived_job WHERE status = %s", (status,))
+    return len(rows)
+
+
+def test_results_follow_retry_and_cancel(
+    django_db: Backend, workers: list[Worker], tmp_path: Path
+) -> None:
+    """An operator's retry (the dashboard's Retry) of failed tasks, then a cancel or another
+    run: the result is the job's current state, never the failure before the retry."""
+    failing, flaky, twice = client(
+        django_db,
+        {"do": "enqueue", "task": "fail", "args": ["boom"]},
+        {"do": "enqueue", "task": "flaky", "args": [str(tmp_path)]},
+        {"do": "enqueue", "task": "fail", "args": ["twice"]},
+    )
+    first = Worker(django_db, tmp_path / "first.log")
+    workers.append(first)
+    wait_until(lambda: archived(django_db, "failure") == 3, description="three failures")
+    assert first.stop() == 0
+    assert committed(django_db, admin.retry_jobs, [failing, flaky, twice]) == 3
+    for waiting in client(django_db, *({"do": "result", "id": i} for i in (failing, flaky))):
+        assert (waiting["status"], waiting["errors"], waiting["finished"]) == ("READY", [], False)
+
+    assert committed(django_db, admin.cancel_jobs, [failing]) == 1
+    [cancelled] = client(django_db, {"do": "result", "id": failing})
+    assert (cancelled["status"], cancelled["finished"]) == ("FAILED", True)
+    [(path, _)] = cancelled["errors"]
+    assert path == "proletarian_di.contrib.django.backend.TaskCancelled"
+
+    (tmp_path / "ok").touch()
+    second = Worker(django_db, tmp_path / "second.log")
+    workers.append(second)
+    wait_until(lambda: archived(django_db, "success") == 1, description="flaky succeeded")
+    wait_until(lambda: archived(django_db, "failure") == 1, description="twice failed again")
+    assert second.stop() == 0
+    succeeded, failed_again = client(
+        django_db, {"do": "result", "id": flaky}, {"do": "result", "id": twice}
+    )
+    assert (succeeded["status"], succeeded["return_value"]) == ("SUCCESSFUL", "ok")
+    assert (succeeded["errors"], failed_again["status"]) == ([], "FAILED")
+    [(path, trace)] = failed_again["errors"]
+    assert path == "builtins.ValueError" and "ValueError: twice" in trace
+
+    # A failure whose results row was not written (its failed_job_fn lost the transaction)
+    # leaves the row of the run before the retry: it must not be taken for this one's.
+    mysql = django_db.name == "mysql"
+    key = uuid.UUID(twice).bytes if mysql else uuid.UUID(twice)
+    stale = "finished_at - INTERVAL 1 DAY" if mysql else "finished_at - INTERVAL '1 day'"
+    django_db.execute(f"UPDATE {RESULTS} SET finished_at = {stale} WHERE job_id = %s", (key,))
+    [archive_only] = client(django_db, {"do": "result", "id": twice})
+    assert archive_only["status"] == "FAILED"
+    [(path, text)] = archive_only["errors"]
+    assert path == "proletarian_di.contrib.django.backend.JobFailed" and "twice" in text
 
 
 def test_unknown_result_id_and_queue(django_db: Backend) -> None:

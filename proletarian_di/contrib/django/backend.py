@@ -23,7 +23,13 @@ from ._compat import (
     task_enqueued,
 )
 from ._connections import driver_connection
-from .results import MAX_RESULT_BYTES, check_limit, read_result, results_table
+from .results import (
+    MAX_RESULT_BYTES,
+    StoredResult,
+    check_limit,
+    read_result,
+    results_table,
+)
 
 T = TypeVar("T")
 
@@ -122,8 +128,8 @@ class ProletarianBackend(BaseTaskBackend):
             conn = driver_connection(self.database)
             info = admin.get_job(conn, job_id, tables=tables)
             stored = None
-            if info is not None and info.finished_at is not None:
-                stored = read_result(conn, self.job_table, job_id)
+            if info is not None and info.state in ("succeeded", "failed"):
+                stored = _current(info, read_result(conn, self.job_table, job_id))
         if info is None or not isinstance(info.payload, dict) or "task" not in info.payload:
             raise TaskResultDoesNotExist(result_id)
         task = import_string(info.payload["task"])
@@ -158,6 +164,26 @@ class ProletarianBackend(BaseTaskBackend):
         if stored is not None and status == Status.SUCCESSFUL:
             object.__setattr__(result, "_return_value", stored.return_value)
         return result
+
+
+def _current(info: admin.JobInfo, stored: StoredResult | None) -> StoredResult | None:
+    """The results row if it is the outcome of the run the archive holds, else None.
+
+    An operator's retry moves a failed job back into the queue and its results row stays
+    behind: a later cancel, or a later failure whose row was not written, must not report
+    it. A success writes its row in the transaction that archives it; a failure writes the
+    archive's own `finished_at`, so a row of an earlier run does not match."""
+    if stored is None:
+        return None
+    if info.state == "succeeded" and stored.status == Status.SUCCESSFUL.value:
+        return stored
+    if (
+        info.state == "failed"
+        and stored.status == Status.FAILED.value
+        and stored.finished_at == info.finished_at
+    ):
+        return stored
+    return None
 
 
 def _error(cls: type[BaseException], text: str) -> TaskError:

@@ -29,7 +29,13 @@ from ._compat import (
 )
 from ._connections import data_source
 from .backend import ProletarianBackend
-from .results import create_results_table, encode_errors, encode_return_value, write_result
+from .results import (
+    archived_at,
+    create_results_table,
+    encode_errors,
+    encode_return_value,
+    write_result,
+)
 
 EXIT_ABANDONED = 7
 """The exit status when jobs were abandoned at shutdown (as `proletarian-di worker`)."""
@@ -115,9 +121,11 @@ class TaskHandler:
         task_finished.send(type(self.backend), task_result=result)
 
     def failed(self, job: Job, exc: BaseException) -> None:
-        """Record the task as FAILED with its error, in the job's transaction."""
+        """Record the task as FAILED with its error, in the job's transaction, with the
+        archive's `finished_at`: `get_result` tells this run's row from an earlier one's."""
         errors = encode_errors([_error(exc)], self.backend.max_result_bytes)
-        self._write(job, Status.FAILED, None, errors, datetime.now(timezone.utc))
+        finished = archived_at(job.connection, self.backend.archived_job_table, job.job_id)
+        self._write(job, Status.FAILED, None, errors, finished or datetime.now(timezone.utc))
 
     def _write(
         self, job: Job, status: Any, value: str | None, errors: str | None, finished: datetime
