@@ -305,6 +305,34 @@ def test_results_follow_retry_and_cancel(
     assert path == "proletarian_di.contrib.django.backend.JobFailed" and "twice" in text
 
 
+def test_enqueue_in_a_failed_transaction(django_db: Backend) -> None:
+    """A caught IntegrityError inside atomic: PostgreSQL aborts the transaction (MySQL does
+    not), and Django marks it for rollback when the error left an inner atomic block without
+    a savepoint. Enqueueing then is `TransactionAborted`, not a driver error or a lost job;
+    after a savepoint it works."""
+    django_db.execute("DROP TABLE IF EXISTS proletarian.dj_unique")
+    django_db.execute("CREATE TABLE proletarian.dj_unique (k INTEGER PRIMARY KEY)")
+    django_db.execute("INSERT INTO proletarian.dj_unique (k) VALUES (1)")
+    caught, marked, savepoint = client(
+        django_db,
+        {"do": "enqueue_after_error", "how": "caught"},
+        {"do": "enqueue_after_error", "how": "marked"},
+        {"do": "enqueue_after_error", "how": "savepoint"},
+    )
+    aborted = "proletarian_di.errors.TransactionAborted"
+    for error, reason in ((caught, "a statement in it failed"), (marked, "an atomic block")):
+        if error is caught and django_db.name == "mysql":
+            continue  # MySQL goes on after a duplicate key: the job commits
+        assert isinstance(error, list), f"enqueued {error} in a transaction that rolls back"
+        path, message = error
+        assert path == aborted and reason in message, message
+        assert "cannot enqueue djdemo.tasks.add" in message and "nothing was written" in message
+    waiting = {
+        str(as_uuid(row[0])) for row in django_db.query("SELECT job_id FROM proletarian.job")
+    }
+    assert waiting == ({savepoint, caught} if django_db.name == "mysql" else {savepoint})
+
+
 def test_unknown_result_id_and_queue(django_db: Backend) -> None:
     done = subprocess.run(
         [sys.executable, "client.py", json.dumps([{"do": "result", "id": "not-a-job"}])],
