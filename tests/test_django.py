@@ -42,11 +42,11 @@ def env(backend: Backend, **extra: str) -> dict[str, str]:
     }
 
 
-def manage(backend: Backend, *args: str) -> subprocess.CompletedProcess[str]:
+def manage(backend: Backend, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=PROJECT,
-        env=env(backend),
+        env=env(backend, **extra_env),
         capture_output=True,
         text=True,
         timeout=60,
@@ -333,7 +333,7 @@ def test_enqueue_in_a_failed_transaction(django_db: Backend) -> None:
     assert waiting == ({savepoint, caught} if django_db.name == "mysql" else {savepoint})
 
 
-def test_unknown_result_id_and_queue(django_db: Backend) -> None:
+def test_unknown_result_id(django_db: Backend) -> None:
     done = subprocess.run(
         [sys.executable, "client.py", json.dumps([{"do": "result", "id": "not-a-job"}])],
         cwd=PROJECT,
@@ -343,8 +343,90 @@ def test_unknown_result_id_and_queue(django_db: Backend) -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "TaskResultDoesNotExist" in done.stderr
-    bad = manage(django_db, "proletarian_worker", "--queue", "nowhere")
-    assert bad.returncode != 0 and "queue(s) nowhere not in TASKS" in bad.stderr
+
+
+PROLETARIAN = "proletarian_di.contrib.django.ProletarianBackend"
+FRAMEWORK = "django.tasks" if django.VERSION >= (6,) else "django_tasks"
+DUMMY = f"{FRAMEWORK}.backends.dummy.DummyBackend"
+
+
+@pytest.mark.parametrize(
+    ("args", "tasks", "expected"),
+    [
+        (["--backend", "nope"], None, "no TASKS backend 'nope'; configured: 'default'"),
+        (
+            ["--backend", "nope"],
+            {"default": {"BACKEND": PROLETARIAN}, "mail": {"BACKEND": PROLETARIAN}},
+            "no TASKS backend 'nope'; configured: 'default', 'mail'",
+        ),
+        (["--queue", "nowhere"], None, "queue(s) 'nowhere' not in TASKS['default']['QUEUES']"),
+        (
+            ["--backend", "other"],
+            {"default": {"BACKEND": PROLETARIAN}, "other": {"BACKEND": DUMMY}},
+            f"TASKS['other'] is {DUMMY}, not proletarian_di.contrib.django.ProletarianBackend; "
+            "proletarian backends: 'default'",
+        ),
+        ([], "null", "TASKS['default'] is "),  # no TASKS setting: Django's default backend
+        (
+            [],
+            {"default": {"BACKEND": "djdemo.nowhere.Backend"}},
+            "TASKS['default'] cannot be loaded: Could not find backend 'djdemo.nowhere.Backend'",
+        ),
+        (
+            [],
+            {"default": {"BACKEND": PROLETARIAN, "OPTIONS": {"DATABSE": "default"}}},
+            "TASKS['default'] cannot be loaded: TASKS['default']['OPTIONS']: unknown option(s) "
+            "DATABSE",
+        ),
+        (
+            [],
+            {"default": {"BACKEND": PROLETARIAN, "OPTIONS": {"DATABASE": "replica"}}},
+            "TASKS['default']['OPTIONS']['DATABASE'] is 'replica', which is not in DATABASES "
+            "('default')",
+        ),
+        (["--threads", "0"], None, "argument --threads: must be at least 1, got 0"),
+        (["--threads", "x"], None, "argument --threads: must be an integer, got 'x'"),
+        (["--polling-interval-ms", "-1"], None, "--polling-interval-ms: must be at least 0"),
+    ],
+    ids=[
+        "unknown-backend",
+        "unknown-backend-of-two",
+        "unknown-queue",
+        "not-proletarian",
+        "no-TASKS-setting",
+        "backend-class-not-found",
+        "unknown-option",
+        "unknown-database",
+        "zero-threads",
+        "threads-not-a-number",
+        "negative-polling-interval",
+    ],
+)
+def test_bad_worker_options_are_one_line_errors(
+    django_db: Backend, args: list[str], tasks: Any, expected: str
+) -> None:
+    """Each bad option or setting of `proletarian_worker` is one line naming it, no
+    traceback; the same for `proletarian_install --backend`."""
+    extra = {}
+    if tasks is not None:
+        extra["DJDEMO_TASKS"] = tasks if isinstance(tasks, str) else json.dumps(tasks)
+    done = manage(django_db, "proletarian_worker", *args, **extra)
+    assert done.returncode != 0
+    assert expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    if "--backend" in args:
+        install = manage(django_db, "proletarian_install", *args, **extra)
+        assert install.returncode != 0 and expected in install.stderr, install.stderr
+        assert "Traceback" not in install.stderr
+
+
+def test_worker_on_a_database_that_does_not_answer(django_db: Backend) -> None:
+    """A database that refuses the connection: one line with the driver's reason."""
+    for command in ("proletarian_worker", "proletarian_install"):
+        done = manage(django_db, command, DJDEMO_DATABASE_PORT="9")
+        assert done.returncode != 0
+        assert "cannot connect to database 'default':" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_the_tasks_framework_in_use() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...results import install
-from ...worker import backend_named
+from ...worker import CannotStart, backend_named, check_database
 
 
 class Command(BaseCommand):
@@ -21,7 +21,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        backend = backend_named(options["backend"])
+        try:
+            backend = backend_named(options["backend"])
+            check_database(backend)
+        except CannotStart as exc:
+            raise CommandError(str(exc)) from None
         install(backend.database, backend.job_table, backend.archived_job_table)
         self.stdout.write(
             f"installed {backend.job_table}, {backend.archived_job_table} and "
