@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils.module_loading import import_string
 
@@ -176,6 +177,35 @@ def backend_named(alias: str) -> ProletarianBackend:
             f"DATABASES ({databases})"
         )
     return backend
+
+
+class CheckedCommand(BaseCommand):
+    """A command on a TASKS backend that checks the backend before Django's system checks.
+
+    Django 6 runs the checks of `django.tasks` before any command, and they load every
+    TASKS entry: one that cannot be loaded would end in a traceback. These commands run the
+    checks themselves, after `backend_named` has named such a problem in one line."""
+
+    requires_system_checks: Any = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--backend", default="default", help="The TASKS alias (default: 'default')."
+        )
+        parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
+
+    def backend(self, options: dict[str, Any]) -> ProletarianBackend:
+        """The `--backend` to run, checked, then the system checks (unless skipped)."""
+        try:
+            backend = backend_named(options["backend"])
+        except CannotStart as exc:
+            raise CommandError(str(exc)) from None
+        if not options["skip_checks"]:
+            try:
+                self.check()
+            except (ImproperlyConfigured, ValueError, TypeError) as exc:
+                raise CommandError(f"system checks: {exc}") from None
+        return backend
 
 
 def _proletarian_aliases() -> list[str]:

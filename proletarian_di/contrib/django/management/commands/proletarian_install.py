@@ -4,25 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError
 
 from ...results import install
-from ...worker import CannotStart, backend_named, check_database
+from ...worker import CannotStart, CheckedCommand, check_database
 
 
-class Command(BaseCommand):
+class Command(CheckedCommand):
     """Install or upgrade the tables of a TASKS backend; safe to run any number of times."""
 
     help = "Create (or upgrade) the proletarian-di queue tables and the Django results table."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--backend", default="default", help="The TASKS alias (default: 'default')."
-        )
-
     def handle(self, *args: Any, **options: Any) -> None:
+        backend = self.backend(options)
         try:
-            backend = backend_named(options["backend"])
             check_database(backend)
         except CannotStart as exc:
             raise CommandError(str(exc)) from None

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from ...worker import CannotStart, run_workers
+from ...worker import CannotStart, CheckedCommand, run_workers
 
 
 def _at_least(low: int) -> Callable[[str], int]:
@@ -27,7 +27,7 @@ def _at_least(low: int) -> Callable[[str], int]:
     return parse
 
 
-class Command(BaseCommand):
+class Command(CheckedCommand):
     """Run workers for Django tasks until SIGTERM/SIGINT, then drain and exit 0."""
 
     help = (
@@ -37,6 +37,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
         parser.add_argument(
             "--queue",
             action="append",
@@ -53,11 +54,9 @@ class Command(BaseCommand):
             default=100,
             help="How long an idle worker waits between polls (ms).",
         )
-        parser.add_argument(
-            "--backend", default="default", help="The TASKS alias to run (default: 'default')."
-        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.backend(options)
         try:
             code = run_workers(
                 options["backend"],
