@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from backends import Backend, as_uuid, wait_until
+from proletarian_di import admin
+
+from backends import Backend, as_uuid, committed, wait_until
 
 django = pytest.importorskip("django")
 try:  # Django 6's own tasks framework, else the backport
@@ -39,11 +42,11 @@ def env(backend: Backend, **extra: str) -> dict[str, str]:
     }
 
 
-def manage(backend: Backend, *args: str) -> subprocess.CompletedProcess[str]:
+def manage(backend: Backend, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=PROJECT,
-        env=env(backend),
+        env=env(backend, **extra_env),
         capture_output=True,
         text=True,
         timeout=60,
@@ -246,7 +249,91 @@ def test_sigterm_drains_and_exits_0(
     assert (result["status"], result["return_value"]) == ("SUCCESSFUL", 1)
 
 
-def test_unknown_result_id_and_queue(django_db: Backend) -> None:
+def archived(db: Backend, status: str) -> int:
+    rows = db.query("SELECT job_id FROM proletarian.archived_job WHERE status = %s", (status,))
+    return len(rows)
+
+
+def test_results_follow_retry_and_cancel(
+    django_db: Backend, workers: list[Worker], tmp_path: Path
+) -> None:
+    """An operator's retry (the dashboard's Retry) of failed tasks, then a cancel or another
+    run: the result is the job's current state, never the failure before the retry."""
+    failing, flaky, twice = client(
+        django_db,
+        {"do": "enqueue", "task": "fail", "args": ["boom"]},
+        {"do": "enqueue", "task": "flaky", "args": [str(tmp_path)]},
+        {"do": "enqueue", "task": "fail", "args": ["twice"]},
+    )
+    first = Worker(django_db, tmp_path / "first.log")
+    workers.append(first)
+    wait_until(lambda: archived(django_db, "failure") == 3, description="three failures")
+    assert first.stop() == 0
+    assert committed(django_db, admin.retry_jobs, [failing, flaky, twice]) == 3
+    for waiting in client(django_db, *({"do": "result", "id": i} for i in (failing, flaky))):
+        assert (waiting["status"], waiting["errors"], waiting["finished"]) == ("READY", [], False)
+
+    assert committed(django_db, admin.cancel_jobs, [failing]) == 1
+    [cancelled] = client(django_db, {"do": "result", "id": failing})
+    assert (cancelled["status"], cancelled["finished"]) == ("FAILED", True)
+    [(path, _)] = cancelled["errors"]
+    assert path == "proletarian_di.contrib.django.backend.TaskCancelled"
+
+    (tmp_path / "ok").touch()
+    second = Worker(django_db, tmp_path / "second.log")
+    workers.append(second)
+    wait_until(lambda: archived(django_db, "success") == 1, description="flaky succeeded")
+    wait_until(lambda: archived(django_db, "failure") == 1, description="twice failed again")
+    assert second.stop() == 0
+    succeeded, failed_again = client(
+        django_db, {"do": "result", "id": flaky}, {"do": "result", "id": twice}
+    )
+    assert (succeeded["status"], succeeded["return_value"]) == ("SUCCESSFUL", "ok")
+    assert (succeeded["errors"], failed_again["status"]) == ([], "FAILED")
+    [(path, trace)] = failed_again["errors"]
+    assert path == "builtins.ValueError" and "ValueError: twice" in trace
+
+    # A failure whose results row was not written (its failed_job_fn lost the transaction)
+    # leaves the row of the run before the retry: it must not be taken for this one's.
+    mysql = django_db.name == "mysql"
+    key = uuid.UUID(twice).bytes if mysql else uuid.UUID(twice)
+    stale = "finished_at - INTERVAL 1 DAY" if mysql else "finished_at - INTERVAL '1 day'"
+    django_db.execute(f"UPDATE {RESULTS} SET finished_at = {stale} WHERE job_id = %s", (key,))
+    [archive_only] = client(django_db, {"do": "result", "id": twice})
+    assert archive_only["status"] == "FAILED"
+    [(path, text)] = archive_only["errors"]
+    assert path == "proletarian_di.contrib.django.backend.JobFailed" and "twice" in text
+
+
+def test_enqueue_in_a_failed_transaction(django_db: Backend) -> None:
+    """A caught IntegrityError inside atomic: PostgreSQL aborts the transaction (MySQL does
+    not), and Django marks it for rollback when the error left an inner atomic block without
+    a savepoint. Enqueueing then is `TransactionAborted`, not a driver error or a lost job;
+    after a savepoint it works."""
+    django_db.execute("DROP TABLE IF EXISTS proletarian.dj_unique")
+    django_db.execute("CREATE TABLE proletarian.dj_unique (k INTEGER PRIMARY KEY)")
+    django_db.execute("INSERT INTO proletarian.dj_unique (k) VALUES (1)")
+    caught, marked, savepoint = client(
+        django_db,
+        {"do": "enqueue_after_error", "how": "caught"},
+        {"do": "enqueue_after_error", "how": "marked"},
+        {"do": "enqueue_after_error", "how": "savepoint"},
+    )
+    aborted = "proletarian_di.errors.TransactionAborted"
+    for error, reason in ((caught, "a statement in it failed"), (marked, "an atomic block")):
+        if error is caught and django_db.name == "mysql":
+            continue  # MySQL goes on after a duplicate key: the job commits
+        assert isinstance(error, list), f"enqueued {error} in a transaction that rolls back"
+        path, message = error
+        assert path == aborted and reason in message, message
+        assert "cannot enqueue djdemo.tasks.add" in message and "nothing was written" in message
+    waiting = {
+        str(as_uuid(row[0])) for row in django_db.query("SELECT job_id FROM proletarian.job")
+    }
+    assert waiting == ({savepoint, caught} if django_db.name == "mysql" else {savepoint})
+
+
+def test_unknown_result_id(django_db: Backend) -> None:
     done = subprocess.run(
         [sys.executable, "client.py", json.dumps([{"do": "result", "id": "not-a-job"}])],
         cwd=PROJECT,
@@ -256,8 +343,90 @@ def test_unknown_result_id_and_queue(django_db: Backend) -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "TaskResultDoesNotExist" in done.stderr
-    bad = manage(django_db, "proletarian_worker", "--queue", "nowhere")
-    assert bad.returncode != 0 and "queue(s) nowhere not in TASKS" in bad.stderr
+
+
+PROLETARIAN = "proletarian_di.contrib.django.ProletarianBackend"
+FRAMEWORK = "django.tasks" if django.VERSION >= (6,) else "django_tasks"
+DUMMY = f"{FRAMEWORK}.backends.dummy.DummyBackend"
+
+
+@pytest.mark.parametrize(
+    ("args", "tasks", "expected"),
+    [
+        (["--backend", "nope"], None, "no TASKS backend 'nope'; configured: 'default'"),
+        (
+            ["--backend", "nope"],
+            {"default": {"BACKEND": PROLETARIAN}, "mail": {"BACKEND": PROLETARIAN}},
+            "no TASKS backend 'nope'; configured: 'default', 'mail'",
+        ),
+        (["--queue", "nowhere"], None, "queue(s) 'nowhere' not in TASKS['default']['QUEUES']"),
+        (
+            ["--backend", "other"],
+            {"default": {"BACKEND": PROLETARIAN}, "other": {"BACKEND": DUMMY}},
+            f"TASKS['other'] is {DUMMY}, not proletarian_di.contrib.django.ProletarianBackend; "
+            "proletarian backends: 'default'",
+        ),
+        ([], "null", "TASKS['default'] is "),  # no TASKS setting: Django's default backend
+        (
+            [],
+            {"default": {"BACKEND": "djdemo.nowhere.Backend"}},
+            "TASKS['default'] cannot be loaded: Could not find backend 'djdemo.nowhere.Backend'",
+        ),
+        (
+            [],
+            {"default": {"BACKEND": PROLETARIAN, "OPTIONS": {"DATABSE": "default"}}},
+            "TASKS['default'] cannot be loaded: TASKS['default']['OPTIONS']: unknown option(s) "
+            "DATABSE",
+        ),
+        (
+            [],
+            {"default": {"BACKEND": PROLETARIAN, "OPTIONS": {"DATABASE": "replica"}}},
+            "TASKS['default']['OPTIONS']['DATABASE'] is 'replica', which is not in DATABASES "
+            "('default')",
+        ),
+        (["--threads", "0"], None, "argument --threads: must be at least 1, got 0"),
+        (["--threads", "x"], None, "argument --threads: must be an integer, got 'x'"),
+        (["--polling-interval-ms", "-1"], None, "--polling-interval-ms: must be at least 0"),
+    ],
+    ids=[
+        "unknown-backend",
+        "unknown-backend-of-two",
+        "unknown-queue",
+        "not-proletarian",
+        "no-TASKS-setting",
+        "backend-class-not-found",
+        "unknown-option",
+        "unknown-database",
+        "zero-threads",
+        "threads-not-a-number",
+        "negative-polling-interval",
+    ],
+)
+def test_bad_worker_options_are_one_line_errors(
+    django_db: Backend, args: list[str], tasks: Any, expected: str
+) -> None:
+    """Each bad option or setting of `proletarian_worker` is one line naming it, no
+    traceback; the same for `proletarian_install --backend`."""
+    extra = {}
+    if tasks is not None:
+        extra["DJDEMO_TASKS"] = tasks if isinstance(tasks, str) else json.dumps(tasks)
+    done = manage(django_db, "proletarian_worker", *args, **extra)
+    assert done.returncode != 0
+    assert expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    if "--backend" in args:
+        install = manage(django_db, "proletarian_install", *args, **extra)
+        assert install.returncode != 0 and expected in install.stderr, install.stderr
+        assert "Traceback" not in install.stderr
+
+
+def test_worker_on_a_database_that_does_not_answer(django_db: Backend) -> None:
+    """A database that refuses the connection: one line with the driver's reason."""
+    for command in ("proletarian_worker", "proletarian_install"):
+        done = manage(django_db, command, DJDEMO_DATABASE_PORT="9")
+        assert done.returncode != 0
+        assert "cannot connect to database 'default':" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_the_tasks_framework_in_use() -> None:

@@ -2,7 +2,10 @@
 
 `python client.py '<json list of steps>'` prints a JSON list with one answer per step:
 {"do": "enqueue", "task": "add", "args": [...], "using": {...}, "atomic": "commit"|"rollback"}
-→ the result id; {"do": "result", "id": ...} → status, return value, errors, queue, priority.
+→ the result id; {"do": "result", "id": ...} → status, return value, errors, queue, priority;
+{"do": "enqueue_after_error", "how": "caught"|"marked"|"savepoint"} → the result id, or the
+error's class path and message (a duplicate key in proletarian.dj_unique, caught in an
+atomic block: as it is, after an inner atomic(savepoint=False), or in a savepoint).
 """
 
 import json
@@ -18,7 +21,7 @@ import django
 
 django.setup()
 
-from django.db import transaction  # noqa: E402
+from django.db import IntegrityError, connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from djdemo import tasks  # noqa: E402
 
@@ -47,6 +50,28 @@ def enqueue(step: dict) -> str | None:
     return result.id
 
 
+def duplicate() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO proletarian.dj_unique (k) VALUES (1)")
+
+
+def enqueue_after_error(step: dict) -> str | list[str]:
+    how = step["how"]
+    try:
+        with transaction.atomic():
+            try:
+                if how == "caught":
+                    duplicate()
+                else:
+                    with transaction.atomic(savepoint=how == "savepoint"):
+                        duplicate()
+            except IntegrityError:
+                pass
+            return tasks.add.enqueue(1, 2).id
+    except Exception as exc:
+        return [f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc)]
+
+
 def result(step: dict) -> dict:
     found = getattr(tasks, step.get("task", "add")).get_backend().get_result(step["id"])
     answer = {
@@ -65,4 +90,9 @@ def result(step: dict) -> dict:
 
 if __name__ == "__main__":
     steps = json.loads(sys.argv[1])
-    print(json.dumps([{"enqueue": enqueue, "result": result}[s["do"]](s) for s in steps]))
+    steps_by_name = {
+        "enqueue": enqueue,
+        "enqueue_after_error": enqueue_after_error,
+        "result": result,
+    }
+    print(json.dumps([steps_by_name[s["do"]](s) for s in steps]))

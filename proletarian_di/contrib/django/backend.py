@@ -6,13 +6,14 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone as django_timezone
 from django.utils.module_loading import import_string
 
 from ... import admin
 from ..._enqueue import enqueue
 from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ...errors import TransactionAborted
 from ._compat import (
     BaseTaskBackend,
     Status,
@@ -23,7 +24,13 @@ from ._compat import (
     task_enqueued,
 )
 from ._connections import driver_connection
-from .results import MAX_RESULT_BYTES, check_limit, read_result, results_table
+from .results import (
+    MAX_RESULT_BYTES,
+    StoredResult,
+    check_limit,
+    read_result,
+    results_table,
+)
 
 T = TypeVar("T")
 
@@ -83,16 +90,23 @@ class ProletarianBackend(BaseTaskBackend):
         if run_after is not None and django_timezone.is_naive(run_after):
             run_after = django_timezone.make_aware(run_after)
         enqueued_at = datetime.now(timezone.utc)
+        self._check_transaction(task)
         with transaction.atomic(using=self.database, savepoint=False):
-            job_id = enqueue(
-                driver_connection(self.database),
-                task.module_path,
-                payload,
-                queue=task.queue_name,
-                priority=task.priority,
-                process_at=run_after,
-                job_table=self.job_table,
-            )
+            driver = driver_connection(self.database)
+            try:
+                job_id = enqueue(
+                    driver,
+                    task.module_path,
+                    payload,
+                    queue=task.queue_name,
+                    priority=task.priority,
+                    process_at=run_after,
+                    job_table=self.job_table,
+                )
+            except Exception as exc:
+                if _in_failed_transaction(driver, exc):
+                    raise self._aborted(task, "the database refused the insert") from exc
+                raise
         result: TaskResult[T] = TaskResult(
             task=task,
             id=str(job_id),
@@ -110,6 +124,33 @@ class ProletarianBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
+    def _check_transaction(self, task: Task[Any, Any]) -> None:
+        """`TransactionAborted` if Django's transaction can no longer commit: Django marked
+        it for rollback (an error left an inner atomic block), or PostgreSQL aborted it (a
+        statement failed, e.g. an `IntegrityError` that was caught). The job would be lost
+        with it, or the insert refused with a driver error."""
+        wrapper = connections[self.database]
+        if not wrapper.in_atomic_block:
+            return
+        if wrapper.needs_rollback:
+            raise self._aborted(task, "an error left an atomic block inside it")
+        driver = driver_connection(self.database)
+        if type(driver).__module__.startswith("psycopg"):
+            from psycopg.pq import TransactionStatus
+
+            if driver.info.transaction_status == TransactionStatus.INERROR:
+                raise self._aborted(
+                    task, "a statement in it failed, e.g. an IntegrityError that was caught"
+                )
+
+    def _aborted(self, task: Task[Any, Any], reason: str) -> TransactionAborted:
+        return TransactionAborted(
+            f"cannot enqueue {task.module_path}: the transaction on Django database "
+            f"{self.database!r} has failed ({reason}); nothing was written. Let the error "
+            "leave the atomic block (it rolls back) and enqueue in a new transaction, or run "
+            "the statement that may fail in a transaction.atomic() of its own (a savepoint)"
+        )
+
     def get_result(self, result_id: str) -> TaskResult[Any]:
         """The task's status, return value and errors, read from the queue tables and the
         results table; `TaskResultDoesNotExist` for an unknown id."""
@@ -122,8 +163,8 @@ class ProletarianBackend(BaseTaskBackend):
             conn = driver_connection(self.database)
             info = admin.get_job(conn, job_id, tables=tables)
             stored = None
-            if info is not None and info.finished_at is not None:
-                stored = read_result(conn, self.job_table, job_id)
+            if info is not None and info.state in ("succeeded", "failed"):
+                stored = _current(info, read_result(conn, self.job_table, job_id))
         if info is None or not isinstance(info.payload, dict) or "task" not in info.payload:
             raise TaskResultDoesNotExist(result_id)
         task = import_string(info.payload["task"])
@@ -158,6 +199,35 @@ class ProletarianBackend(BaseTaskBackend):
         if stored is not None and status == Status.SUCCESSFUL:
             object.__setattr__(result, "_return_value", stored.return_value)
         return result
+
+
+def _in_failed_transaction(driver: Any, exc: BaseException) -> bool:
+    """Whether `exc` is PostgreSQL refusing a statement in an aborted transaction."""
+    if not type(driver).__module__.startswith("psycopg"):
+        return False
+    from psycopg.errors import InFailedSqlTransaction
+
+    return isinstance(exc, InFailedSqlTransaction)
+
+
+def _current(info: admin.JobInfo, stored: StoredResult | None) -> StoredResult | None:
+    """The results row if it is the outcome of the run the archive holds, else None.
+
+    An operator's retry moves a failed job back into the queue and its results row stays
+    behind: a later cancel, or a later failure whose row was not written, must not report
+    it. A success writes its row in the transaction that archives it; a failure writes the
+    archive's own `finished_at`, so a row of an earlier run does not match."""
+    if stored is None:
+        return None
+    if info.state == "succeeded" and stored.status == Status.SUCCESSFUL.value:
+        return stored
+    if (
+        info.state == "failed"
+        and stored.status == Status.FAILED.value
+        and stored.finished_at == info.finished_at
+    ):
+        return stored
+    return None
 
 
 def _error(cls: type[BaseException], text: str) -> TaskError:

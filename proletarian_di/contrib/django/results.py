@@ -63,7 +63,8 @@ def _key(dialect: str, job_id: uuid.UUID) -> Any:
 
 
 def _when(dialect: str, moment: datetime | None) -> datetime | None:
-    if moment is None or dialect != "mysql":
+    """A time for a MySQL DATETIME: naive UTC (a naive one is taken as UTC already)."""
+    if moment is None or dialect != "mysql" or moment.tzinfo is None:
         return moment
     return moment.astimezone(timezone.utc).replace(tzinfo=None)
 
@@ -177,6 +178,22 @@ def read_result(conn: Any, job_table: str, job_id: uuid.UUID) -> StoredResult | 
         started_at=_aware(started_at),
         finished_at=_aware(finished_at),  # type: ignore[arg-type]
     )
+
+
+def archived_at(conn: Any, archived_job_table: str, job_id: uuid.UUID) -> datetime | None:
+    """When the archive row of `job_id` says the job finished (aware, UTC), or None."""
+    dialect = dialect_name(conn)
+    cur = conn.cursor()
+    try:
+        cur.execute(
+            f"SELECT finished_at FROM {check_table_name(archived_job_table, 'archive table')}"
+            " WHERE job_id = %s",
+            (_key(dialect, job_id),),
+        )
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    return None if row is None else _aware(row[0])
 
 
 def create_results_table(conn: Any, job_table: str = DEFAULT_JOB_TABLE) -> None:

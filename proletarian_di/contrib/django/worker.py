@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from django.db import close_old_connections
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils.module_loading import import_string
 
 from ..._signals import Signals, exit_now, stop_all, total_summary
@@ -27,9 +29,15 @@ from ._compat import (
     task_finished,
     task_started,
 )
-from ._connections import data_source
+from ._connections import data_source, driver_connection
 from .backend import ProletarianBackend
-from .results import create_results_table, encode_errors, encode_return_value, write_result
+from .results import (
+    archived_at,
+    create_results_table,
+    encode_errors,
+    encode_return_value,
+    write_result,
+)
 
 EXIT_ABANDONED = 7
 """The exit status when jobs were abandoned at shutdown (as `proletarian-di worker`)."""
@@ -115,9 +123,11 @@ class TaskHandler:
         task_finished.send(type(self.backend), task_result=result)
 
     def failed(self, job: Job, exc: BaseException) -> None:
-        """Record the task as FAILED with its error, in the job's transaction."""
+        """Record the task as FAILED with its error, in the job's transaction, with the
+        archive's `finished_at`: `get_result` tells this run's row from an earlier one's."""
         errors = encode_errors([_error(exc)], self.backend.max_result_bytes)
-        self._write(job, Status.FAILED, None, errors, datetime.now(timezone.utc))
+        finished = archived_at(job.connection, self.backend.archived_job_table, job.job_id)
+        self._write(job, Status.FAILED, None, errors, finished or datetime.now(timezone.utc))
 
     def _write(
         self, job: Job, status: Any, value: str | None, errors: str | None, finished: datetime
@@ -139,15 +149,101 @@ class TaskHandler:
         )
 
 
+class CannotStart(Exception):
+    """The workers cannot start: an unknown or unsuitable TASKS backend, a bad option, or a
+    database that does not answer. The message names the problem (the command prints it)."""
+
+
 def backend_named(alias: str) -> ProletarianBackend:
-    """The TASKS backend `alias`, which must be a `ProletarianBackend`."""
-    backend = task_backends[alias]
+    """The TASKS backend `alias`, which must be a `ProletarianBackend` on a configured
+    database; `CannotStart` naming the problem otherwise."""
+    configured = ", ".join(repr(name) for name in task_backends.settings) or "none"
+    if alias not in task_backends.settings:
+        raise CannotStart(f"no TASKS backend {alias!r}; configured: {configured}")
+    try:
+        backend = task_backends[alias]
+    except (ImproperlyConfigured, ValueError, TypeError) as exc:
+        raise CannotStart(f"TASKS[{alias!r}] cannot be loaded: {exc}") from exc
     if not isinstance(backend, ProletarianBackend):
-        raise TypeError(
+        raise CannotStart(
             f"TASKS[{alias!r}] is {type(backend).__module__}.{type(backend).__qualname__}, "
-            "not proletarian_di.contrib.django.ProletarianBackend"
+            "not proletarian_di.contrib.django.ProletarianBackend; proletarian backends: "
+            + (", ".join(repr(name) for name in _proletarian_aliases()) or "none")
+        )
+    if backend.database not in connections.settings:
+        databases = ", ".join(repr(name) for name in connections.settings) or "none"
+        raise CannotStart(
+            f"TASKS[{alias!r}]['OPTIONS']['DATABASE'] is {backend.database!r}, which is not in "
+            f"DATABASES ({databases})"
         )
     return backend
+
+
+class CheckedCommand(BaseCommand):
+    """A command on a TASKS backend that checks the backend before Django's system checks.
+
+    Django 6 runs the checks of `django.tasks` before any command, and they load every
+    TASKS entry: one that cannot be loaded would end in a traceback. These commands run the
+    checks themselves, after `backend_named` has named such a problem in one line."""
+
+    requires_system_checks: Any = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--backend", default="default", help="The TASKS alias (default: 'default')."
+        )
+        parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
+
+    def backend(self, options: dict[str, Any]) -> ProletarianBackend:
+        """The `--backend` to run, checked, then the system checks (unless skipped)."""
+        try:
+            backend = backend_named(options["backend"])
+        except CannotStart as exc:
+            raise CommandError(str(exc)) from None
+        if not options["skip_checks"]:
+            try:
+                self.check()
+            except (ImproperlyConfigured, ValueError, TypeError) as exc:
+                raise CommandError(f"system checks: {exc}") from None
+        return backend
+
+
+def _proletarian_aliases() -> list[str]:
+    """The TASKS aliases whose BACKEND is a ProletarianBackend (none is instantiated)."""
+    found = []
+    for alias, entry in task_backends.settings.items():
+        with contextlib.suppress(ImportError, KeyError, TypeError, AttributeError):
+            backend_class = import_string(entry["BACKEND"])
+            if isinstance(backend_class, type) and issubclass(backend_class, ProletarianBackend):
+                found.append(alias)
+    return found
+
+
+def _database_errors() -> tuple[type[BaseException], ...]:
+    """Django's database errors and those of the drivers that are installed."""
+    errors: list[type[BaseException]] = [DatabaseError]
+    with contextlib.suppress(ImportError):
+        import psycopg
+
+        errors.append(psycopg.Error)
+    with contextlib.suppress(ImportError):
+        import pymysql
+
+        errors.append(pymysql.Error)
+    return tuple(errors)
+
+
+def check_database(backend: ProletarianBackend) -> None:
+    """Connect to the backend's database the way Django does (driver checked too), then close:
+    `CannotStart` with the server's or the driver's reason if it does not answer."""
+    try:
+        driver_connection(backend.database)
+    except ImproperlyConfigured as exc:
+        raise CannotStart(str(exc)) from exc
+    except _database_errors() as exc:
+        raise CannotStart(f"cannot connect to database {backend.database!r}: {exc}") from exc
+    finally:
+        connections[backend.database].close()
 
 
 def create_workers(
@@ -183,43 +279,41 @@ def run_workers(
     **options: Any,
 ) -> int:
     """Run workers for `queues` until SIGTERM or SIGINT; drain and return the exit status
-    (0, or EXIT_ABANDONED). A second signal exits at once."""
+    (0, or EXIT_ABANDONED). A second signal exits at once. `CannotStart`, before anything
+    runs, for a bad backend, queue or option, or a database that does not answer."""
     backend = backend_named(backend_alias)
     unknown = [q for q in queues if backend.queues and q not in backend.queues]
     if unknown:
-        raise ValueError(
-            f"queue(s) {', '.join(unknown)} not in TASKS[{backend_alias!r}]['QUEUES'] "
-            f"({', '.join(sorted(backend.queues))})"
+        raise CannotStart(
+            f"queue(s) {', '.join(map(repr, unknown))} not in TASKS[{backend_alias!r}]"
+            f"['QUEUES'] ({', '.join(map(repr, sorted(backend.queues)))})"
         )
+    check_database(backend)
+    refused: tuple[type[BaseException], ...] = (ValueError, TypeError, *_database_errors())
     source = data_source(backend.database, size=threads * len(queues) + 2)
     try:
-        with source.connection() as conn:
-            create_results_table(conn, backend.job_table)
-            conn.commit()
-        return _run(backend, source, queues, threads, polling_interval_ms, out, options)
+        try:
+            with source.connection() as conn:
+                create_results_table(conn, backend.job_table)
+                conn.commit()
+            workers = create_workers(
+                backend,
+                source,
+                queues,
+                worker_threads=threads,
+                polling_interval_ms=polling_interval_ms,
+                **options,
+            )
+        except refused as exc:
+            raise CannotStart(str(exc)) from exc
+        return _run(backend, workers, threads, out)
     finally:
         source.close()
 
 
-def _run(
-    backend: ProletarianBackend,
-    source: Any,
-    queues: Sequence[str],
-    threads: int,
-    polling_interval_ms: int,
-    out: TextIO,
-    options: dict[str, Any],
-) -> int:
+def _run(backend: ProletarianBackend, workers: list[QueueWorker], threads: int, out: TextIO) -> int:
     say: Callable[[str], None] = lambda line: print(line, file=out, flush=True)  # noqa: E731
     with Signals(on_second=exit_now) as signals:
-        workers = create_workers(
-            backend,
-            source,
-            queues,
-            worker_threads=threads,
-            polling_interval_ms=polling_interval_ms,
-            **options,
-        )
         started: list[QueueWorker] = []
         try:
             for worker in workers:

@@ -1,5 +1,8 @@
-"""Settings: the database comes from TEST_BACKEND and TEST_DATABASE_URL (set by the test)."""
+"""Settings: the database comes from TEST_BACKEND and TEST_DATABASE_URL (set by the test);
+DJDEMO_TASKS, a JSON object, replaces TASKS ("null": no TASKS setting at all), and
+DJDEMO_DATABASE_PORT the database's port."""
 
+import json
 import os
 
 import pymysql
@@ -37,6 +40,8 @@ def _database() -> dict:
 SECRET_KEY = "tests-only"
 USE_TZ = True
 DATABASES = {"default": _database()}
+if "DJDEMO_DATABASE_PORT" in os.environ:
+    DATABASES["default"]["PORT"] = os.environ["DJDEMO_DATABASE_PORT"]
 INSTALLED_APPS = ["proletarian_di.contrib.django", "djdemo"]
 TASKS = {
     "default": {
@@ -45,4 +50,8 @@ TASKS = {
         "OPTIONS": {"MAX_RESULT_BYTES": 1024},
     }
 }
+if "DJDEMO_TASKS" in os.environ:
+    TASKS = json.loads(os.environ["DJDEMO_TASKS"])
+    if TASKS is None:
+        del TASKS
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -42,3 +42,11 @@ def hold(folder: str) -> int:
     while not Path(folder, "release").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return len(starts.read_text().split())
+
+
+@task()
+def flaky(folder: str) -> str:
+    """Fail until the test creates `ok` in `folder`."""
+    if not Path(folder, "ok").exists():
+        raise RuntimeError("not yet")
+    return "ok"

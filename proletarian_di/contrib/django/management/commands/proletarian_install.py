@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandError
 
 from ...results import install
-from ...worker import backend_named
+from ...worker import CannotStart, CheckedCommand, check_database
 
 
-class Command(BaseCommand):
+class Command(CheckedCommand):
     """Install or upgrade the tables of a TASKS backend; safe to run any number of times."""
 
     help = "Create (or upgrade) the proletarian-di queue tables and the Django results table."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--backend", default="default", help="The TASKS alias (default: 'default')."
-        )
-
     def handle(self, *args: Any, **options: Any) -> None:
-        backend = backend_named(options["backend"])
+        backend = self.backend(options)
+        try:
+            check_database(backend)
+        except CannotStart as exc:
+            raise CommandError(str(exc)) from None
         install(backend.database, backend.job_table, backend.archived_job_table)
         self.stdout.write(
             f"installed {backend.job_table}, {backend.archived_job_table} and "
