@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -69,22 +70,63 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     return text[:head] + cut + text[-(limit - head - len(cut)) :]
 
 
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]"
+)
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _SHORT_ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def escape_controls(text: str, keep: str = "") -> str:
+    """`text` with its control characters (C0 with ESC, DEL, C1, line separators, bidi and
+    zero-width marks) written as `\\n`, `\\r`, `\\t`, `\\xNN` or `\\uNNNN`, but those in `keep`:
+    a terminal or a log reader shows them, never obeys them."""
+    if keep:
+        return _CONTROL.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
+    return _CONTROL.sub(_escaped, text)
+
+
+def log_value(value: Any) -> str:
+    """`value` as one `key=value` field: bare, or double-quoted with `\\`, `"` and control
+    characters escaped when it holds a space, a quote, `=`, a backslash or a control (or is
+    empty), so that no value can end its line or pass for another field."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        text = f"<unprintable {type(value).__qualname__}>"
+    if text and not _NEEDS_QUOTES.search(text) and not _CONTROL.search(text):
+        return text
+    return '"' + escape_controls(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+
+
+def log_fields(data: dict[str, Any]) -> str:
+    """The data as `key=value` fields, each value as `log_value` writes it."""
+    return " ".join(f"{log_value(key)}={log_value(value)}" for key, value in data.items())
+
+
 def default_log(event: str, data: dict[str, Any]) -> None:
-    """Write the event to the `proletarian_di` logger, with the data as `key=value`."""
+    """Write the event to the `proletarian_di` logger, with the data as `key=value`, one
+    line whatever the values hold (see `log_value`)."""
     level = _LEVELS.get(event, logging.INFO)
     if not logger.isEnabledFor(level):
         return
-    fields = " ".join(f"{key}={value}" for key, value in data.items() if key != "exception")
+    fields = log_fields({key: value for key, value in data.items() if key != "exception"})
     exc = data.get("exception")
     exc_info = None
     if isinstance(exc, BaseException):
-        fields += f" exception={describe(exc)!r}"
+        fields += f" exception={log_value(describe(exc))}"
         if event not in _NO_TRACEBACK:
             exc_info = exc
     logger.log(
         level,
         "%s %s",
-        event,
+        escape_controls(event),
         fields,
         exc_info=exc_info,
         extra={"proletarian_event": event, "proletarian_data": data},
