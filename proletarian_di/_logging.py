@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import traceback
@@ -99,7 +100,7 @@ def log_value(value: Any) -> str:
     try:
         text = value if isinstance(value, str) else str(value)
     except Exception:
-        text = f"<unprintable {type(value).__qualname__}>"
+        text = f"<unprintable {type(value).__name__}>"
     if text and not _NEEDS_QUOTES.search(text) and not _CONTROL.search(text):
         return text
     return '"' + escape_controls(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
@@ -108,6 +109,45 @@ def log_value(value: Any) -> str:
 def log_fields(data: dict[str, Any]) -> str:
     """The data as `key=value` fields, each value as `log_value` writes it."""
     return " ".join(f"{log_value(key)}={log_value(value)}" for key, value in data.items())
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The exception's traceback as `logging` writes it, but with each message and note (of
+    the exception, its causes and contexts) on one line, its controls written out: a job's
+    error cannot add a line that passes for a log event."""
+    summary = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    seen: set[int] = set()
+    pending = [summary]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        if isinstance(getattr(part, "_str", None), str):
+            part._str = escape_controls(part._str)  # type: ignore[attr-defined]
+        notes = getattr(part, "__notes__", None)
+        if isinstance(notes, list):
+            part.__notes__ = [escape_controls(str(note)) for note in notes]  # type: ignore[attr-defined]
+        pending += [c for c in (part.__cause__, part.__context__) if c is not None]
+        pending += list(getattr(part, "exceptions", None) or ())
+    text = "".join(summary.format()).rstrip("\n")
+    return escape_controls(text, keep="\n")
+
+
+class _OneLineMessages(logging.Filter):
+    """Gives each of the default log's records with a traceback its `traceback_text`, which
+    the standard formatters print in place of their own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text and hasattr(record, "proletarian_event"):
+            exc = record.exc_info[1]
+            if exc is not None:
+                with contextlib.suppress(Exception):
+                    record.exc_text = traceback_text(exc)
+        return True
+
+
+logger.addFilter(_OneLineMessages())
 
 
 def default_log(event: str, data: dict[str, Any]) -> None:

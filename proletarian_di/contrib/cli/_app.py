@@ -580,14 +580,26 @@ def _root(
     """A durable job queue on the database you already run (PostgreSQL or MySQL/MariaDB)."""
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(threadName)s %(message)s"
+
+
+class TerminalFormatter(logging.Formatter):
+    """Log lines for a terminal: control characters in a message or a traceback (a job's
+    error quoting its data) are written out, never obeyed; only newlines and tabs stay."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record), keep="\n\t")
+
+
 @contextlib.contextmanager
 def _log_level(level: str) -> Iterator[None]:
     """Log worker events at `level` to stderr (unless logging is set up), for the block."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)-7s %(threadName)s %(message)s",
-        stream=sys.stderr,
-    )
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TerminalFormatter(LOG_FORMAT))
+        root.addHandler(handler)
+        root.setLevel(getattr(logging, level.upper()))
     logger = logging.getLogger("proletarian_di")
     previous = logger.level
     logger.setLevel(getattr(logging, level.upper()))
