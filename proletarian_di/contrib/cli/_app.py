@@ -489,7 +489,7 @@ def refuse_mixed_tables(ctx: typer.Context, job_table: str, archived_job_table: 
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _DURATION = re.compile(
-    rf"^\s*(?P<sign>[-+]?)\s*(?P<number>{_NUMBER})\s*(?P<unit>ms|s|m|h|d|w)?\s*$"
+    rf"\s*(?P<sign>[-+]?)\s*(?P<number>{_NUMBER})\s*(?P<unit>ms|s|m|h|d|w)?\s*", re.ASCII
 )
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION = timedelta(days=36_500)
@@ -501,7 +501,7 @@ def parse_duration(
 ) -> timedelta:
     """`text` as a duration, seconds or with a unit (ms, s, m, h, d, w), from `minimum` to
     100 years: anything else is one line and exit 2, never an OverflowError."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise CLIError(
             f"{option}: {text!r} is not a duration such as {DURATION_FORMS}", ExitCode.USAGE
@@ -533,7 +533,7 @@ def failed_window(since: str | None, until: str | None) -> tuple[datetime | None
 def parse_moment(text: str, now: datetime, option: str) -> datetime:
     """A point in time: a duration ago (as `parse_duration` reads it) or an ISO 8601 time
     (naive means UTC), in UTC."""
-    if _DURATION.match(text):
+    if _DURATION.fullmatch(text):
         return now - parse_duration(text, option)
     try:
         moment = datetime.fromisoformat(text.strip())
