@@ -357,6 +357,11 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
 _URL_NAME = re.compile(r"(?:URL|URI|DSN)\Z", re.IGNORECASE)
 _SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN", re.IGNORECASE)
 _FRAGMENT_CUTS = re.compile(r"[^A-Za-z0-9]")
+_NOT_A_SECRET = re.compile(
+    r"true|false|yes|no|on|off|none|null|enabled?|disabled?|[0-9]{1,5}", re.IGNORECASE
+)
+"""The values of a `*SECRET*` or `*TOKEN*` variable that are settings, not secrets
+(`USE_SECRETS=true`): hiding them would hide every `true` or `1` of the output."""
 _SHORTEST_FRAGMENT = 4
 _SHORTEST_SECRET = 3
 _MOST_CUTS = 48
@@ -423,7 +428,8 @@ class Redactor:
         if not value:
             return
         if _SECRET_NAME.search(name):
-            self.add_secret(value)
+            if not _NOT_A_SECRET.fullmatch(value.strip()):
+                self.add_secret(value)
             self.add_url(value)
         elif _URL_NAME.search(name):
             self.add_url(value)
@@ -480,8 +486,10 @@ class RedactingStream(io.TextIOBase):
     def fileno(self) -> int:
         return int(self.target.fileno())
 
-    def write(self, text: str) -> int:
-        if not isinstance(text, str):
+    def write(self, text: str | bytes) -> int:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode(self.encoding, "replace")
+        elif not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         lines = (self._pending + text).split("\n")
         self._pending = lines.pop()

@@ -154,9 +154,33 @@ def test_the_redactor_hides_fragments_a_parser_may_quote():
 
 
 def test_variables_that_hold_no_secret_are_ignored():
-    redactor = Redactor.from_environ({"PWD": "/home/someone", "PATH": "/usr/bin", "USER": "bob"})
+    redactor = Redactor.from_environ(
+        {
+            "PWD": "/home/someone",
+            "PATH": "/usr/bin",
+            "USER": "bob",
+            "USE_SECRETS": "true",
+            "TOKEN_TTL": "3600",
+            "HOME_URL": "https://example.com/x",
+        }
+    )
     assert not redactor
-    assert redactor("/home/someone /usr/bin bob") == "/home/someone /usr/bin bob"
+    text = '/home/someone /usr/bin bob {"paused": true, "ttl": 3600} https://example.com/x'
+    assert redactor(text) == text
+
+
+def test_a_password_variable_is_hidden_whole_and_in_pieces():
+    redactor = Redactor.from_environ({"APP_DB_PASSWORD": "Blue%Whale:Sings"})
+    assert redactor("pw Blue%Whale:Sings, Whale:Sings, Blue%Whale") == "pw ***, ***, ***"
+
+
+def test_the_stream_takes_bytes_too():
+    target = io.StringIO()
+    redactor = Redactor()
+    redactor.add_secret("Hunter2zz")
+    stream = RedactingStream(target, redactor)
+    stream.write(b"a Hunter2zz\n")
+    assert target.getvalue() == "a ***\n"
 
 
 def test_the_stream_redacts_a_secret_written_in_pieces():
