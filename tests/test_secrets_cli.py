@@ -143,6 +143,19 @@ def test_the_real_command_redacts_its_streams(branch):
     assert not leaked(password, text), text
 
 
+@pytest.mark.parametrize(
+    "target", ["failingapp:hardcoded_target", "failingapp:hardcoded_container"]
+)
+def test_a_url_the_app_writes_in_its_code_is_masked(target):
+    """A URL no variable names is still masked where a message quotes it whole."""
+    sys.modules.pop("failingapp", None)
+    result = runner.invoke(app, ["worker", target, "--path", str(FIXTURES)], env={})
+    text = output_of(result)
+    assert result.exit_code != 0
+    assert "postgresql://appuser:***@db.internal:5432/appdb" in text, text
+    assert "Hard%zzCoded9" not in text and "Coded9" not in text
+
+
 # The redactor and its stream, directly ------------------------------------------------------
 
 

@@ -45,3 +45,18 @@ def container() -> containers.DynamicContainer:
     built = containers.DynamicContainer()
     built.database = providers.Resource(open_database)
     return built
+
+
+HARDCODED = "postgresql://appuser:Hard%zzCoded9@db.internal:5432/appdb"
+
+
+def hardcoded_target() -> Any:
+    """A target that fails quoting a URL written in its code (no variable to learn it from)."""
+    raise KeyError(HARDCODED)
+
+
+def hardcoded_container() -> containers.DynamicContainer:
+    """A container whose resource fails quoting a URL written in its code."""
+    built = containers.DynamicContainer()
+    built.database = providers.Resource(hardcoded_target)
+    return built

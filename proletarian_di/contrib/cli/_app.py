@@ -327,13 +327,28 @@ def _guarded(fn: F) -> F:
         except Exception as exc:
             error = _classify(exc)
             if error is None:
-                err.print(_escape(traceback.format_exc().rstrip(), lines=True))
-                _error(f"unexpected {_one_line(describe(exc))}")
+                err.print(_escape(_scrubbed_traceback(exc), lines=True))
+                _error(f"unexpected {_one_line(scrub(describe(exc)))}")
                 raise typer.Exit(ExitCode.ERROR) from None
             _error(error.message)
             raise typer.Exit(error.code) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _scrubbed_traceback(exc: BaseException) -> str:
+    """The traceback being handled, with any URL or `password=` its messages quote masked."""
+    text = traceback.format_exc().rstrip()
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        with contextlib.suppress(Exception):
+            message = str(current)
+            if message:
+                text = text.replace(message, scrub(message))
+        current = current.__cause__ or current.__context__
+    return text
 
 
 def _require_url(url: str | None) -> str:
