@@ -135,11 +135,11 @@ def traceback_text(exc: BaseException) -> str:
 
 
 class _OneLineMessages(logging.Filter):
-    """Gives each of the default log's records with a traceback its `traceback_text`, which
-    the standard formatters print in place of their own."""
+    """Gives each record of the `proletarian_di` logger with a traceback its `traceback_text`,
+    which the standard formatters print in place of their own."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and not record.exc_text and hasattr(record, "proletarian_event"):
+        if record.exc_info and not record.exc_text:
             exc = record.exc_info[1]
             if exc is not None:
                 with contextlib.suppress(Exception):
