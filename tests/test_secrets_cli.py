@@ -99,6 +99,26 @@ def test_no_fragment_of_a_password_variable_is_printed(password, branch):
     assert not leaked(password, text), text
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://127.0.0.1/appdb?user=appuser&password=Qx%zzSecretive",
+        "host=127.0.0.1 user=appuser password='Qx%zz Secretive'",
+        "host=127.0.0.1 password=Qx%zzSecretive dbname=appdb",
+        "mysql://appuser:Qx%zz@Secretive@127.0.0.1:3306/appdb",
+    ],
+)
+@pytest.mark.parametrize("parser", PARSERS)
+def test_passwords_in_query_parameters_and_conninfo_strings_too(url, parser):
+    password = "Qx%zz Secretive" if "'" in url else url.split("password=")[-1].split(" ")[0]
+    if url.startswith("mysql"):
+        password = "Qx%zz@Secretive"
+    result = run_worker("resource", {"FAILING_APP_URL": url, "FAILING_APP_PARSER": parser})
+    text = output_of(result)
+    assert result.exit_code != 0
+    assert not leaked(password, text), text
+
+
 def test_the_unexpected_error_branch_still_shows_the_traceback_redacted():
     password = "Hunter2%zzSecret"
     result = run_worker("resource", {"FAILING_APP_URL": url_with(password)})
