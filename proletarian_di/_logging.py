@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -69,22 +71,102 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     return text[:head] + cut + text[-(limit - head - len(cut)) :]
 
 
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]"
+)
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_QUOTES = re.compile(r"[\s\"'=\\]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _SHORT_ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def escape_controls(text: str, keep: str = "") -> str:
+    """`text` with its control characters (C0 with ESC, DEL, C1, line separators, bidi and
+    zero-width marks) written as `\\n`, `\\r`, `\\t`, `\\xNN` or `\\uNNNN`, but those in `keep`:
+    a terminal or a log reader shows them, never obeys them."""
+    if keep:
+        return _CONTROL.sub(lambda m: m.group() if m.group() in keep else _escaped(m), text)
+    return _CONTROL.sub(_escaped, text)
+
+
+def log_value(value: Any) -> str:
+    """`value` as one `key=value` field: bare, or double-quoted with `\\`, `"` and control
+    characters escaped when it holds a space, a quote, `=`, a backslash or a control (or is
+    empty), so that no value can end its line or pass for another field."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        text = f"<unprintable {type(value).__name__}>"
+    if text and not _NEEDS_QUOTES.search(text) and not _CONTROL.search(text):
+        return text
+    return '"' + escape_controls(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+
+
+def log_fields(data: dict[str, Any]) -> str:
+    """The data as `key=value` fields, each value as `log_value` writes it."""
+    return " ".join(f"{log_value(key)}={log_value(value)}" for key, value in data.items())
+
+
+def traceback_text(exc: BaseException) -> str:
+    """The exception's traceback as `logging` writes it, but with each message and note (of
+    the exception, its causes and contexts) on one line, its controls written out: a job's
+    error cannot add a line that passes for a log event."""
+    summary = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    seen: set[int] = set()
+    pending = [summary]
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        if isinstance(getattr(part, "_str", None), str):
+            part._str = escape_controls(part._str)  # type: ignore[attr-defined]
+        notes = getattr(part, "__notes__", None)
+        if isinstance(notes, list):
+            part.__notes__ = [escape_controls(str(note)) for note in notes]  # type: ignore[attr-defined]
+        pending += [c for c in (part.__cause__, part.__context__) if c is not None]
+        pending += list(getattr(part, "exceptions", None) or ())
+    text = "".join(summary.format()).rstrip("\n")
+    return escape_controls(text, keep="\n")
+
+
+class _OneLineMessages(logging.Filter):
+    """Gives each record of the `proletarian_di` logger with a traceback its `traceback_text`,
+    which the standard formatters print in place of their own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and not record.exc_text:
+            exc = record.exc_info[1]
+            if exc is not None:
+                with contextlib.suppress(Exception):
+                    record.exc_text = traceback_text(exc)
+        return True
+
+
+logger.addFilter(_OneLineMessages())
+
+
 def default_log(event: str, data: dict[str, Any]) -> None:
-    """Write the event to the `proletarian_di` logger, with the data as `key=value`."""
+    """Write the event to the `proletarian_di` logger, with the data as `key=value`, one
+    line whatever the values hold (see `log_value`)."""
     level = _LEVELS.get(event, logging.INFO)
     if not logger.isEnabledFor(level):
         return
-    fields = " ".join(f"{key}={value}" for key, value in data.items() if key != "exception")
+    fields = log_fields({key: value for key, value in data.items() if key != "exception"})
     exc = data.get("exception")
     exc_info = None
     if isinstance(exc, BaseException):
-        fields += f" exception={describe(exc)!r}"
+        fields += f" exception={log_value(describe(exc))}"
         if event not in _NO_TRACEBACK:
             exc_info = exc
     logger.log(
         level,
         "%s %s",
-        event,
+        escape_controls(event),
         fields,
         exc_info=exc_info,
         extra={"proletarian_event": event, "proletarian_data": data},

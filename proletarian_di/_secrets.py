@@ -11,8 +11,13 @@ it, a conninfo that libpq would reject or cut elsewhere than `mask()` does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import json
+import os
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -347,3 +352,158 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
             )
         options[key] = value
     return options
+
+
+_URL_NAME = re.compile(r"(?:URL|URI|DSN)\Z", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN", re.IGNORECASE)
+_FRAGMENT_CUTS = re.compile(r"[^A-Za-z0-9]")
+_NOT_A_SECRET = re.compile(
+    r"true|false|yes|no|on|off|none|null|enabled?|disabled?|[0-9]{1,5}", re.IGNORECASE
+)
+"""The values of a `*SECRET*` or `*TOKEN*` variable that are settings, not secrets
+(`USE_SECRETS=true`): hiding them would hide every `true` or `1` of the output."""
+_SHORTEST_FRAGMENT = 4
+_SHORTEST_SECRET = 3
+_MOST_CUTS = 48
+
+
+def _fragments(secret: str) -> set[str]:
+    """Every run of `secret` between two cut points (its ends, and either side of each
+    character that is neither a letter nor a digit, and past the two after a '%'), of four
+    characters or more.
+
+    A parser that stops at a '%', '@', ':' or quote may quote the part before or after it,
+    or what lies between two of them: each is a fragment to hide.
+    """
+    cuts = {0, len(secret)}
+    for match in _FRAGMENT_CUTS.finditer(secret):
+        cuts.update((match.start(), match.end()))
+        if match.group() == "%":
+            cuts.add(min(match.end() + 2, len(secret)))
+    points = sorted(cuts)
+    if len(points) > _MOST_CUTS:
+        pairs = [(0, b) for b in points] + [(a, len(secret)) for a in points]
+    else:
+        pairs = [(a, b) for i, a in enumerate(points) for b in points[i + 1 :]]
+    return {secret[a:b] for a, b in pairs if b - a >= _SHORTEST_FRAGMENT}
+
+
+class Redactor:
+    """Hides known secrets, their encodings and their fragments, in any text shown to a user.
+
+    It learns them from URLs and conninfo strings (their passwords) and from whole values
+    (a `*PASSWORD*` variable); `from_environ` reads every such environment variable.
+    """
+
+    def __init__(self) -> None:
+        self._secrets: set[str] = set()
+        self._forms: list[str] = []
+
+    def add_secret(self, secret: str | None) -> None:
+        """Hide `secret` (at least three characters) and every form and fragment of it."""
+        if not secret or len(secret) < _SHORTEST_SECRET or secret in self._secrets:
+            return
+        self._secrets.add(secret)
+        forms = set(self._forms)
+        for form in {secret, decoded(secret) or secret}:
+            forms |= _forms(form) | _fragments(form)
+            forms |= {
+                ascii(form)[1:-1],
+                json.dumps(form)[1:-1],
+                quote(form, safe=""),
+                form.encode("unicode_escape").decode(),
+            }
+        forms = {form for form in forms if len(form) >= _SHORTEST_FRAGMENT or form == secret}
+        self._forms = sorted(forms, key=len, reverse=True)
+
+    def add_url(self, text: str | None) -> None:
+        """Hide the passwords of a URL or libpq conninfo string (none: nothing to hide)."""
+        if not text:
+            return
+        for secret in passwords(text):
+            self.add_secret(secret)
+
+    def add_setting(self, name: str, value: str | None) -> None:
+        """Learn from a named setting: a URL's or DSN's passwords, a password's whole value."""
+        if not value:
+            return
+        if _SECRET_NAME.search(name):
+            if not _NOT_A_SECRET.fullmatch(value.strip()):
+                self.add_secret(value)
+            self.add_url(value)
+        elif _URL_NAME.search(name):
+            self.add_url(value)
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | None = None) -> Redactor:
+        """A redactor for every `*_URL`, `*_URI`, `*_DSN`, `*PASSWORD*`, `*SECRET*` and
+        `*TOKEN*` variable of the environment (`os.environ` by default)."""
+        redactor = cls()
+        for name, value in (os.environ if environ is None else environ).items():
+            redactor.add_setting(name, value)
+        return redactor
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def __call__(self, text: str) -> str:
+        """`text` with every known secret, form and fragment replaced by `***`."""
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, MASK)
+        return text
+
+
+class RedactingStream(io.TextIOBase):
+    """A text stream that writes to `target` what `redact` leaves of each line.
+
+    A line is held until its end (or a flush), so a secret written in two pieces is
+    still seen whole; the target's buffer is not exposed, nothing can bypass it.
+    """
+
+    def __init__(self, target: Any, redact: Callable[[str], str]) -> None:
+        super().__init__()
+        self.target = target
+        self.redact = redact
+        self._pending = ""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """The target's encoding."""
+        return getattr(self.target, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        """The target's error handler."""
+        return getattr(self.target, "errors", None)
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.target, "isatty", lambda: False)())
+
+    def fileno(self) -> int:
+        return int(self.target.fileno())
+
+    def write(self, text: str | bytes) -> int:
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode(self.encoding, "replace")
+        elif not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self.target.write("".join(self.redact(line) + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.target.write(self.redact(self._pending))
+            self._pending = ""
+        with contextlib.suppress(Exception):
+            self.target.flush()
+
+    def close(self) -> None:
+        """Write what is held; the target stays open (it is not this stream's)."""
+        self.flush()

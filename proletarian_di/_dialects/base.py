@@ -21,7 +21,7 @@ from ..errors import (
 )
 from ..job_ids import JobIdStrategy
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
 
 JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None"]
 """A claimed job: id, queue, type, payload, attempts, enqueued_at, process_at, last_error,
@@ -66,7 +66,7 @@ def claims_table_of(job_table: str) -> str:
 
 def check_table_name(name: Any, option: str = "job_table") -> str:
     """Return `name` if it is a plain `table` or `schema.table` identifier."""
-    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
         raise ConfigurationError(
             f"{option} must be a plain identifier such as 'proletarian.job', got {name!r}"
         )

@@ -480,7 +480,7 @@ WAKE_AT = "@"
 """Between the queue and the time in the payload of a job that falls due later."""
 WAKE_PRIORITY = "#"
 """Before the priority, last in the payload of a job whose priority is not 0."""
-_WAKE_TAIL = re.compile(r"(?:@(\d+(?:\.\d+)?))?(?:#(-?\d+))?")
+_WAKE_TAIL = re.compile(r"(?:@(\d+(?:\.\d+)?))?(?:#(-?\d+))?", re.ASCII)
 
 
 class Wake(NamedTuple):

@@ -23,9 +23,9 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ... import __version__, admin
 from ..._dialects import MySQLDialect, dialect_for
-from ..._logging import describe
+from ..._logging import describe, escape_controls
 from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..._secrets import mask, passwords, scrub
+from ..._secrets import RedactingStream, Redactor, mask, passwords, scrub
 from ..._urls import connect, is_unreachable, url_dialect
 from ...errors import (
     ConfigurationError,
@@ -36,8 +36,10 @@ from ...errors import (
     UnsupportedDatabase,
 )
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+redactor = Redactor()
+"""The secrets of the running command's environment and options, hidden in all it prints."""
 
 
 class ExitCode(enum.IntEnum):
@@ -111,6 +113,51 @@ class Group(TyperGroup):
         """The parameters, flags without a type shown."""
         return _bare_flags(super().get_params(ctx))
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command with its output redacted (see `redacted_output`)."""
+        argv = kwargs.get("args", args[0] if args else None)
+        with redacted_output(sys.argv[1:] if argv is None else list(argv)):
+            return super().main(*args, **kwargs)
+
+
+def _learn_argument(arg: str) -> None:
+    """Learn the passwords of a URL or conninfo given on the command line."""
+    if arg.startswith("-") and "=" in arg:
+        arg = arg.partition("=")[2]
+    if "://" in arg or "=" in arg:
+        redactor.add_url(arg)
+
+
+@contextlib.contextmanager
+def redacted_output(argv: list[str]) -> Iterator[None]:
+    """While the command runs, every line on stdout and stderr (rich's, click's, the log's,
+    a traceback's) is written without the secrets of the environment's `*_URL`, `*_DSN`,
+    `*PASSWORD*`, `*SECRET*` variables and of the URLs given as arguments, nor their fragments.
+    """
+    global redactor
+    if isinstance(sys.stdout, RedactingStream) or isinstance(sys.stderr, RedactingStream):
+        yield
+        return
+    previous = redactor
+    redactor = Redactor.from_environ()
+    for arg in argv:
+        _learn_argument(str(arg))
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout = RedactingStream(stdout, _redact)
+    sys.stderr = RedactingStream(stderr, _redact)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = stdout, stderr
+        redactor = previous
+
+
+def _redact(text: str) -> str:
+    return redactor(text)
+
 
 class App(typer.Typer):
     """A typer app whose commands are `Command`s, unless one asks for another class."""
@@ -157,7 +204,9 @@ URL_FALLBACK_ENVVAR = "DATABASE_URL"
 def _url_or_fallback(value: str | None) -> str | None:
     """The URL given (--database-url, else PROLETARIAN_DATABASE_URL), else DATABASE_URL: the
     name the docs' samples and most platforms use."""
-    return value or os.environ.get(URL_FALLBACK_ENVVAR) or None
+    url = value or os.environ.get(URL_FALLBACK_ENVVAR) or None
+    redactor.add_url(url)
+    return url
 
 
 DatabaseURL = Annotated[
@@ -221,8 +270,11 @@ def _error(message: str) -> None:
     err.print(f"[bold red]error:[/] {_escape(_one_line(message))}")
 
 
-def _escape(text: str) -> str:
-    return escape(text)
+def _escape(text: str, lines: bool = False) -> str:
+    """Data (a job type, a queue, an error) as rich markup that prints it as it is: secrets
+    hidden, control characters written out (newlines and tabs kept when `lines`), `[` not
+    read as markup, so that no value can move the cursor, retitle or clear the terminal."""
+    return escape(escape_controls(redactor(text), keep="\n\t" if lines else ""))
 
 
 def _one_line(text: str) -> str:
@@ -275,13 +327,28 @@ def _guarded(fn: F) -> F:
         except Exception as exc:
             error = _classify(exc)
             if error is None:
-                err.print(_escape(traceback.format_exc().rstrip()))
-                _error(f"unexpected {_one_line(describe(exc))}")
+                err.print(_escape(_scrubbed_traceback(exc), lines=True))
+                _error(f"unexpected {_one_line(scrub(describe(exc)))}")
                 raise typer.Exit(ExitCode.ERROR) from None
             _error(error.message)
             raise typer.Exit(error.code) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _scrubbed_traceback(exc: BaseException) -> str:
+    """The traceback being handled, with any URL or `password=` its messages quote masked."""
+    text = traceback.format_exc().rstrip()
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        with contextlib.suppress(Exception):
+            message = str(current)
+            if message:
+                text = text.replace(message, scrub(message))
+        current = current.__cause__ or current.__context__
+    return text
 
 
 def _require_url(url: str | None) -> str:
@@ -437,7 +504,7 @@ def refuse_mixed_tables(ctx: typer.Context, job_table: str, archived_job_table: 
 
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _DURATION = re.compile(
-    rf"^\s*(?P<sign>[-+]?)\s*(?P<number>{_NUMBER})\s*(?P<unit>ms|s|m|h|d|w)?\s*$"
+    rf"\s*(?P<sign>[-+]?)\s*(?P<number>{_NUMBER})\s*(?P<unit>ms|s|m|h|d|w)?\s*", re.ASCII
 )
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_DURATION = timedelta(days=36_500)
@@ -449,7 +516,7 @@ def parse_duration(
 ) -> timedelta:
     """`text` as a duration, seconds or with a unit (ms, s, m, h, d, w), from `minimum` to
     100 years: anything else is one line and exit 2, never an OverflowError."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise CLIError(
             f"{option}: {text!r} is not a duration such as {DURATION_FORMS}", ExitCode.USAGE
@@ -481,7 +548,7 @@ def failed_window(since: str | None, until: str | None) -> tuple[datetime | None
 def parse_moment(text: str, now: datetime, option: str) -> datetime:
     """A point in time: a duration ago (as `parse_duration` reads it) or an ISO 8601 time
     (naive means UTC), in UTC."""
-    if _DURATION.match(text):
+    if _DURATION.fullmatch(text):
         return now - parse_duration(text, option)
     try:
         moment = datetime.fromisoformat(text.strip())
@@ -528,14 +595,26 @@ def _root(
     """A durable job queue on the database you already run (PostgreSQL or MySQL/MariaDB)."""
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(threadName)s %(message)s"
+
+
+class TerminalFormatter(logging.Formatter):
+    """Log lines for a terminal: control characters in a message or a traceback (a job's
+    error quoting its data) are written out, never obeyed; only newlines and tabs stay."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record), keep="\n\t")
+
+
 @contextlib.contextmanager
 def _log_level(level: str) -> Iterator[None]:
     """Log worker events at `level` to stderr (unless logging is set up), for the block."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)-7s %(threadName)s %(message)s",
-        stream=sys.stderr,
-    )
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TerminalFormatter(LOG_FORMAT))
+        root.addHandler(handler)
+        root.setLevel(getattr(logging, level.upper()))
     logger = logging.getLogger("proletarian_di")
     previous = logger.level
     logger.setLevel(getattr(logging, level.upper()))

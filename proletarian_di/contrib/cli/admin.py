@@ -103,8 +103,11 @@ def _install(database_url: str | None, job_table: str, archived_job_table: str) 
         install_schema(conn, job_table, archived_job_table)
         version = schema_version(conn, job_table, archived_job_table)
     console.print(
-        f"[green]✓[/] installed {where.job_table} and {where.archived_job_table} "
-        f"(schema version {version}) on {_escape(_also(where.url, where.databases()))}"
+        "[green]✓[/] "
+        + _escape(
+            f"installed {where.job_table} and {where.archived_job_table} "
+            f"(schema version {version}) on {_also(where.url, where.databases())}"
+        )
     )
 
 
@@ -169,7 +172,7 @@ def schema_upgrade(
         steps = upgrade_schema(
             conn, job_table, archived_job_table, dry_run=dry_run, report=None if dry_run else landed
         )
-    job = where.job_table
+    job = _escape(where.job_table)
     if not steps:
         console.print(f"{job} is at schema version {before}: nothing to do")
     elif dry_run:

@@ -131,7 +131,7 @@ def list_jobs(
     for line in job_lines(jobs):
         console.print(line)
     if len(jobs) == limit:
-        console.print(f"next page: --before {jobs[-1].cursor}")
+        console.print(f"next page: --before {_escape(jobs[-1].cursor)}")
 
 
 @jobs_app.command("show")
@@ -170,10 +170,10 @@ def show_job(
     for label, value in lines:
         console.print(f"[bold]{label:>9}[/] {_escape(value)}")
     payload = json.dumps(job.payload, indent=2, default=str, ensure_ascii=False)
-    console.print(f"[bold]{'payload':>9}[/] {_escape(payload)}")
+    console.print(f"[bold]{'payload':>9}[/] {_escape(payload, lines=True)}")
     if job.error:
         console.print("[bold]    error[/]")
-        console.print(_escape(job.error), soft_wrap=True, highlight=False)
+        console.print(_escape(job.error, lines=True), soft_wrap=True, highlight=False)
 
 
 def _filters_or_ids(ids: list[uuid.UUID], **filters: Any) -> None:

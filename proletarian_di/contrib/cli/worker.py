@@ -20,6 +20,7 @@ import typer
 from ... import admin
 from ..._containers import as_container, container_workers, init_resources, shutdown_resources
 from ..._logging import describe
+from ..._secrets import scrub
 from ..._signals import Signals, total_summary
 from ..._signals import exit_now as _exit_now
 from ..._signals import stop_all as _stop_all
@@ -63,12 +64,12 @@ def _import_module(name: str) -> ModuleType:
                 ExitCode.IMPORT,
             ) from None
         raise CLIError(
-            f"cannot import module {name!r}: {_one_line(describe(exc))}{_where(exc)}",
+            f"cannot import module {name!r}: {_one_line(scrub(describe(exc)))}{_where(exc)}",
             ExitCode.IMPORT,
         ) from None
     except Exception as exc:
         raise CLIError(
-            f"cannot import module {name!r}: {_one_line(describe(exc))}{_where(exc)}",
+            f"cannot import module {name!r}: {_one_line(scrub(describe(exc)))}{_where(exc)}",
             ExitCode.IMPORT,
         ) from None
 
@@ -145,7 +146,7 @@ def load_target(spec: str) -> Target:
         if error is not None:
             raise error from None
         raise CLIError(
-            f"{spec} raised {_one_line(describe(exc))}{_where(exc)}", ExitCode.TARGET
+            f"{spec} raised {_one_line(scrub(describe(exc)))}{_where(exc)}", ExitCode.TARGET
         ) from None
 
 

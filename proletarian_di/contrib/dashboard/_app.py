@@ -51,8 +51,12 @@ T = TypeVar("T")
 
 
 def default_log(event: str, data: dict[str, Any]) -> None:
-    """Write the event to the `proletarian_di.dashboard` logger, its data as `key=value`."""
-    _logger.info("%s %s", event, " ".join(f"{key}={value!r}" for key, value in data.items()))
+    """Write the event to the `proletarian_di.dashboard` logger, its data as `key=value`,
+    one line whatever the values hold (a value's repr with its controls escaped)."""
+    from ..._logging import escape_controls
+
+    fields = " ".join(f"{key}={escape_controls(repr(value))}" for key, value in data.items())
+    _logger.info("%s %s", event, fields)
 
 
 def dashboard(
