@@ -280,8 +280,10 @@ def overview(
 
     It reads the job table once (on MySQL, its claim index alone), the archive's last day
     through its `finished_at` index, and probes only rows a worker may hold, so it stays quick
-    on large tables. Pass the same `outcomes` to each call of a refreshing page: it keeps the
-    hours that are over, so that only the current hour of the archive is read again."""
+    on large tables (where the rows must be probed, as on MariaDB, at most `MAX_EXAMINED` in
+    all: with many queues, `overview_page` probes each page's). Pass the same `outcomes` to
+    each call of a refreshing page: it keeps the hours that are over, so that only the
+    current hour of the archive is read again."""
     return _overview(conn, now, tables, outcomes, None, None)[0]
 
 
@@ -358,8 +360,8 @@ def _overview(
         if offset is not None:
             names = names[offset : offset + (count or len(names))]
         shown = [by_queue[name] for name in names]
-        due_queues = [item.queue for item in shown if item.queued or item.retrying]
-        for queue, attempts in _held(conn, dialect, tables, now, due_queues):
+        due = {item.queue: item.queued + item.retrying for item in shown}
+        for queue, attempts in _held(conn, dialect, tables, now, due):
             item = entry(queue)
             item.running += 1
             if attempts:
@@ -385,11 +387,12 @@ def _overview(
 
 
 def _held(
-    conn: Connection, dialect: Dialect, tables: Tables, now: datetime, queues: list[str]
+    conn: Connection, dialect: Dialect, tables: Tables, now: datetime, due: dict[str, int]
 ) -> list[tuple[str, int]]:
-    """(queue, attempts) of each due row a worker holds locked now, not under a lease. Where
-    the database cannot narrow the rows down, the first rows of each queue in claim order
-    are probed (where workers claim), `MAX_EXAMINED` in all, in one statement."""
+    """(queue, attempts) of each due row a worker holds locked now, not under a lease, of
+    these queues (with their due jobs). Where the database cannot narrow the rows down, the
+    first rows of each queue in claim order are probed (where workers claim): up to
+    `_PROBED_PER_QUEUE` of each, `MAX_EXAMINED` in all, in one statement."""
     held = dialect.held_rows(conn)
     at = dialect.encode_time(now)
     if held.narrowed:
@@ -399,19 +402,35 @@ def _held(
             f"WHERE process_at <= %s AND leased_by IS NULL AND {held.condition}",
             (at, *held.params),
         )
-    elif queues:
+    else:
+        shares = _shares({queue: min(count, _PROBED_PER_QUEUE) for queue, count in due.items()})
         head = dialect.claim_statement("leased_by IS NULL AND ", "job_id, queue, attempts")
         head = head.removesuffix(" FOR UPDATE SKIP LOCKED")
-        each = max(1, min(_PROBED_PER_QUEUE, MAX_EXAMINED // len(queues)))
-        params = [p for queue in queues for p in dialect.claim_params(queue, None, now, each)]
-        candidates = dialect.fetchall(conn, " UNION ALL ".join([f"({head})"] * len(queues)), params)
-    else:
-        candidates = []
-    wanted = set(queues)
-    candidates = [row for row in candidates if row[1] in wanted]
+        params = [
+            p for queue, n in shares.items() for p in dialect.claim_params(queue, None, now, n)
+        ]
+        candidates = (
+            dialect.fetchall(conn, " UNION ALL ".join([f"({head})"] * len(shares)), params)
+            if shares
+            else []
+        )
+    candidates = [row for row in candidates if row[1] in due]
     ids = [row[0] for row in candidates]
     locked = set(ids) if held.exact else dialect.probe_held(conn, ids)
     return [(queue, int(attempts)) for job_id, queue, attempts in candidates if job_id in locked]
+
+
+def _shares(needs: dict[str, int]) -> dict[str, int]:
+    """Rows to probe per queue: what each needs, `MAX_EXAMINED` in all, shared evenly among
+    the queues that need more than an even share (the queues needing none left out)."""
+    budget, shares = MAX_EXAMINED, {}
+    ordered = sorted((need, queue) for queue, need in needs.items() if need > 0)
+    for n, (need, queue) in enumerate(ordered):
+        take = min(need, budget // (len(ordered) - n))
+        if take > 0:
+            shares[queue] = take
+            budget -= take
+    return shares
 
 
 def throughput(
