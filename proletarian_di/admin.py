@@ -300,9 +300,8 @@ def overview_page(
     last is empty), so that a page's size and its probe of running jobs stay bounded however
     many queues there are (its probe reads at most `MAX_EXAMINED` rows). The statements it
     runs are as many whatever the number of queues."""
-    for name, value in (("page", page), ("per_page", per_page)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    _check_positive(page, "page")
+    _check_positive(per_page, "per_page")
     if per_page > MAX_LIMIT:
         raise ConfigurationError(f"per_page must be at most {MAX_LIMIT}, got {per_page!r}")
     shown, total, summed = _overview(conn, now, tables, outcomes, (page - 1) * per_page, per_page)
@@ -647,11 +646,9 @@ def list_jobs_page(
     """
     query = _Query(_check_state(state), queue, job_type)
     count, after = _check_limit(limit), _after(before)
-    for name, value in (("max_examined", max_examined), ("payload_chars", payload_chars)):
-        if value is None and name == "payload_chars":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    _check_positive(max_examined, "max_examined")
+    if payload_chars is not None:
+        _check_positive(payload_chars, "payload_chars")
     codec = check_serializer(serializer)
     dialect = tables.dialect(conn)
     with dialect.admin_read(conn):
@@ -918,6 +915,13 @@ def _check_limit(limit: Any) -> int:
             f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}"
         )
     return limit
+
+
+def _check_positive(value: Any, name: str) -> int:
+    """A whole number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
 
 
 def _check_state(state: Any) -> str | None:

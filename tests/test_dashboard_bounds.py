@@ -293,6 +293,9 @@ def test_list_jobs_page_is_bounded_and_complete_over_its_pages(backend, counted)
             before = page.next_before
         holder.rollback()
     assert len({job.job_id for job in collected}) == 299
+    for bad in ({"max_examined": 0}, {"payload_chars": True}, {"limit": 1001}):
+        with pytest.raises(ConfigurationError, match="must be a whole number"):
+            admin.list_jobs_page(counted.conn, **bad)
 
 
 # 5. Listings read payload prefixes ---------------------------------------------------------------
