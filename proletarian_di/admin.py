@@ -30,10 +30,13 @@ from .serializers import Serializer, check_serializer
 
 __all__ = [
     "DEFAULT_TABLES",
+    "MAX_EXAMINED",
     "MAX_LIMIT",
     "STATES",
     "HourlyOutcomes",
     "JobInfo",
+    "JobPage",
+    "OverviewPage",
     "QueueOverview",
     "QueueStats",
     "Tables",
@@ -43,9 +46,11 @@ __all__ = [
     "delete_archived",
     "get_job",
     "list_jobs",
+    "list_jobs_page",
     "list_schedules",
     "missing_columns",
     "overview",
+    "overview_page",
     "purge_archive",
     "queue_stats",
     "recent_failures",
@@ -60,6 +65,11 @@ STATES = ("queued", "scheduled", "retrying", "running", "succeeded", "failed", "
 
 MAX_LIMIT = 1000
 """The most jobs one `list_jobs` call returns."""
+
+MAX_EXAMINED = 2000
+"""The most rows one `list_jobs_page` or `overview_page` call reads to tell jobs' states by
+default: where the database cannot list the rows workers hold, the rows are probed, and the
+probe of a large table is bounded by this, not by the table."""
 
 _LEASED = "leased_by IS NOT NULL AND process_at > %s"
 """A job under a live lease (its `%s` is now): a lease-mode worker runs it, its row unlocked,
@@ -245,6 +255,18 @@ _PROBED_PER_QUEUE = 200
 due rows, first in claim order: workers claim there, so that is where running jobs are."""
 
 
+@dataclasses.dataclass
+class OverviewPage:
+    """One page of the overview: its queues by name, which page of how many it is, how many
+    queues there are in all, and the last day's outcomes summed over every queue."""
+
+    queues: list[QueueOverview]
+    page: int
+    pages: int
+    total: int
+    last_day: list[ThroughputBucket]
+
+
 def overview(
     conn: Connection,
     *,
@@ -258,8 +280,44 @@ def overview(
 
     It reads the job table once (on MySQL, its claim index alone), the archive's last day
     through its `finished_at` index, and probes only rows a worker may hold, so it stays quick
-    on large tables. Pass the same `outcomes` to each call of a refreshing page: it keeps the
-    hours that are over, so that only the current hour of the archive is read again."""
+    on large tables (where the rows must be probed, as on MariaDB, at most `MAX_EXAMINED` in
+    all: with many queues, `overview_page` probes each page's). Pass the same `outcomes` to
+    each call of a refreshing page: it keeps the hours that are over, so that only the
+    current hour of the archive is read again."""
+    return _overview(conn, now, tables, outcomes, None, None)[0]
+
+
+def overview_page(
+    conn: Connection,
+    *,
+    page: int = 1,
+    per_page: int = 50,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    outcomes: HourlyOutcomes | None = None,
+) -> OverviewPage:
+    """One page of `overview`: the `per_page` queues of page `page` (from 1; a page past the
+    last is empty), so that a page's size and its probe of running jobs stay bounded however
+    many queues there are (its probe reads at most `MAX_EXAMINED` rows). The statements it
+    runs are as many whatever the number of queues."""
+    _check_positive(page, "page")
+    _check_positive(per_page, "per_page")
+    if per_page > MAX_LIMIT:
+        raise ConfigurationError(f"per_page must be at most {MAX_LIMIT}, got {per_page!r}")
+    shown, total, summed = _overview(conn, now, tables, outcomes, (page - 1) * per_page, per_page)
+    return OverviewPage(shown, page, max(1, -(-total // per_page)), total, summed)
+
+
+def _overview(
+    conn: Connection,
+    now: datetime | None,
+    tables: Tables,
+    outcomes: HourlyOutcomes | None,
+    offset: int | None,
+    count: int | None,
+) -> tuple[list[QueueOverview], int, list[ThroughputBucket]]:
+    """The queues from `offset` by name, `count` of them (None: all); how many there are in
+    all; the last day's outcomes over all of them. Only the queues shown are probed."""
     dialect = tables.dialect(conn)
     now = _utc(now or datetime.now(timezone.utc))
     at = dialect.encode_time(now)
@@ -291,22 +349,31 @@ def overview(
                 wait = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
                 item = entry(queue)
                 item.oldest_due = wait if item.oldest_due is None else max(item.oldest_due, wait)
-        due_queues = [item.queue for item in by_queue.values() if item.queued or item.retrying]
-        for queue, attempts in _held(conn, dialect, tables, now, due_queues):
-            item = entry(queue)
-            item.running += 1
-            if attempts:
-                item.retrying -= 1
-            else:
-                item.queued -= 1
         outcomes = HourlyOutcomes() if outcomes is None else outcomes
         hourly = outcomes.read(conn, dialect, tables.archived_job_table, now)
         for queue in hourly:
             entry(queue)
         for queue in _pauses.paused_queues(conn, dialect):
             entry(queue).paused = True
+        names = sorted(by_queue)
+        if offset is not None:
+            names = names[offset : offset + (count or len(names))]
+        shown = [by_queue[name] for name in names]
+        due = {item.queue: item.queued + item.retrying for item in shown}
+        for queue, attempts in _held(conn, dialect, tables, now, due):
+            item = entry(queue)
+            item.running += 1
+            if attempts:
+                item.retrying -= 1
+            else:
+                item.queued -= 1
     since = first_hour(now)
-    for item in by_queue.values():
+    summed = [[0, 0] for _ in range(_DAY_HOURS)]
+    for counts in hourly.values():
+        for n, (succeeded, failed) in enumerate(counts):
+            summed[n][0] += succeeded
+            summed[n][1] += failed
+    for item in shown:
         counts = hourly.get(item.queue, [[0, 0]] * _DAY_HOURS)
         item.last_day = [
             ThroughputBucket(since + n * _HOUR, succeeded, failed)
@@ -314,13 +381,17 @@ def overview(
         ]
         item.succeeded_last_day = sum(bucket.succeeded for bucket in item.last_day)
         item.failed_last_day = sum(bucket.failed for bucket in item.last_day)
-    return [by_queue[name] for name in sorted(by_queue)]
+    last_day = [ThroughputBucket(since + n * _HOUR, ok, bad) for n, (ok, bad) in enumerate(summed)]
+    return shown, len(by_queue), last_day
 
 
 def _held(
-    conn: Connection, dialect: Dialect, tables: Tables, now: datetime, queues: list[str]
+    conn: Connection, dialect: Dialect, tables: Tables, now: datetime, due: dict[str, int]
 ) -> list[tuple[str, int]]:
-    """(queue, attempts) of each due row a worker holds locked now, not under a lease."""
+    """(queue, attempts) of each due row a worker holds locked now, not under a lease, of
+    these queues (with their due jobs). Where the database cannot narrow the rows down, the
+    first rows of each queue in claim order are probed (where workers claim): up to
+    `_PROBED_PER_QUEUE` of each, `MAX_EXAMINED` in all, in one statement."""
     held = dialect.held_rows(conn)
     at = dialect.encode_time(now)
     if held.narrowed:
@@ -331,15 +402,34 @@ def _held(
             (at, *held.params),
         )
     else:
+        shares = _shares({queue: min(count, _PROBED_PER_QUEUE) for queue, count in due.items()})
         head = dialect.claim_statement("leased_by IS NULL AND ", "job_id, queue, attempts")
         head = head.removesuffix(" FOR UPDATE SKIP LOCKED")
-        candidates = []
-        for queue in queues:
-            params = dialect.claim_params(queue, None, now, _PROBED_PER_QUEUE)
-            candidates += dialect.fetchall(conn, head, params)
+        params = [
+            p for queue, n in shares.items() for p in dialect.claim_params(queue, None, now, n)
+        ]
+        candidates = (
+            dialect.fetchall(conn, " UNION ALL ".join([f"({head})"] * len(shares)), params)
+            if shares
+            else []
+        )
+    candidates = [row for row in candidates if row[1] in due]
     ids = [row[0] for row in candidates]
     locked = set(ids) if held.exact else dialect.probe_held(conn, ids)
     return [(queue, int(attempts)) for job_id, queue, attempts in candidates if job_id in locked]
+
+
+def _shares(needs: dict[str, int]) -> dict[str, int]:
+    """Rows to probe per queue: what each needs, `MAX_EXAMINED` in all, shared evenly among
+    the queues that need more than an even share (the queues needing none left out)."""
+    budget, shares = MAX_EXAMINED, {}
+    ordered = sorted((need, queue) for queue, need in needs.items() if need > 0)
+    for n, (need, queue) in enumerate(ordered):
+        take = min(need, budget // (len(ordered) - n))
+        if take > 0:
+            shares[queue] = take
+            budget -= take
+    return shares
 
 
 def throughput(
@@ -392,7 +482,8 @@ class JobInfo:
     `state` is one of `STATES`; `payload` is decoded (its raw text when it cannot be);
     `finished_at` is None while the job waits; `error` is the last failed attempt's error
     (a failure's own once archived), None when no attempt failed; `priority` is the one
-    it was enqueued with.
+    it was enqueued with. `payload_truncated`: the listing read only the payload's first
+    characters (see `list_jobs_page`), and `payload` is that text, not decoded.
     """
 
     job_id: uuid.UUID
@@ -406,6 +497,7 @@ class JobInfo:
     finished_at: datetime | None
     error: str | None
     priority: int = 0
+    payload_truncated: bool = False
 
     @property
     def cursor(self) -> str:
@@ -420,6 +512,19 @@ class JobInfo:
         for name in ("enqueued_at", "process_at", "finished_at"):
             data[name] = data[name] and data[name].isoformat()
         return data
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPage:
+    """One page of `list_jobs_page`: its jobs, newest first; `next_before`, the cursor of the
+    next page (None after the last); `partial` when the page stopped at its bound of rows
+    examined before it found `limit` jobs (the next page goes on from there); `examined`,
+    the rows it read to tell the jobs' states."""
+
+    jobs: list[JobInfo]
+    next_before: str | None
+    partial: bool
+    examined: int
 
 
 class _Where:
@@ -499,6 +604,8 @@ def list_jobs(
     is a job whose row a worker holds locked now, probed without blocking anyone (see the
     admin docs for what each database does), or one under a live lease (`leased_by` set,
     `process_at`, the lease's end, still ahead). Roll back or commit afterwards.
+
+    It reads on until it has `limit` jobs or none are left; `list_jobs_page` bounds that.
     """
     query = _Query(
         _check_state(state),
@@ -513,7 +620,49 @@ def list_jobs(
     codec = check_serializer(serializer)
     dialect = tables.dialect(conn)
     with dialect.admin_read(conn):
-        return _collect(conn, dialect, tables, query, count, after, codec)
+        return _collect(conn, dialect, tables, query, count, after, codec).jobs
+
+
+def list_jobs_page(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    limit: int = 100,
+    before: JobInfo | str | None = None,
+    max_examined: int = MAX_EXAMINED,
+    payload_chars: int | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> JobPage:
+    """One page of `list_jobs` whose work is bounded, for pages anyone may load (a dashboard):
+    it reads at most `max_examined` rows (at least `limit`) in a few statements, however
+    large the tables, and says when it stopped there (`JobPage.partial`: a state that only a
+    probe of row locks tells, such as "running" on MariaDB, can need more).
+
+    `payload_chars`: read only the first this many characters of each payload (in SQL); a
+    longer payload is that text, undecoded, with `payload_truncated` set. None: whole payloads.
+    """
+    query = _Query(_check_state(state), queue, job_type)
+    count, after = _check_limit(limit), _after(before)
+    _check_positive(max_examined, "max_examined")
+    if payload_chars is not None:
+        _check_positive(payload_chars, "payload_chars")
+    codec = check_serializer(serializer)
+    dialect = tables.dialect(conn)
+    with dialect.admin_read(conn):
+        return _collect(
+            conn,
+            dialect,
+            tables,
+            query,
+            count,
+            after,
+            codec,
+            max(max_examined, count),
+            payload_chars,
+        )
 
 
 def get_job(
@@ -528,7 +677,7 @@ def get_job(
     codec = check_serializer(serializer)
     dialect = tables.dialect(conn)
     with dialect.admin_read(conn):
-        found = _collect(conn, dialect, tables, query, 1, None, codec)
+        found = _collect(conn, dialect, tables, query, 1, None, codec).jobs
     return found[0] if found else None
 
 
@@ -540,22 +689,45 @@ def _collect(
     limit: int,
     after: tuple[datetime, uuid.UUID] | None,
     codec: Serializer,
-) -> list[JobInfo]:
+    max_examined: int | None = None,
+    payload_chars: int | None = None,
+) -> JobPage:
     """Up to `limit` jobs matching `query` after `after`; a waiting state, which the lock
-    probe decides, may take more than one batch of rows."""
+    probe decides, may take more than one batch of rows: with `max_examined`, two at most
+    (the page's worth, then the rest of the bound), else as many as it takes."""
     now = datetime.now(timezone.utc)
     held = dialect.held_rows(conn)
-    batch = limit if query.state is None or query.state in _ARCHIVED else max(limit, _SCAN_BATCH)
+    exact = query.state is None or query.state in _ARCHIVED
+    batch = limit if exact else max(limit, _SCAN_BATCH)
+    if max_examined is not None:
+        batch = min(batch, max_examined)
     found: list[JobInfo] = []
+    examined = 0
+    last: JobInfo | None = None
+    full = False
     while query.in_job_table() or query.in_archive():
-        sql, params = _select(dialect, tables, query, held, after, now, batch)
+        sql, params = _select(dialect, tables, query, held, after, now, batch, payload_chars)
         rows = dialect.fetchall(conn, sql, params)
-        infos = _infos(conn, dialect, rows, held, now, codec)
+        examined += len(rows)
+        infos = _infos(conn, dialect, rows, held, now, codec, payload_chars)
         found.extend(info for info in infos if query.state in (None, info.state))
-        if len(found) >= limit or len(rows) < batch:
+        full = len(rows) == batch
+        if infos:
+            last = infos[-1]
+        if len(found) >= limit or not full:
             break
+        if max_examined is not None:
+            batch = max_examined - examined
+            if batch <= 0:
+                break
         after = infos[-1].enqueued_at, infos[-1].job_id
-    return found[:limit]
+    jobs = found[:limit]
+    partial = len(jobs) < limit and full
+    if len(jobs) == limit:
+        next_before: str | None = jobs[-1].cursor
+    else:
+        next_before = last.cursor if partial and last is not None else None
+    return JobPage(jobs, next_before, partial, examined)
 
 
 def _select(
@@ -566,15 +738,20 @@ def _select(
     after: tuple[datetime, uuid.UUID] | None,
     now: datetime,
     limit: int,
+    payload_chars: int | None = None,
 ) -> tuple[str, list[Any]]:
     """The SELECT of the next `limit` rows after `after`, newest first, from the tables
     `query` can find jobs in; each row ends with its `held` flag (1: maybe locked by a
     running worker), its priority and its `leased` flag (1: under a live lease, running)."""
+    columns = dialect.columns
+    if payload_chars is not None:
+        prefix = f"LEFT(payload, {int(payload_chars) + 1}) AS payload"
+        columns = columns.replace("payload", prefix, 1)
     branches = []
     if query.in_job_table():
-        branches.append(_job_rows(dialect, tables.job_table, query, held, after, now))
+        branches.append(_job_rows(dialect, tables.job_table, query, held, after, now, columns))
     if query.in_archive():
-        branches.append(_archived_rows(dialect, tables.archived_job_table, query, after))
+        branches.append(_archived_rows(dialect, tables.archived_job_table, query, after, columns))
     if len(branches) == 1:
         sql, params = branches[0]
         return f"{sql} {_ORDER} LIMIT %s", [*params, limit]
@@ -610,6 +787,7 @@ def _job_rows(
     held: HeldRows,
     after: tuple[datetime, uuid.UUID] | None,
     now: datetime,
+    columns: str,
 ) -> tuple[str, list[Any]]:
     """The job table's part: the state's condition, whether each row may be held, and
     whether it is under a live lease."""
@@ -621,7 +799,7 @@ def _job_rows(
         condition = _WAITING[query.state]
         where.add(condition, *[at] * condition.count("%s"))
     columns = (
-        f"{dialect.columns}, NULL AS status, NULL AS finished_at, last_error, "
+        f"{columns}, NULL AS status, NULL AS finished_at, last_error, "
         f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held, priority, "
         f"CASE WHEN {_LEASED} THEN 1 ELSE 0 END AS leased"
     )
@@ -630,7 +808,11 @@ def _job_rows(
 
 
 def _archived_rows(
-    dialect: Dialect, table: str, query: _Query, after: tuple[datetime, uuid.UUID] | None
+    dialect: Dialect,
+    table: str,
+    query: _Query,
+    after: tuple[datetime, uuid.UUID] | None,
+    columns: str,
 ) -> tuple[str, list[Any]]:
     """The archive's part: the state's status and the finished range."""
     encode = dialect.encode_time
@@ -640,9 +822,7 @@ def _archived_rows(
         .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
         .given("finished_at < %s", query.finished_until and encode(query.finished_until))
     )
-    columns = (
-        f"{dialect.columns}, status, finished_at, last_error, 0 AS held, priority, 0 AS leased"
-    )
+    columns = f"{columns}, status, finished_at, last_error, 0 AS held, priority, 0 AS leased"
     return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
 
 
@@ -653,17 +833,26 @@ def _infos(
     held: HeldRows,
     now: datetime,
     codec: Serializer,
+    payload_chars: int | None = None,
 ) -> list[JobInfo]:
     """The rows as jobs; the job rows that may be held are probed (on this page only), but
     not those under a live lease: they run, and a probe's lock could hold up their worker,
     which renews and settles its lease without SKIP LOCKED."""
     maybe = [row[0] for row in rows if row[10] and not row[12]]
     held_now = set(maybe) if held.exact else dialect.probe_held(conn, maybe)
-    return [_info(dialect, row, bool(row[12]) or row[0] in held_now, now, codec) for row in rows]
+    return [
+        _info(dialect, row, bool(row[12]) or row[0] in held_now, now, codec, payload_chars)
+        for row in rows
+    ]
 
 
 def _info(
-    dialect: Dialect, row: tuple[Any, ...], running: bool, now: datetime, codec: Serializer
+    dialect: Dialect,
+    row: tuple[Any, ...],
+    running: bool,
+    now: datetime,
+    codec: Serializer,
+    payload_chars: int | None = None,
 ) -> JobInfo:
     """One row of `_select` as a job, its state told from its table, lock or lease, and
     times."""
@@ -680,11 +869,12 @@ def _info(
         state = "retrying"
     else:
         state = "scheduled" if process_at > now else "queued"
+    truncated = payload_chars is not None and len(text) > payload_chars
     return JobInfo(
         job_id=dialect.default_id_strategy.decode(raw_id),
         queue=queue,
         job_type=job_type,
-        payload=_decode(codec, text),
+        payload=text[:payload_chars] if truncated else _decode(codec, text),
         attempts=int(attempts),
         state=state,
         enqueued_at=_utc(dialect.decode_time(enqueued)),
@@ -692,6 +882,7 @@ def _info(
         finished_at=None if finished is None else _utc(dialect.decode_time(finished)),
         error=error,
         priority=int(priority),
+        payload_truncated=truncated,
     )
 
 
@@ -724,6 +915,13 @@ def _check_limit(limit: Any) -> int:
             f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}"
         )
     return limit
+
+
+def _check_positive(value: Any, name: str) -> int:
+    """A whole number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
 
 
 def _check_state(state: Any) -> str | None:

@@ -311,3 +311,72 @@ def test_the_page_updates_itself_when_a_job_finishes(site: Site, page: Page) -> 
     expect(mail.locator('[data-count="succeeded"]')).to_have_text("2", timeout=15_000)
     expect(mail.locator('[data-count="queued"]')).to_have_text("0")
     assert page.evaluate("window.stillTheSamePage") is True
+
+
+def mark_row(page: Page, queue: str) -> Any:
+    """The overview's row of exactly this queue (found by its data-queue, as the page holds it)."""
+    found = page.evaluate(
+        """(queue) => {
+            const rows = [...document.querySelectorAll("tr[data-queue]")];
+            const row = rows.find((r) => r.dataset.queue === queue);
+            rows.forEach((r) => r.removeAttribute("data-picked"));
+            if (row) row.dataset.picked = "yes";
+            return rows.filter((r) => r.dataset.queue === queue).length;
+        }""",
+        queue,
+    )
+    assert found == 1, (queue, found)
+    return page.locator('tr[data-picked="yes"]')
+
+
+def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
+    site: Site, page: Page
+) -> None:
+    backend = site.backend
+    names = ["billing", "billing ", "reports", "reports ", "two\r\nlines", "two\nlines"]
+    ids = {name: enqueue_committed(backend, ("x", {"q": name}), queue=name)[0] for name in names}
+
+    def states() -> dict[str, str]:
+        with connection(backend) as conn:
+            return {name: admin.get_job(conn, ids[name]).state for name in names}  # type: ignore[union-attr]
+
+    page.goto(f"{site.url}/admin/")
+    mark_row(page, "billing ").get_by_role("button", name="Pause").click()
+    expect(page.locator(".flash")).to_have_text("queue billing  paused")
+    assert set(committed(backend, admin.paused_queues)) == {"billing "}
+
+    mark_row(page, "two\r\nlines").get_by_role("button", name="Pause").click()
+    expect(page.locator(".flash")).to_contain_text("paused")
+    assert set(committed(backend, admin.paused_queues)) == {"billing ", "two\r\nlines"}
+
+    mark_row(page, "reports ").get_by_role("link").click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job-id="{ids["reports "]}"]')).to_be_visible()
+    expect(page.get_by_label("Queue", exact=True)).to_have_value("reports ")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator(f'tr[data-job-id="{ids["reports "]}"]')).to_be_visible()
+    page.get_by_role("button", name="Cancel every waiting job of queue reports").click()
+    expect(page.locator(".flash")).to_have_text("1 job cancelled")
+    assert states()["reports "] == "cancelled" and states()["reports"] == "queued"
+
+    page.goto(f"{site.url}/admin/")
+    lf_job = ids["two\nlines"]
+    mark_row(page, "two\nlines").get_by_role("link").click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job-id="{lf_job}"]')).to_be_visible()
+    # the text box cannot hold the LF: the form's exact field brings it back
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(1)
+    expect(page.locator(f'tr[data-job-id="{lf_job}"]')).to_be_visible()
+    page.get_by_role("button", name=re.compile("Cancel every waiting job of queue two")).click()
+    expect(page.locator(".flash")).to_have_text("1 job cancelled")
+    assert states() == {
+        "billing": "queued",
+        "billing ": "queued",
+        "reports": "queued",
+        "reports ": "cancelled",
+        "two\r\nlines": "queued",
+        "two\nlines": "cancelled",
+    }
+    [*_, last] = site.events.named("dashboard_action")
+    assert (last["action"], last["queue"], last["count"]) == ("cancel", "two\nlines", 1)

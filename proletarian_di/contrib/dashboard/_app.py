@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import jinja2
+import markupsafe
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -35,8 +36,15 @@ LogFn = Callable[[str, dict[str, Any]], None]
 FLASH_COOKIE = "proletarian_dashboard_flash"
 REFRESH_HEADER = "x-dashboard-refresh"
 PAGE_SIZE = 50
+QUEUES_PER_PAGE = 50
 WAITING = ("queued", "scheduled", "retrying")
 PREVIEW = 120
+PAYLOAD_CHARS = 1000
+"""The most characters of a payload a listing reads (the job's own page reads all of it)."""
+EXACT = "_exact"
+"""The suffix of the hidden field beside a form field that carries its exact value as JSON:
+a form field cannot hold a CR or LF as it is (a text input drops them, a browser sends
+either as CRLF)."""
 _STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -181,17 +189,27 @@ class _Dashboard:
 
     async def overview(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
-
-        queues = await self.read(
-            lambda conn: admin.overview(conn, tables=self.tables, outcomes=self.outcomes)
+        number = _page(_value(request.query_params, "page"))
+        page = await self.read(
+            lambda conn: admin.overview_page(
+                conn,
+                page=number,
+                per_page=QUEUES_PER_PAGE,
+                tables=self.tables,
+                outcomes=self.outcomes,
+            )
         )
+        here = f"{_base(request)}/"
         return self.render(
             request,
             user,
             "overview.html",
             section="overview",
-            queues=queues,
-            chart=_chart.chart(_chart.summed(queues)),
+            queues=page.queues,
+            page=page,
+            previous=_url(here, page=number - 1 if number > 2 else None) if number > 1 else None,
+            next=_url(here, page=number + 1) if number < page.pages else None,
+            chart=_chart.chart(page.last_day if page.total else []),
         )
 
     async def jobs(self, request: Request) -> Response:
@@ -204,34 +222,35 @@ class _Dashboard:
         """The jobs page, or the failed page (its state fixed): filters, one keyset page."""
         user = await authenticated(self.auth, request)
         params = request.query_params
-        job_id = _text(params, "id")
+        job_id = _value(params, "id")
         if job_id is not None:
-            return RedirectResponse(f"{_base(request)}/jobs/{_job_id(job_id)}", 303)
+            return RedirectResponse(f"{_base(request)}/jobs/{_job_id(job_id.strip())}", 303)
         filters: dict[str, str | None] = {
-            "queue": _text(params, "queue"),
-            "job_type": _text(params, "job_type"),
-            "state": "failed" if section == "failed" else _state(_text(params, "state")),
+            "queue": _value(params, "queue"),
+            "job_type": _value(params, "job_type"),
+            "state": "failed" if section == "failed" else _state(_value(params, "state")),
         }
-        limit, before = _limit(_text(params, "limit")), _text(params, "before")
-        jobs = await self.read(
-            lambda conn: admin.list_jobs(
+        limit, before = _limit(_value(params, "limit")), _value(params, "before")
+        page = await self.read(
+            lambda conn: admin.list_jobs_page(
                 conn,
                 queue=filters["queue"],
                 job_type=filters["job_type"],
                 state=filters["state"],
                 limit=limit,
                 before=before,
+                payload_chars=PAYLOAD_CHARS,
                 tables=self.tables,
             )
         )
         shown = {**filters, "state": None} if section == "failed" else filters
         older = None
-        if len(jobs) == limit:
+        if page.next_before is not None:
             page_size = None if limit == PAGE_SIZE else limit
             older = _url(
-                f"{_base(request)}/{section}", **shown, limit=page_size, before=jobs[-1].cursor
+                f"{_base(request)}/{section}", **shown, limit=page_size, before=page.next_before
             )
-        rows = [(job, _preview(self.payload(job))) for job in jobs]
+        rows = [(job, self.preview(job)) for job in page.jobs]
         return self.render(
             request,
             user,
@@ -240,6 +259,8 @@ class _Dashboard:
             rows=rows,
             filters=filters,
             older=older,
+            partial=page.partial,
+            examined=page.examined,
             first_page=_url(f"{_base(request)}/{section}", **shown) if before else None,
         )
 
@@ -270,6 +291,15 @@ class _Dashboard:
             raise HTTPException(404, f"no file {name}")
         headers = {"Cache-Control": "max-age=300", "X-Content-Type-Options": "nosniff"}
         return Response(self.static_files[name], media_type=_STATIC[name], headers=headers)
+
+    def preview(self, job: admin.JobInfo) -> str:
+        """The start of the payload for a listing, which read only its first characters: a
+        longer one is shown as its raw text, unless a redact hook must see it decoded."""
+        if not job.payload_truncated:
+            return _preview(self.payload(job))
+        if self.redact is not None:
+            return "(a large payload: open the job to see it)"
+        return _preview(str(job.payload))
 
     def payload(self, job: admin.JobInfo, indent: int | None = None) -> str:
         """The job's payload as JSON, through the redact hook; hidden when the hook fails."""
@@ -325,7 +355,7 @@ class _Dashboard:
         self, request: Request, change: Callable[..., bool], action: str, done: str
     ) -> Response:
         user, form = await self.actor(request)
-        queue = _text(form, "queue")
+        queue = _value(form, "queue")
         if queue is None:
             raise HTTPException(400, f"{action} needs a queue")
         changed = await self.write(lambda conn: change(conn, queue, tables=self.tables))
@@ -350,7 +380,7 @@ class _Dashboard:
             _logger.exception("the dashboard's log function failed")
             default_log("dashboard_action", data)
         base = _base(request)
-        back = _text(form, "next") or "/"
+        back = _value(form, "next") or "/"
         if not back.startswith("/") or back.startswith("//") or "\\" in back:
             back = "/"
         response = RedirectResponse(base + back, 303)
@@ -425,12 +455,55 @@ class _Dashboard:
 # Request values: anything a user can type is checked here, and a bad one is a 400 --------------
 
 
-def _text(values: Mapping[str, Any], name: str) -> str | None:
-    """A query or form field, stripped; None when absent or empty."""
+def _value(values: Mapping[str, Any], name: str) -> str | None:
+    """A query or form field exactly as sent, never stripped (`billing` and `billing ` are two
+    queues); None when absent or empty. When its `EXACT` companion is there and the field
+    still shows that value (but for CRs and LFs), the companion's value, CRs and LFs as
+    stored. A NUL is refused: no database compares it as the text it was meant to be."""
     value = values.get(name)
-    if not isinstance(value, str):
-        return None
-    return value.strip() or None
+    if not isinstance(value, str) or value == "":
+        value = None
+    exact = values.get(name + EXACT)
+    if value is not None and isinstance(exact, str):
+        try:
+            decoded = json.loads(exact)
+        except ValueError:
+            decoded = None
+        if not isinstance(decoded, str):
+            raise HTTPException(400, f"{name}{EXACT} must be a JSON string, got {exact!r}")
+        if _unbroken(decoded) == _unbroken(value):
+            value = decoded
+    if value is not None and "\x00" in value:
+        raise HTTPException(400, f"{name} {value!r} contains a NUL character, which it cannot")
+    return value
+
+
+def _unbroken(text: str) -> str:
+    return text.replace("\r", "").replace("\n", "")
+
+
+def _exact(value: Any) -> str:
+    """A value as JSON in ASCII, for an `EXACT` field: no CR or LF left to mangle."""
+    return json.dumps(value)
+
+
+def _attribute(value: Any) -> markupsafe.Markup:
+    """A value for an HTML attribute, escaped, its CRs as references: an HTML parser reads a
+    CR written as it is as an LF, and `billing\r` would be `billing\n` in the page."""
+    return markupsafe.Markup(str(markupsafe.escape(value)).replace("\r", "&#13;"))
+
+
+def _needs_exact(value: Any) -> bool:
+    """Whether a form field cannot carry this value as it is (see `EXACT`)."""
+    return isinstance(value, str) and ("\r" in value or "\n" in value)
+
+
+def _page(text: str | None) -> int:
+    if text is None:
+        return 1
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10**6:
+        raise HTTPException(400, f"page {text!r} is not a number from 1 to 1000000")
+    return int(text)
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -449,16 +522,16 @@ def _state(text: str | None) -> str | None:
 def _limit(text: str | None) -> int:
     if text is None:
         return PAGE_SIZE
-    if not text.isdigit() or not 1 <= int(text) <= admin.MAX_LIMIT:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= admin.MAX_LIMIT:
         raise HTTPException(400, f"limit {text!r} is not a number from 1 to {admin.MAX_LIMIT}")
     return int(text)
 
 
 def _selection(form: FormData) -> tuple[list[uuid.UUID] | None, str | None, str | None]:
     """An action's jobs: one id, or a queue and job type filter."""
-    job_id = _text(form, "job_id")
-    ids = None if job_id is None else [_job_id(job_id)]
-    return ids, _text(form, "queue"), _text(form, "job_type")
+    job_id = _value(form, "job_id")
+    ids = None if job_id is None else [_job_id(job_id.strip())]
+    return ids, _value(form, "queue"), _value(form, "job_type")
 
 
 def _filter(ids: list[uuid.UUID] | None, queue: str | None, job_type: str | None) -> dict[str, Any]:
@@ -507,8 +580,10 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ago=_ago, utc=_utc, span=_span)
-    env.globals.update(url=_url, states=admin.STATES, waiting=WAITING)
+    env.filters.update(ago=_ago, utc=_utc, span=_span, exact=_exact, attr=_attribute)
+    env.globals.update(
+        url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
+    )
     return env
 
 
