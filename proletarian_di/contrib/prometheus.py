@@ -6,7 +6,9 @@ workers run jobs, and queue depths read from the database when Prometheus scrape
     register_queue_depth(pool)                    # gauges, one query set per scrape
     serve_metrics(port=9100)                      # or mount metrics_app() in FastAPI
 
-Nothing here runs a query per job: the gauges are read by the collector at scrape time.
+Nothing here runs a query per job: the gauges are read by the collector at scrape time, on
+a short-lived connection of its own (never the workers' pool), within `timeout_s`; a scrape
+while the database hangs answers in time, with `database_up 0`.
 """
 
 from __future__ import annotations
