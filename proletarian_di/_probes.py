@@ -114,6 +114,18 @@ def cut(conn: Any) -> None:
                 shutdown_socket(sock.fileno())
 
 
+def _without_frames(exc: BaseException) -> BaseException:
+    """`exc` (and its causes) without tracebacks: their frames would keep a connection that
+    failed to open alive, its socket open, for as long as the answer is kept."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
+    return exc
+
+
 class Probe(Generic[T]):
     """Runs `read(conn)` on a connection of its own within `timeout_s`, one at a time."""
 
@@ -158,7 +170,7 @@ class Probe(Generic[T]):
             with self._connection() as conn:
                 value = self._read(conn)
         except BaseException as exc:
-            future.set_exception(exc)
+            future.set_exception(_without_frames(exc))
         else:
             future.set_result(value)
 

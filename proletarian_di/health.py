@@ -22,12 +22,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ._logging import describe
+from ._probes import Probe, ProbeTimeout
 from ._secrets import scrub
 from .errors import ArgumentTypeError
 from .worker import QueueWorker
@@ -132,21 +131,33 @@ def _worker_health(
     return WorkerHealth(worker.queue_worker_id, state, alive, ready, threads, problems)
 
 
-_pinger = ThreadPoolExecutor(max_workers=4, thread_name_prefix="proletarian-health")
-_pings: weakref.WeakKeyDictionary[QueueWorker, Future[None]] = weakref.WeakKeyDictionary()
+def _select_one(conn: Any) -> None:
+    cur = conn.cursor()
+    try:
+        cur.execute("SELECT 1")
+        cur.fetchall()
+    finally:
+        cur.close()
+
+
+_pings: weakref.WeakKeyDictionary[QueueWorker, dict[float, Probe[None]]] = (
+    weakref.WeakKeyDictionary()
+)
 _pings_lock = threading.Lock()
 
 
 def _ping(worker: QueueWorker, timeout: float) -> str | None:
-    """None if the worker's database answered in time, else why not. A ping still running
-    from an earlier check is waited on, not doubled, so a hung database ties up one thread."""
+    """None if the worker's database answered `SELECT 1` in time, else why not: on a
+    short-lived connection beside the pool, with connect and statement timeouts, cut at the
+    deadline. A ping still running from an earlier check is waited on, not doubled."""
     with _pings_lock:
-        future = _pings.get(worker)
-        if future is None or future.done():
-            future = _pings[worker] = _pinger.submit(worker.ping)
+        probes = _pings.setdefault(worker, {})
+        probe = probes.get(timeout)
+        if probe is None:
+            probe = probes[timeout] = Probe(worker.data_source, _select_one, timeout)
     try:
-        future.result(timeout)
-    except FutureTimeout:
+        probe.run()
+    except ProbeTimeout:
         return f"the database did not answer within {timeout:g} s"
     except Exception as exc:
         return f"the database did not answer: {scrub(describe(exc))}"

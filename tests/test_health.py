@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from faults import TCPProxy, pool_via, running, upstream_of, url_via
 
@@ -125,3 +126,37 @@ def test_check_health_without_the_database_leaves_readiness_unknown(backend, poo
         assert (health.alive, health.ready, health.workers[0].ready) == (True, None, None)
     stopped = check_health([worker], database=False)
     assert (stopped.alive, stopped.ready) == (False, False)  # known without asking
+
+
+def connections_to(port: int) -> int:
+    """This process's established TCP connections to `port` (the proxy's clients' ends)."""
+    return sum(
+        1
+        for conn in psutil.Process().net_connections("tcp")
+        if conn.raddr and conn.raddr.port == port and conn.status == psutil.CONN_ESTABLISHED
+    )
+
+
+def test_a_readiness_check_while_the_database_hangs_leaves_no_connection_behind(backend):
+    with TCPProxy(upstream_of(backend)) as proxy:
+        pool = pool_via(backend, url_via(backend, proxy), 2)
+        try:
+            worker = create_queue_worker(pool, lambda job_type, payload: None, worker_threads=1)
+            with running(worker):
+                assert check_health([worker]).ready is True
+                before = connections_to(proxy.port)  # the worker's own
+                proxy.stall()
+                try:
+                    health = check_health([worker], ping_timeout_s=0.5)
+                    assert health.ready is False
+                    assert "did not answer within 0.5 s" in health.workers[0].problems[0]
+                    # Its connection times out or is cut: not left to wait for the database.
+                    wait_until(
+                        lambda: connections_to(proxy.port) <= before,
+                        description="the ping's connection to be given up",
+                    )
+                finally:
+                    proxy.flow()
+                wait_until(lambda: check_health([worker]).ready, description="ready again")
+        finally:
+            pool.close()
