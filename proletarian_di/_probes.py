@@ -176,10 +176,14 @@ class Probe(Generic[T]):
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
-        if self._direct is None:
+        if self._direct is None:  # a pool's connection is never cut: the pool lends it again
             assert self._pooled is not None
-            with self._pooled() as conn, self._held(conn):
-                yield conn
+            with self._pooled() as conn:
+                try:
+                    yield conn
+                finally:
+                    with contextlib.suppress(Exception):
+                        conn.rollback()
             return
         conn = self._direct()
         try:

@@ -220,3 +220,23 @@ def test_a_scrape_timeout_must_be_a_positive_number(backend, pool):
     for bad in (0, -1, "3", True, float("inf")):
         with pytest.raises(ArgumentTypeError, match="timeout_s must be"):
             QueueDepthCollector(pool, timeout_s=bad)  # type: ignore[arg-type]
+
+
+def test_depth_is_read_through_a_function_or_a_pool_alone(own, registry):
+    pool = own.pool(2)
+    try:
+
+        class OnlyItsPool:
+            """A data source with no way to connect beside its pool: the scrape borrows."""
+
+            def connection(self) -> Any:
+                return pool.connection()
+
+        enqueue_committed(own, ("a", None), queue="ways", job_table=OWN.job_table)
+        for source in (own.connect, OnlyItsPool()):
+            scraped_registry = CollectorRegistry()
+            register_queue_depth(source, [OWN], registry=scraped_registry)
+            scraped = scrape_within(scraped_registry)
+            assert 'proletarian_queue_jobs{queue="ways",state="queued"} 1.0' in scraped
+    finally:
+        pool.close()
