@@ -32,6 +32,30 @@ def upstream_of(backend: Any) -> Upstream:
     return f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
 
 
+def url_via(backend: Any, proxy: TCPProxy) -> str:
+    """The backend's URL (a conninfo on PostgreSQL) with the proxy as its server."""
+    if backend.name == "mysql":
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(backend.url)
+        user, at, _ = parts.netloc.rpartition("@")
+        return parts._replace(netloc=f"{user}{at}127.0.0.1:{proxy.port}").geturl()
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(backend.url, host="127.0.0.1", port=str(proxy.port))
+
+
+def pool_via(backend: Any, url: str, size: int, timeout: float = 5.0) -> Any:
+    """A pool on `url` as an application would build it (psycopg_pool or MySQLDataSource)."""
+    if backend.name == "mysql":
+        from proletarian_di.mysql import MySQLDataSource
+
+        return MySQLDataSource(url, max_connections=size)
+    from psycopg_pool import ConnectionPool
+
+    return ConnectionPool(url, min_size=1, max_size=size, timeout=timeout, open=True)
+
+
 class TCPProxy:
     """Forwards 127.0.0.1:<port> to a TCP address or a unix socket path.
 
@@ -49,6 +73,8 @@ class TCPProxy:
         self._flowing.set()
         self.accepted = 0
         self.peak = 0
+        self.held = 0
+        """How many reads `stall()` has held so far: a client is waiting on the "server"."""
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
@@ -140,7 +166,10 @@ class TCPProxy:
                 data = src.recv(65536)
                 if not data:
                     break
-                self._flowing.wait()
+                if not self._flowing.is_set():
+                    with self._lock:
+                        self.held += 1
+                    self._flowing.wait()
                 dst.sendall(data)
         except OSError:
             pass

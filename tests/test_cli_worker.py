@@ -268,3 +268,50 @@ def test_metrics_port_in_use_is_a_clear_error(db, tmp_path):
         code = worker.finish()
     assert code == 2, worker.output
     assert f"cannot serve metrics on 127.0.0.1:{port}" in worker.output
+
+
+class ProxiedDB:
+    """The CLI tables' database, reached by the worker process through a `TCPProxy`."""
+
+    def __init__(self, db: CliDB, url: str) -> None:
+        self.db, self.url = db, url
+
+    def env(self) -> dict[str, str]:
+        return {**self.db.env(), "TEST_DATABASE_URL": self.url}
+
+
+def test_a_scrape_while_the_database_hangs_says_it_is_down_in_time(db, tmp_path):
+    from faults import TCPProxy, upstream_of, url_via
+
+    with TCPProxy(upstream_of(db.backend)) as proxy:
+        worker = WorkerProcess(
+            ProxiedDB(db, url_via(db.backend, proxy)),
+            tmp_path,
+            args=("--metrics-port", "0", "--health-port", "0"),
+        )
+        try:
+            worker.wait_for(lambda: "health checks at" in worker.output, "the servers to start")
+            metrics = re.search(r"metrics at (http://\S+/metrics)", worker.output)
+            health = re.search(r"health checks at (http://\S+)/livez", worker.output)
+            assert metrics and health, worker.output
+            assert "proletarian_database_up 1.0" in httpx.get(metrics[1], timeout=10).text
+            proxy.stall()
+            try:
+                # Within Prometheus's default scrape timeout (10 s), not when the database is back.
+                scraped = httpx.get(metrics[1], timeout=10)
+                assert scraped.status_code == 200
+                assert "proletarian_database_up 0.0" in scraped.text
+                live = httpx.get(f"{health[1]}/livez", timeout=10)
+                assert live.status_code == 200 and live.json()["ready"] is None
+                assert httpx.get(f"{health[1]}/readyz", timeout=10).status_code == 503
+            finally:
+                proxy.flow()
+            worker.wait_for(
+                lambda: "proletarian_database_up 1.0" in httpx.get(metrics[1], timeout=10).text,
+                "the database to be up again",
+            )
+            worker.signal(signal.SIGTERM)
+            assert worker.finish() == 0, worker.output
+        finally:
+            if worker.proc.poll() is None:
+                worker.proc.kill()

@@ -201,3 +201,52 @@ def test_health_routes_and_metrics_mount_follow_the_containers_workers(backend):
         )
     # After shutdown the container has no running worker: nothing to be ready with.
     assert client.get("/health/readyz").status_code == 503
+
+
+def test_a_scrape_while_the_database_hangs_holds_up_no_other_request(backend):
+    from faults import TCPProxy, pool_via, upstream_of, url_via
+    from prometheus_client import CollectorRegistry
+
+    from proletarian_di.contrib.fastapi import metrics_app
+    from proletarian_di.contrib.prometheus import register_queue_depth
+
+    registry = CollectorRegistry()
+    app = FastAPI()
+    app.mount("/metrics", metrics_app(registry))
+
+    @app.get("/ping")
+    async def ping() -> dict[str, bool]:
+        return {"pong": True}
+
+    with TCPProxy(upstream_of(backend)) as proxy:
+        pool = pool_via(backend, url_via(backend, proxy), 2)
+        try:
+            register_queue_depth(pool, registry=registry, timeout_s=60)
+            with TestClient(app) as client:
+                assert client.get("/metrics/").status_code == 200
+                proxy.stall()
+                try:
+                    held = proxy.held
+                    scraped: list[int] = []
+                    scrape = threading.Thread(
+                        target=lambda: scraped.append(client.get("/metrics/").status_code),
+                        daemon=True,
+                    )
+                    scrape.start()
+                    wait_until(lambda: proxy.held > held, description="the scrape to wait on it")
+                    pinged: list[int] = []
+                    other = threading.Thread(
+                        target=lambda: pinged.append(client.get("/ping").status_code),
+                        daemon=True,
+                    )
+                    other.start()
+                    other.join(10)
+                    assert pinged == [200], "the event loop was held up by the scrape"
+                    assert scrape.is_alive()  # the scrape still waits on the database
+                finally:
+                    proxy.flow()  # before the client's exit, which waits for the event loop
+                scrape.join(30)
+                assert scraped == [200]
+        finally:
+            proxy.flow()
+            pool.close()

@@ -8,10 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from faults import TCPProxy, pool_via, upstream_of, url_via
 from prometheus_client import CollectorRegistry, generate_latest
 
 from proletarian_di import RetrySpec, create_queue_worker, process_next_job
-from proletarian_di.admin import pause_queue
+from proletarian_di.admin import Tables, pause_queue
 from proletarian_di.contrib.prometheus import (
     PrometheusObserver,
     QueueDepthCollector,
@@ -138,3 +139,104 @@ def test_observers_must_have_the_hooks(backend, pool):
         create_queue_worker(pool, flaky, observers=[object()])
     with pytest.raises(ConfigurationError, match="observers must be a sequence"):
         create_queue_worker(pool, flaky, observers=PrometheusObserver)
+
+
+# A hung database ------------------------------------------------------------------------
+
+
+def scrape_within(registry: CollectorRegistry, seconds: float = 10.0) -> str:
+    """One scrape, which must answer within `seconds` (else the test fails, not hangs)."""
+    answers: list[str] = []
+    scrape = threading.Thread(
+        target=lambda: answers.append(generate_latest(registry).decode()), daemon=True
+    )
+    scrape.start()
+    scrape.join(seconds)
+    assert answers, f"the scrape did not answer within {seconds} s"
+    return answers[0]
+
+
+def probe_threads() -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name == "proletarian-probe")
+
+
+OWN = Tables("proletarian_obs.job", "proletarian_obs.archived_job")
+"""The hang tests' own tables, which no other test run on the same server resets."""
+
+
+@pytest.fixture
+def own(backend) -> Any:
+    backend.install(OWN.job_table, OWN.archived_job_table)
+    backend.execute(f"DELETE FROM {OWN.job_table}")
+    return backend
+
+
+@pytest.fixture
+def proxy(backend) -> Any:
+    with TCPProxy(upstream_of(backend)) as proxy:
+        yield proxy
+        proxy.flow()
+
+
+def test_a_scrape_while_the_database_hangs_says_it_is_down_in_time(own, proxy, registry):
+    pool = pool_via(own, url_via(own, proxy), 2)
+    try:
+        register_queue_depth(pool, [OWN], registry=registry, timeout_s=1)
+        enqueue_committed(own, ("a", None), queue="hang", job_table=OWN.job_table)
+        assert "proletarian_database_up 1.0" in scrape_within(registry)
+        proxy.stall()
+        held = proxy.held
+        for _ in range(3):
+            scraped = scrape_within(registry)  # each within the deadline, not at the recovery
+            assert "proletarian_database_up 0.0" in scraped
+            assert "proletarian_queue_jobs{" not in scraped
+            assert proxy.held > held  # it did try, through the hung network
+            assert probe_threads() <= 1  # one read at a time, however many scrapes
+        proxy.flow()
+        wait_until(lambda: "proletarian_database_up 1.0" in scrape_within(registry))
+        assert 'proletarian_queue_jobs{queue="hang",state="queued"} 1.0' in scrape_within(registry)
+        wait_until(lambda: probe_threads() == 0, description="the reads to end")
+    finally:
+        proxy.flow()
+        pool.close()
+
+
+def test_queue_depth_is_read_beside_the_pool_the_workers_hold(own, registry):
+    pool = pool_via(own, own.url, 1, timeout=30)
+    try:
+        register_queue_depth(pool, [OWN], registry=registry)
+        enqueue_committed(own, ("a", None), queue="full", job_table=OWN.job_table)
+        with pool.connection():  # the pool's only connection, as busy worker threads hold it
+            scraped = scrape_within(registry)
+        assert "proletarian_database_up 1.0" in scraped
+        assert 'proletarian_queue_jobs{queue="full",state="queued"} 1.0' in scraped
+    finally:
+        pool.close()
+
+
+def test_a_scrape_timeout_must_be_a_positive_number(backend, pool):
+    from proletarian_di import ArgumentTypeError
+
+    for bad in (0, -1, "3", True, float("inf")):
+        with pytest.raises(ArgumentTypeError, match="timeout_s must be"):
+            QueueDepthCollector(pool, timeout_s=bad)  # type: ignore[arg-type]
+
+
+def test_depth_is_read_through_a_function_or_a_pool_alone(own, registry):
+    pool = own.pool(2)
+    try:
+
+        class OnlyItsPool:
+            """A data source with no way to connect beside its pool: the scrape borrows."""
+
+            def connection(self) -> Any:
+                return pool.connection()
+
+        enqueue_committed(own, ("a", None), queue="ways", job_table=OWN.job_table)
+        for source in (own.connect, OnlyItsPool()):
+            scraped_registry = CollectorRegistry()
+            register_queue_depth(source, [OWN], registry=scraped_registry)
+            scraped = scrape_within(scraped_registry)
+            assert 'proletarian_queue_jobs{queue="ways",state="queued"} 1.0' in scraped
+    finally:
+        pool.close()

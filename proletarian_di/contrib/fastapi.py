@@ -73,7 +73,8 @@ def worker_lifespan(
 def health_router(source: Any, **options: Any) -> APIRouter:
     """GET `/livez` and `/readyz` for `source`'s workers (a container, a QueueWorker, a list
     of them, or a function returning one): 200 or 503 with `check_health`'s details.
-    `options` go to `check_health` (`stuck_after_s`, `ping_timeout_s`)."""
+    `/livez` asks no database, so its `ready` is null for a running worker; `/readyz`
+    asks. `options` go to `check_health` (`stuck_after_s`, `ping_timeout_s`)."""
     from fastapi import APIRouter
     from fastapi.responses import JSONResponse
 
@@ -104,7 +105,15 @@ def health_router(source: Any, **options: Any) -> APIRouter:
 
 
 def metrics_app(registry: Any = None) -> Any:
-    """Prometheus's ASGI app (extra `metrics`): `app.mount("/metrics", metrics_app())`."""
+    """An ASGI app serving a Prometheus registry (extra `metrics`), the global one by
+    default: `app.mount("/metrics", metrics_app())`.
+
+    It collects in threads of its own, off the event loop, so a scrape while the database
+    hangs holds up none of the app's other requests; the queue depth gauges answer within
+    their `timeout_s`, with `proletarian_database_up 0` when the database did not. It is
+    served wherever the app is, to anyone who reaches it, without authentication: keep
+    `/metrics` off your public routes (or serve the metrics on a port of their own, on
+    127.0.0.1 or the pod's IP, with `serve_metrics`)."""
     from .prometheus import REGISTRY
     from .prometheus import metrics_app as asgi_app
 

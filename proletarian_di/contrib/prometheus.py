@@ -6,32 +6,38 @@ workers run jobs, and queue depths read from the database when Prometheus scrape
     register_queue_depth(pool)                    # gauges, one query set per scrape
     serve_metrics(port=9100)                      # or mount metrics_app() in FastAPI
 
-Nothing here runs a query per job: the gauges are read by the collector at scrape time.
+Nothing here runs a query per job: the gauges are read by the collector at scrape time, on
+a short-lived connection of its own (never the workers' pool), within `timeout_s`; a scrape
+while the database hangs answers in time, with `database_up 0`.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import admin
-from .._datasource import connection_factory
 from .._logging import describe
+from .._probes import PROBE_TIMEOUT_S, Probe, check_timeout
 from .._secrets import scrub
 from .._types import DataSource
 from ..jobs import Job
 from ..observers import Observer
 
 logger = logging.getLogger("proletarian_di.metrics")
+T = TypeVar("T")
 
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 """Run time buckets, seconds: from no-op jobs to half-hour ones."""
@@ -99,22 +105,38 @@ def metrics_observer(registry: CollectorRegistry = REGISTRY) -> PrometheusObserv
 
 class QueueDepthCollector(Collector):
     """At each scrape, `admin.overview` of the given tables: jobs per queue and state, the
-    oldest due job's wait, paused queues, and whether the database answered."""
+    oldest due job's wait, paused queues, and whether the database answered.
+
+    Each read runs on a short-lived connection of its own, beside the pool (the workers'
+    threads may hold all of its connections), with a connect and statement timeout, in a
+    thread, within `timeout_s` for the whole scrape: a hung database is reported as
+    `database_up 0` by then, and ties up one thread per data source, not one per scrape.
+    """
 
     def __init__(
         self,
         data_source: DataSource,
         tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
         namespace: str = "proletarian",
+        *,
+        timeout_s: float = PROBE_TIMEOUT_S,
     ) -> None:
-        self._sources: list[tuple[Any, dict[admin.Tables, admin.HourlyOutcomes]]] = []
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
+        self._probes: list[Probe[list[admin.QueueOverview]]] = []
         self._namespace = namespace
         self.add(data_source, tables)
 
     def add(self, data_source: DataSource, tables: Sequence[admin.Tables]) -> None:
         """Also read these tables, on this data source (workers on several databases)."""
         kept = {pair: admin.HourlyOutcomes() for pair in tables}
-        self._sources.append((connection_factory(data_source), kept))
+
+        def read(conn: Any) -> list[admin.QueueOverview]:
+            queues: list[admin.QueueOverview] = []
+            for pair, outcomes in kept.items():
+                queues += admin.overview(conn, tables=pair, outcomes=outcomes)
+            return queues
+
+        self._probes.append(Probe(data_source, read, self.timeout_s))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         name = self._namespace
@@ -132,7 +154,8 @@ class QueueDepthCollector(Collector):
             f"{name}_queue_paused", "1 while the queue is paused.", labels=["queue"]
         )
         up = GaugeMetricFamily(
-            f"{name}_database_up", "1 when the depth query answered at this scrape."
+            f"{name}_database_up",
+            f"1 when the depth query answered at this scrape (within {self.timeout_s:g} s).",
         )
         try:
             queues = self._overview()
@@ -159,15 +182,11 @@ class QueueDepthCollector(Collector):
         return []
 
     def _overview(self) -> list[admin.QueueOverview]:
+        deadline = time.monotonic() + self.timeout_s
+        reads = [(probe, probe.start()) for probe in self._probes]
         queues: list[admin.QueueOverview] = []
-        for connect, pairs in self._sources:
-            with connect() as conn:
-                try:
-                    for tables, outcomes in pairs.items():
-                        queues += admin.overview(conn, tables=tables, outcomes=outcomes)
-                finally:
-                    with contextlib.suppress(Exception):
-                        conn.rollback()
+        for probe, future in reads:
+            queues += probe.result(future, deadline)
         return queues
 
 
@@ -175,9 +194,12 @@ def register_queue_depth(
     data_source: DataSource,
     tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
     registry: CollectorRegistry = REGISTRY,
+    *,
+    timeout_s: float = PROBE_TIMEOUT_S,
 ) -> QueueDepthCollector:
-    """Add the queue depth gauges of these tables to `registry`, read at each scrape."""
-    collector = QueueDepthCollector(data_source, tables)
+    """Add the queue depth gauges of these tables to `registry`, read at each scrape on a
+    connection of their own within `timeout_s` (`database_up 0` when the database is late)."""
+    collector = QueueDepthCollector(data_source, tables, timeout_s=timeout_s)
     registry.register(collector)
     return collector
 
@@ -190,8 +212,58 @@ def serve_metrics(
     return start_http_server(port, addr=host, registry=registry)
 
 
-def metrics_app(registry: CollectorRegistry = REGISTRY) -> Any:
-    """An ASGI app serving `registry`, to mount: `app.mount("/metrics", metrics_app())`."""
-    from prometheus_client import make_asgi_app
+_scrapes = ThreadPoolExecutor(max_workers=2, thread_name_prefix="proletarian-metrics")
+"""Where `metrics_app` collects: threads of its own, so a slow scrape neither blocks the
+event loop nor takes the threads the application's sync routes run in."""
 
-    return make_asgi_app(registry)
+
+async def _off_loop(render: Callable[[], T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another event loop than asyncio's (trio, through anyio)
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(render)
+    return await asyncio.wrap_future(_scrapes.submit(render))
+
+
+def metrics_app(registry: CollectorRegistry = REGISTRY) -> Any:
+    """An ASGI app serving `registry`, to mount: `app.mount("/metrics", metrics_app())`.
+
+    The collectors run in a thread, never on the event loop, so a scrape while the
+    database hangs does not hold up the application's other requests; the queue depth
+    gauges answer within their `timeout_s` (`database_up 0` when late)."""
+    from prometheus_client.exposition import _bake_output
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["type"] != "http":
+            return
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", [])
+        }
+        params = parse_qs(scope.get("query_string", b"").decode())
+        status, out_headers, body = await _off_loop(
+            lambda: _bake_output(
+                registry,
+                headers.get("accept", ""),
+                headers.get("accept-encoding", ""),
+                params,
+                False,
+            )
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": int(status.split(" ")[0]),
+                "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out_headers],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    return app
