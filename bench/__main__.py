@@ -8,6 +8,7 @@ from __future__ import annotations
 import _thread
 import argparse
 import contextlib
+import functools
 import os
 import platform
 import statistics
@@ -32,6 +33,7 @@ DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/test"
 DRAIN_THREADS = (1, 4, 8)
 BATCH_SIZE = 10
 LEASE_MS = 30_000  # lease mode: claim and outcome in two transactions, a heartbeat between
+MAX_RUNNING = 4  # as many running slots as threads: the cap's own cost, never its waiting
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
@@ -160,6 +162,17 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
         1,
         LEASE_MS,
     )
+    results.record(
+        db,
+        "drain_capped",
+        "ours",
+        functools.partial(measure.drain, max_running=MAX_RUNNING),
+        db,
+        "ours",
+        4,
+        args.jobs,
+        DRAIN_INTERVAL,
+    )
     row = f"drain_{PROCESSES}x{PROCESS_THREADS}"
     for impl in impls:
         results.record(
@@ -252,6 +265,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         *[(f"drain_{t}", f"drain, {t} thread{'s' if t > 1 else ''}") for t in DRAIN_THREADS],
         ("drain_batch", f"drain, 4 threads, batch_size={BATCH_SIZE} (opt-in)"),
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
+        ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
         (
             f"drain_{PROCESSES}x{PROCESS_THREADS}",
             f"drain, {PROCESSES} processes \N{MULTIPLICATION SIGN} {PROCESS_THREADS} threads",
