@@ -1,5 +1,6 @@
-"""The FastAPI lifespan; it lives in `proletarian_di.contrib.fastapi` (extra `fastapi`)."""
+"""FastAPI: the lifespan, the health routes and the metrics app; they live in
+`proletarian_di.contrib.fastapi` (extra `fastapi`), and this is the path to import them from."""
 
-from .contrib.fastapi import worker_lifespan
+from .contrib.fastapi import health_router, metrics_app, worker_lifespan
 
-__all__ = ["worker_lifespan"]
+__all__ = ["health_router", "metrics_app", "worker_lifespan"]
