@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -25,12 +26,45 @@ def is_provider(data_source: Any) -> bool:
     return type(data_source).__module__.partition(".")[0] == "dependency_injector"
 
 
+def _async_provider(provider: Any) -> bool:
+    made_by = getattr(provider, "provides", None)
+    if callable(made_by):
+        made_by = inspect.unwrap(made_by)  # dependency-injector wraps what it copies
+    if inspect.isasyncgenfunction(made_by) or inspect.iscoroutinefunction(made_by):
+        return True
+    enabled = getattr(provider, "is_async_mode_enabled", None)
+    return bool(callable(enabled) and enabled())
+
+
+def _refuse_async(provider: Any) -> ArgumentTypeError:
+    return ArgumentTypeError(
+        f"{provider!r} is an async provider (its resource is made by an async function, such "
+        "as async_postgres_pool): the workers and the dashboard read in threads, which cannot "
+        "await it. Declare the pool with postgres_pool or mysql_data_source, or pass the pool "
+        "it made (pool = await container.pool())"
+    )
+
+
+def _call(provider: Any) -> Any:
+    """What the provider gives now; an error for an async one, which gives an awaitable."""
+    if _async_provider(provider):
+        raise _refuse_async(provider)
+    source = provider()
+    if inspect.isawaitable(source):
+        with contextlib.suppress(Exception):
+            close = getattr(source, "close", None) or getattr(source, "cancel", None)
+            if callable(close):
+                close()
+        raise _refuse_async(provider)
+    return source
+
+
 def resolved(data_source: Any) -> Any:
     """What a provider gives now (a `Resource` or `Singleton` its pool, started if it was
     not); a `Factory` (a new connection at each call) or any other data source as it is."""
     if not is_provider(data_source) or "Factory" in type(data_source).__name__:
         return data_source
-    return data_source()
+    return _call(data_source)
 
 
 def _is_pool(obj: Any) -> bool:
@@ -82,7 +116,7 @@ def _provided(provider: Any) -> ConnectionFactory:
 
     @contextlib.contextmanager
     def connect() -> Iterator[Any]:
-        source = provider()
+        source = _call(provider)
         _check_sync(source)
         if _is_pool(source):
             with source.connection() as conn:
@@ -99,6 +133,8 @@ def connection_factory(data_source: Any) -> ConnectionFactory:
     or a dependency-injector provider of either (such as `container.pool`)."""
     _check_sync(data_source)
     if is_provider(data_source):
+        if _async_provider(data_source):
+            raise _refuse_async(data_source)
         return _provided(data_source)
     method = getattr(data_source, "connection", None)
     if callable(method):

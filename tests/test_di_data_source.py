@@ -70,6 +70,7 @@ def test_a_worker_runs_jobs_through_a_resource_provider(backend, container):
     )
     with worker:
         wait_until(lambda: len(done) == 2)
+        worker.ping()  # a connection beside the pool, from the pool the provider gave
     assert sorted(done) == ["a", "b"]
     assert worker.summary()["succeeded"] == 2
 
@@ -96,3 +97,33 @@ def test_a_callable_returning_a_pool_is_a_clear_error_naming_it(backend):
 def test_a_callable_returning_something_else_names_what_it_returned(backend):
     with pytest.raises(ArgumentTypeError, match=r"returned builtins\.str, which is not a database"):
         process_next_job(lambda: "postgresql://nowhere", lambda job_type, payload: None)
+
+
+def test_an_async_resource_provider_is_refused_at_once_with_what_to_pass(backend):
+    from proletarian_di.di import async_mysql_data_source, async_postgres_pool
+
+    if backend.name == "postgresql":
+        resource = providers.Resource(async_postgres_pool, backend.url, min_size=1, max_size=2)
+    else:
+        resource = providers.Resource(async_mysql_data_source, backend.url)
+
+    class Container(containers.DeclarativeContainer):
+        pool = resource
+
+    container = Container()
+    for make in (dashboard, lambda source: create_queue_worker(source, print)):
+        with pytest.raises(ArgumentTypeError, match=r"async provider.*await container\.pool\(\)"):
+            make(container.pool)
+    assert not container.pool.initialized
+
+
+def test_a_scheduler_records_its_schedules_through_a_resource_provider(backend, container):
+    from proletarian_di import PeriodicJob, create_scheduler
+
+    name = "provider-hourly"
+    backend.execute(f"DELETE FROM {backend.job_table}_periodic WHERE name = %s", (name,))
+    scheduler = create_scheduler(container.pool, [PeriodicJob(name, "@hourly", "tick")])
+    assert scheduler.register() == []
+    rows = backend.query(f"SELECT cron FROM {backend.job_table}_periodic WHERE name = %s", (name,))
+    assert [tuple(row) for row in rows] == [("@hourly",)]
+    backend.execute(f"DELETE FROM {backend.job_table}_periodic WHERE name = %s", (name,))
