@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import sysconfig
 import traceback
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,9 +21,9 @@ _LEVELS = {
     "polling_for_jobs": logging.DEBUG,
     "handling_job": logging.DEBUG,
     "job_finished": logging.INFO,
-    "handler_exception": logging.WARNING,
-    "retrying": logging.INFO,
-    "not_retrying": logging.WARNING,
+    "handler_exception": logging.DEBUG,
+    "retrying": logging.WARNING,
+    "not_retrying": logging.INFO,
     "job_failed": logging.ERROR,
     "payload_decode_error": logging.ERROR,
     "retry_strategy_error": logging.ERROR,
@@ -40,8 +43,40 @@ _LEVELS = {
     "on_shutdown_error": logging.ERROR,
     "log_error": logging.ERROR,
 }
-# Events whose exception repeats one already logged with its traceback.
-_NO_TRACEBACK = frozenset({"job_failed", "not_retrying"})
+# Events whose exception is shown as `Type: message` only: a handler's error is logged
+# once with its traceback, by the event of its outcome (`job_failed`), and a retry or a
+# payload that cannot be decoded (which fails its job) has one line.
+_NO_TRACEBACK = frozenset({"handler_exception", "retrying", "not_retrying", "payload_decode_error"})
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_STDLIB = tuple(
+    {os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")}
+)
+
+
+def _stdlib(filename: str) -> bool:
+    if filename.startswith("<frozen "):
+        return True
+    return filename.startswith(_STDLIB) and not any(
+        part in filename for part in ("site-packages", "dist-packages")
+    )
+
+
+def user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """`tb` from the first frame of the code the library called (the handler, a callback),
+    past the worker's own frames on top (and the standard library's between them, as an
+    async handler's event loop): from the first frame outside proletarian_di if all the
+    others are the standard library's, and whole if the error is in the library itself."""
+    outside = None
+    at = tb
+    while at is not None:
+        filename = os.path.abspath(at.tb_frame.f_code.co_filename)
+        if not filename.startswith(_PACKAGE):
+            if not _stdlib(filename):
+                return at
+            outside = outside or at
+        at = at.tb_next
+    return outside or tb
 
 
 def describe(exc: BaseException) -> str:
@@ -58,9 +93,10 @@ ERROR_TEXT_LIMIT = 8_000
 
 
 def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
-    """What a job keeps of a failed attempt: `Type: message`, then the traceback, at most
-    `limit` characters (a long one keeps its first lines and its end, where the error is)."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    """What a job keeps of a failed attempt: `Type: message`, then the traceback from the
+    handler's frames on (see `user_traceback`), at most `limit` characters (a long one
+    keeps its first lines and its end, where the error is)."""
+    lines = traceback.format_exception(type(exc), exc, user_traceback(exc.__traceback__))
     body = "".join(lines[:-1]).rstrip()
     text = describe(exc) + ("\n\n" + body if body else "")
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate: \udcff
@@ -114,8 +150,9 @@ def log_fields(data: dict[str, Any]) -> str:
 def traceback_text(exc: BaseException) -> str:
     """The exception's traceback as `logging` writes it, but with each message and note (of
     the exception, its causes and contexts) on one line, its controls written out: a job's
-    error cannot add a line that passes for a log event."""
-    summary = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    error cannot add a line that passes for a log event. It begins with the handler's
+    frames, without the worker's own above them (see `user_traceback`)."""
+    summary = traceback.TracebackException(type(exc), exc, user_traceback(exc.__traceback__))
     seen: set[int] = set()
     pending = [summary]
     while pending:

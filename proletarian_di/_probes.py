@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, TypeVar
 
-from ._datasource import connection_factory, direct_connect
+from ._datasource import connection_factory, direct_connect, resolved
 from ._dialects import unwrap_connection
 from ._dialects.base import shutdown_socket
 from .errors import ArgumentTypeError
@@ -65,6 +65,7 @@ def probe_connector(data_source: Any, timeout_s: float) -> Callable[[], Any] | N
     """A function opening a new connection beside `data_source`'s pool, with a connect
     timeout (and read and write timeouts on MySQL) where the data source says how it
     connects; its caller closes it. None when the data source gives no way but its pool."""
+    data_source = resolved(data_source)
     conninfo = getattr(data_source, "conninfo", None)
     if isinstance(conninfo, str):
         return _pg_connect(conninfo, dict(getattr(data_source, "kwargs", None) or {}), timeout_s)

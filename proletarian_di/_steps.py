@@ -326,6 +326,7 @@ class Steps:
             retries=retries,
             delay_ms=delay_ms,
             process_at=process_at.isoformat(),
+            exception=exc,
         )
         return "retried"
 

@@ -523,9 +523,19 @@ class Schedule:
     next_run: datetime | None
     updated_at: datetime
 
+    @property
+    def last_run(self) -> datetime | None:
+        """The newest tick handled, or None if none has come since the schedule was recorded
+        (or its expression changed): until then `last_tick` holds the time it was recorded,
+        which is not a tick of its expression, so that only the ticks after it are due."""
+        last = self.last_tick
+        ran = next_tick(self.cron, self.timezone, last - timedelta(microseconds=1)) == last
+        return last if ran else None
+
     def as_dict(self) -> dict[str, Any]:
-        """The fields for JSON, times as ISO 8601 strings."""
+        """The fields for JSON, times as ISO 8601 strings; `last_run` is null until a tick came."""
         data = dataclasses.asdict(self)
-        for name in ("last_tick", "next_run", "updated_at"):
+        data["last_run"] = self.last_run
+        for name in ("last_tick", "last_run", "next_run", "updated_at"):
             data[name] = data[name] and data[name].isoformat()
         return data

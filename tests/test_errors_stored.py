@@ -113,3 +113,40 @@ def test_a_huge_error_is_bounded_and_keeps_its_end(backend, pool):
     assert len(stored) <= 8_000
     assert stored.startswith("RuntimeError: xxx")
     assert "… (cut) …" in stored
+
+
+def frames(stored: str) -> list[str]:
+    """The `File "…", line …, in …` lines of a stored traceback, in order."""
+    return [line.strip() for line in stored.splitlines() if line.strip().startswith("File ")]
+
+
+def test_the_stored_traceback_begins_at_the_handler_not_in_the_worker(backend, pool):
+    enqueue_committed(backend, ("welcome", {}), ("welcome", {}))
+
+    def handler(job_type: str, payload: Any) -> None:
+        lookup(payload)
+
+    def lookup(payload: Any) -> None:
+        payload["email"]
+
+    async def async_handler(job_type: str, payload: Any) -> None:
+        lookup(payload)
+
+    for fn in (handler, async_handler):
+        assert process_next_job(pool, fn) is False
+    for stored in last_errors(backend, "archived_job"):
+        assert stored.startswith("KeyError: 'email'\n\nTraceback (most recent call last):")
+        shown = frames(stored)
+        assert shown[0].endswith("in handler") or shown[0].endswith("in async_handler"), stored
+        assert shown[-1].endswith("in lookup")
+        assert "proletarian_di" not in stored and "asyncio" not in stored
+
+
+def test_an_error_in_the_library_itself_keeps_its_frames(backend, pool):
+    from proletarian_di import JobRouter
+
+    enqueue_committed(backend, ("nobody_handles_this", {}))
+    assert process_next_job(pool, JobRouter()) is False
+    (stored,) = last_errors(backend, "archived_job")
+    assert stored.startswith("UnknownJobType")
+    assert "proletarian_di" in frames(stored)[0] and "router.py" in frames(stored)[-1]

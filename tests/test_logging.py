@@ -18,19 +18,34 @@ def failing_handler(job_type: str, payload: Any) -> None:
     print(payload["email"])
 
 
-def test_handler_errors_are_logged_with_their_traceback(backend, pool, caplog):
+def test_a_failure_is_logged_once_at_error_with_the_handlers_traceback(backend, pool, caplog):
     caplog.set_level(logging.DEBUG, logger="proletarian_di")
     enqueue_committed(backend, ("welcome", {}))
     assert process_next_job(pool, failing_handler) is False
-    (record,) = records(caplog, "handler_exception")
-    assert record.levelno == logging.WARNING
-    assert record.exc_info is not None and record.exc_info[0] is KeyError
-    text = caplog.text
-    assert "Traceback (most recent call last)" in text
-    assert 'print(payload["email"])' in text, "the line that failed is shown"
     (failed,) = records(caplog, "job_failed")
     assert failed.levelno == logging.ERROR
-    assert failed.exc_info is None, "the traceback is not repeated"
+    assert failed.exc_info is not None and failed.exc_info[0] is KeyError
+    (seen,) = records(caplog, "handler_exception")
+    assert seen.levelno == logging.DEBUG and seen.exc_info is None
+    text = caplog.text
+    assert text.count("Traceback (most recent call last)") == 1, "one traceback, not one per event"
+    assert 'print(payload["email"])' in text, "the line that failed is shown"
+    shown = [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+    assert shown[0].endswith("in failing_handler"), "the worker's own frames are not shown"
+    assert all(r.levelno < logging.WARNING for r in caplog.records if r is not failed)
+
+
+def test_a_retry_is_one_warning_line_with_the_error_and_no_traceback(backend, pool, caplog):
+    caplog.set_level(logging.DEBUG, logger="proletarian_di")
+    enqueue_committed(backend, ("welcome", {}))
+    retry_once = lambda job, exc: RetrySpec(retries=1, delays=[60_000])  # noqa: E731
+    assert process_next_job(pool, failing_handler, retry_strategy_fn=retry_once) is False
+    (retrying,) = records(caplog, "retrying")
+    assert retrying.levelno == logging.WARNING and retrying.exc_info is None
+    assert "exception=\"KeyError: 'email'\"" in retrying.getMessage()
+    assert "retry=1 retries=1" in retrying.getMessage()
+    assert "Traceback" not in caplog.text
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == [retrying]
 
 
 def test_callback_errors_are_logged_with_their_traceback(backend, pool, caplog):

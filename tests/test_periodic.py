@@ -541,3 +541,45 @@ def test_a_container_starts_its_scheduler_and_stops_it_on_shutdown(schedules: Ba
     finally:
         source.close()
     assert [s.name for s in list_schedules_now(schedules, datetime.now(UTC))] == ["m"]
+
+
+def test_a_schedule_that_never_ran_shows_never_until_its_first_tick(schedules: Backend) -> None:
+    """Its recorded time is no run: the CLI, its JSON and the dashboard say so, and a tick
+    still comes at its time."""
+    import warnings
+
+    from proletarian_di.admin import Tables
+    from proletarian_di.contrib.dashboard import dashboard
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from starlette.testclient import TestClient
+
+    hourly = [PeriodicJob("hourly", "0 * * * *", "report")]
+    register_at(schedules, at("2026-05-01 10:30"), hourly)
+    source = schedules.pool(1)
+    try:
+        site = TestClient(dashboard(source, tables=Tables(schedules.job_table)))
+
+        def last_run_cell() -> str:
+            page = site.get("/schedules")
+            assert page.status_code == 200, page.text
+            row = page.text.split('<th scope="row">hourly</th>', 1)[1].split("</tr>", 1)[0]
+            return row.split("<td>")[5]
+
+        (schedule,) = list_schedules_now(schedules, at("2026-05-01 10:31"))
+        assert schedule.last_run is None and schedule.last_tick == at("2026-05-01 10:30")
+        assert json.loads(cli_list(schedules, "--json").stdout)[0]["last_run"] is None
+        assert "  last never\n" in cli_list(schedules).stdout
+        assert last_run_cell().startswith("never</td>")
+
+        caught_up, _ = register_at(schedules, at("2026-05-01 11:05"), hourly)
+        assert [t.tick for t in caught_up] == [at("2026-05-01 11:00")]
+        (schedule,) = list_schedules_now(schedules, at("2026-05-01 11:06"))
+        assert schedule.last_run == at("2026-05-01 11:00")
+        row = json.loads(cli_list(schedules, "--json").stdout)[0]
+        assert datetime.fromisoformat(row["last_run"]) == at("2026-05-01 11:00")
+        assert "  last 2026-05-01T11:00:00+00:00 (" in cli_list(schedules).stdout
+        assert 'datetime="2026-05-01T11:00:00+00:00"' in last_run_cell()
+    finally:
+        source.close()

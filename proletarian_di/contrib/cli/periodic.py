@@ -56,5 +56,6 @@ def list_schedules(
         upcoming = s.next_run.isoformat() if s.next_run else "never"
         console.print(f"[bold]{_escape(s.name)}[/]  {_escape(s.cron)} ({_escape(s.timezone)})")
         console.print(f"  [dim]{_escape(s.queue)} · {_escape(s.job_type)}[/]")
-        console.print(f"  last {s.last_tick.isoformat()} ({_when(s.last_tick)})")
+        last = s.last_run
+        console.print(f"  last {last.isoformat()} ({_when(last)})" if last else "  last never")
         console.print(f"  next {upcoming}" + (f" ({_when(s.next_run)})" if s.next_run else ""))

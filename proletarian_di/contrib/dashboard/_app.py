@@ -80,6 +80,8 @@ def dashboard(
 ) -> Starlette:
     """The dashboard as an ASGI app to mount (`app.mount("/jobs", dashboard(pool))`).
 
+    `data_source` is what a worker takes: a pool, a function returning a new connection,
+    or a dependency-injector provider of either (`container.pool`, resolved per request).
     Read-only unless `actions`; actions need `auth`, which names the user (None: 401) and
     guards the pages too. `redact` filters every payload shown; `log` gets each action.
     `csrf_secret` signs the forms' tokens: give every process serving the dashboard the
