@@ -123,6 +123,7 @@ def test_schema_install_then_check_custom_tables(backend):
         "--archived-job-table",
         "cli_custom.custom_archived_job",
     ]
+    backend.will_create("cli_custom")
     installed = run("schema", "install", "-d", backend.url, *tables)
     assert installed.exit_code == 0, installed.output
     again = run("schema", "install", "-d", backend.url, *tables)
