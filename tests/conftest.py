@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -87,24 +88,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.stash[_LEFTOVERS] = [(s, s.schemas()) for s in _shared_servers()]
 
 
+_LEFT = pytest.StashKey[list[str]]()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Fail the run, naming them, if the tests left databases (PostgreSQL: schemas) that
-    were not there before: a test that creates one drops it, or has the session drop it
-    at its end (`Backend.install` notes what it creates; else `will_create` or
-    `creating_schemas`)."""
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    """Fail the run if the tests left databases (PostgreSQL: schemas) that were not there
+    before (`pytest_terminal_summary` names them): a test that creates one drops it, or has
+    the session drop it at its end (`Backend.install` notes what it creates; else
+    `will_create` or `creating_schemas`)."""
+    left = session.config.stash[_LEFT] = []
     for server, before in session.stash.get(_LEFTOVERS, []):
-        left = sorted(server.schemas() - before)
-        if not left:
-            continue
-        kind = "databases" if server.name == "mysql" else "schemas"
-        message = f"the tests left {kind} on {mask(server.url)}: {', '.join(left)}"
-        if reporter is not None:
-            reporter.ensure_newline()
-            reporter.write_line(message, red=True, bold=True)
-        else:
-            print(message)
+        names = sorted(server.schemas() - before)
+        if names:
+            kind = "databases" if server.name == "mysql" else "schemas"
+            left.append(f"the tests left {kind} on {mask(server.url)}: {', '.join(names)}")
+    if left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Name what the tests left on the shared servers (see `pytest_sessionfinish`)."""
+    for line in config.stash.get(_LEFT, []):
+        terminalreporter.write_sep("=", line, red=True, bold=True)
 
 
 @pytest.fixture(scope="session")
