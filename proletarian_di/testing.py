@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -149,6 +149,9 @@ class QueueDatabase:
         self.job_table = check_table_name(job_table, "job_table")
         self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
         self.connect_args: dict[str, Any] = {"connect_timeout": 10, **(connect_args or {})}
+        self.created_schemas: list[str] = []
+        """The schemas (MySQL: databases) that `install` or `will_create` found missing, in
+        order, shared with every `with_tables` view: what `drop_created_schemas` drops."""
 
     @staticmethod
     def from_url(url: str, **options: Any) -> QueueDatabase:
@@ -186,9 +189,55 @@ class QueueDatabase:
         self.query(sql, params)
 
     def install(self) -> None:
-        """Create the schema, both tables and the index where missing (`install_schema`)."""
+        """Create the schema, both tables and the index where missing (`install_schema`); a
+        schema it creates is noted in `created_schemas`."""
+        for table in (self.job_table, self.archived_job_table):
+            schema, dot, _ = table.rpartition(".")
+            if dot:
+                self.will_create(schema)
         with contextlib.closing(self.connect()) as conn:
             install_schema(conn, self.job_table, self.archived_job_table)
+
+    def will_create(self, schema: str) -> None:
+        """Note `schema` (MySQL: a database) in `created_schemas` if it does not exist yet:
+        call it before something else (a subprocess, a command) creates it, so that
+        `drop_created_schemas` drops it too."""
+        schema = check_table_name(schema, "schema")
+        if schema not in self.created_schemas and not self.schema_exists(schema):
+            self.created_schemas.append(schema)
+
+    @contextlib.contextmanager
+    def creating_schemas(self) -> Iterator[None]:
+        """Note in `created_schemas` the schemas (MySQL: databases) that appear while the
+        block runs: for code that names its own (a documentation sample, a subprocess)."""
+        before = self.schemas()
+        try:
+            yield
+        finally:
+            for schema in sorted(self.schemas() - before):
+                if schema not in self.created_schemas:
+                    self.created_schemas.append(schema)
+
+    def schema_exists(self, schema: str) -> bool:
+        """Whether the schema (MySQL: the database) exists."""
+        raise NotImplementedError
+
+    def schemas(self) -> set[str]:
+        """Every schema (MySQL: database) but the server's own."""
+        raise NotImplementedError
+
+    def drop_schema(self, schema: str) -> None:
+        """Drop the schema (MySQL: the database) and all it holds, if it exists."""
+        raise NotImplementedError
+
+    def drop_created_schemas(self) -> list[str]:
+        """Drop every schema in `created_schemas`, newest first, and forget them: what a test
+        session created is gone at its end, while what it found is left. The dropped ones."""
+        dropped = list(reversed(self.created_schemas))
+        for schema in dropped:
+            self.drop_schema(schema)
+        self.created_schemas.clear()
+        return dropped
 
     def recreate(self) -> None:
         """Drop the queue's tables and install them again: a server kept from an earlier run
@@ -244,6 +293,23 @@ class PostgresQueueDatabase(QueueDatabase):
             pool.wait(timeout=30)
         return pool
 
+    def schema_exists(self, schema: str) -> bool:
+        """Whether the schema exists in the database."""
+        return bool(self.query("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)))
+
+    def schemas(self) -> set[str]:
+        """Every schema but PostgreSQL's own (`pg_*`, `information_schema`, `public`)."""
+        rows = self.query("SELECT nspname FROM pg_namespace")
+        return {
+            name
+            for (name,) in rows
+            if not name.startswith("pg_") and name not in ("information_schema", "public")
+        }
+
+    def drop_schema(self, schema: str) -> None:
+        """`DROP SCHEMA IF EXISTS schema CASCADE`."""
+        self.execute(f"DROP SCHEMA IF EXISTS {check_table_name(schema, 'schema')} CASCADE")
+
 
 class MySQLQueueDatabase(QueueDatabase):
     """MySQL or MariaDB through PyMySQL and `MySQLDataSource` (the `mysql` extra)."""
@@ -265,6 +331,20 @@ class MySQLQueueDatabase(QueueDatabase):
         from .mysql import MySQLDataSource
 
         return MySQLDataSource(self.url, max_connections=size, min_cached=size if warm else 0)
+
+    def schema_exists(self, schema: str) -> bool:
+        """Whether the database exists on the server."""
+        sql = "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s"
+        return bool(self.query(sql, (schema,)))
+
+    def schemas(self) -> set[str]:
+        """Every database but the server's own (`mysql`, `sys`, the `*_schema` ones)."""
+        own = {"mysql", "sys", "information_schema", "performance_schema"}
+        return {name for (name,) in self.query("SHOW DATABASES") if name not in own}
+
+    def drop_schema(self, schema: str) -> None:
+        """`DROP DATABASE IF EXISTS schema`."""
+        self.execute(f"DROP DATABASE IF EXISTS {check_table_name(schema, 'schema')}")
 
 
 def mysql_unreachable_reason(url: str, timeout: int = 3) -> str | None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from proletarian_di._secrets import mask
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
@@ -58,18 +60,76 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("mysql"))
 
 
+_LEFTOVERS = pytest.StashKey[list[tuple[Backend, set[str]]]]()
+
+
+def _shared_servers() -> list[Backend]:
+    """The servers a test run may share with others: the MySQL/MariaDB, and the PostgreSQL
+    that `DATABASE_URL` names (not an embedded one, gone at the end), if reachable."""
+    servers: list[Backend] = []
+    if not mysql_unreachable_reason(MYSQL_URL, timeout=1):
+        servers.append(MySQLBackend(MYSQL_URL))
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        server = PostgresBackend(url, connect_args={"connect_timeout": 1})
+        try:
+            server.schemas()
+        except Exception:
+            pass
+        else:
+            servers.append(server)
+    return servers
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note the shared servers' databases (PostgreSQL: schemas) before the tests, in the one
+    process that outlives pytest-xdist's workers, for `pytest_sessionfinish`."""
+    if not hasattr(session.config, "workerinput"):
+        session.stash[_LEFTOVERS] = [(s, s.schemas()) for s in _shared_servers()]
+
+
+_LEFT = pytest.StashKey[list[str]]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run if the tests left databases (PostgreSQL: schemas) that were not there
+    before (`pytest_terminal_summary` names them): a test that creates one drops it, or has
+    the session drop it at its end (`Backend.install` notes what it creates; else
+    `will_create` or `creating_schemas`)."""
+    left = session.config.stash[_LEFT] = []
+    for server, before in session.stash.get(_LEFTOVERS, []):
+        try:
+            names = sorted(server.schemas() - before)
+        except Exception:  # the server went away: the tests say so already
+            continue
+        if names:
+            kind = "databases" if server.name == "mysql" else "schemas"
+            left.append(f"the tests left {kind} on {mask(server.url)}: {', '.join(names)}")
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Name what the tests left on the shared servers (see `pytest_sessionfinish`)."""
+    for line in config.stash.get(_LEFT, []):
+        terminalreporter.write_sep("=", line, red=True, bold=True)
+
+
 @pytest.fixture(scope="session")
 def postgresql_backend() -> Iterator[Backend]:
-    """The session's PostgreSQL (`DATABASE_URL` or embedded), with a fresh schema."""
+    """The session's PostgreSQL (`DATABASE_URL` or embedded), with a fresh schema; the
+    schemas the session created are dropped at its end."""
     with postgres_url() as url:
         backend = PostgresBackend(url)
         backend.recreate()
         yield backend
+        backend.drop_created_schemas()
 
 
 @pytest.fixture(scope="session")
-def mysql_backend() -> Backend:
-    """The session's MySQL/MariaDB (`MYSQL_URL`) with a fresh schema, or a skip saying why."""
+def mysql_backend() -> Iterator[Backend]:
+    """The session's MySQL/MariaDB (`MYSQL_URL`) with a fresh schema, or a skip saying why;
+    the databases the session created are dropped at its end."""
     reason = mysql_unreachable_reason(MYSQL_URL)
     if reason:
         if os.environ.get("PROLETARIAN_REQUIRE_MYSQL") == "1":
@@ -77,7 +137,8 @@ def mysql_backend() -> Backend:
         pytest.skip(reason)
     backend = MySQLBackend(MYSQL_URL)
     backend.recreate()
-    return backend
+    yield backend
+    backend.drop_created_schemas()
 
 
 @pytest.fixture(params=["postgresql", "mysql"])

@@ -123,6 +123,7 @@ def test_schema_install_then_check_custom_tables(backend):
         "--archived-job-table",
         "cli_custom.custom_archived_job",
     ]
+    backend.will_create("cli_custom")
     installed = run("schema", "install", "-d", backend.url, *tables)
     assert installed.exit_code == 0, installed.output
     again = run("schema", "install", "-d", backend.url, *tables)
@@ -174,6 +175,41 @@ def test_enqueue_reads_the_url_from_the_environment(db):
     result = run("enqueue", "ping", env={"PROLETARIAN_DATABASE_URL": db.url})
     assert result.exit_code == 0, result.output
     assert db.jobs() == [("ping", 0, "default")]
+
+
+def test_enqueue_priority_runs_that_job_first(db, pool):
+    assert run("enqueue", "low", "-d", db.url).exit_code == 0
+    result = run("enqueue", "high", "--priority", "5", "-d", db.url)
+    assert result.exit_code == 0, result.output
+    assert flat(result.stderr).endswith("due now, priority 5")
+    ran = []
+    assert process(pool, lambda job_type, payload: ran.append(job_type)) is True
+    assert ran == ["high"]
+
+
+@pytest.mark.parametrize("value", [str(2**31), str(-(2**31))])
+def test_enqueue_refuses_a_priority_out_of_range(db, value):
+    result = run("enqueue", "x", "--priority", value, "-d", db.url)
+    assert result.exit_code == 2
+    assert "priority must be between -2147483647 and 2147483647" in one_line(result.stderr)
+    assert db.jobs() == []
+
+
+def test_enqueue_unique_key_enqueues_once_and_prints_the_holder(db):
+    first = run("enqueue", "sync", '{"n": 1}', "--unique-key", "nightly", "-d", db.url)
+    assert first.exit_code == 0, first.output
+    assert flat(first.stderr).endswith("due now, unique key 'nightly'")
+    again = run("enqueue", "sync", '{"n": 2}', "--unique-key", "nightly", "-d", db.url)
+    assert again.exit_code == 0, again.output
+    assert again.stdout == first.stdout
+    job_id = first.stdout.strip()
+    assert flat(again.stderr).startswith(f"enqueued nothing: job {job_id} on queue 'default'")
+    assert flat(again.stderr).endswith("holds unique key 'nightly'")
+    assert db.jobs() == [("sync", 0, "default")]
+    assert db.payloads(JOB) == [{"n": 1}]
+    other_queue = run("enqueue", "sync", "--unique-key", "nightly", "-q", "b", "-d", db.url)
+    assert other_queue.stdout != first.stdout
+    assert len(db.jobs()) == 2
 
 
 def test_enqueue_rejects_invalid_json(db):

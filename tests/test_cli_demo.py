@@ -10,6 +10,7 @@ from proletarian_di.contrib import demo as demo_system
 
 def test_demo_runs_to_the_end_and_exits_0(pg, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    pg.will_create("demo")
     count = 120
     result = CliRunner().invoke(
         app, ["demo", "--jobs", str(count), "--database-url", pg.url], env={"COLUMNS": "200"}

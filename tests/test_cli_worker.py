@@ -110,6 +110,22 @@ def test_queue_worker_target_drains_on_sigterm_and_exits_0(db):
     ]
 
 
+def test_the_start_up_line_names_the_periodic_scheduler_the_container_runs(db):
+    pytest.importorskip("cronsim")
+    db.enqueue(("sigterm_me", {"n": 1}))
+    result = run_worker("workerapp:with_scheduler", db)
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.stderr.splitlines() if ": running " in line]
+    assert line.endswith(" threads), with the periodic scheduler (2 schedules)"), line
+
+
+def test_the_start_up_line_names_no_scheduler_where_none_runs(db):
+    db.enqueue(("sigterm_me", {"n": 1}))
+    result = run_worker("workerapp:plain_worker", db)
+    assert result.exit_code == 0, result.output
+    assert "scheduler" not in result.stderr
+
+
 def test_a_stop_that_abandons_a_job_exits_7_and_the_job_runs_again(db):
     db.enqueue(("sigterm_me", {"n": 1, "seconds": 1.5}))
     result = run_worker("workerapp:impatient_worker", db)

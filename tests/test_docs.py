@@ -125,7 +125,8 @@ def test_page_samples_run(
     monkeypatch.setenv("MYSQL_URL" if page in MYSQL_PAGES else "DATABASE_URL", backend.url)
     monkeypatch.chdir(workdir)
     monkeypatch.syspath_prepend(str(workdir))
-    run_page(DOCS / page, workdir)
+    with backend.creating_schemas():  # dropped at the session's end (mysql.md's `app`)
+        run_page(DOCS / page, workdir)
 
 
 def test_pages_have_samples() -> None:

@@ -16,7 +16,8 @@ from typing import Any
 from dependency_injector import containers, providers
 
 from proletarian_di import create_queue_worker
-from proletarian_di.di import mysql_data_source, postgres_pool, queue_worker
+from proletarian_di.di import mysql_data_source, postgres_pool, queue_worker, scheduler
+from proletarian_di.periodic import PeriodicJob
 
 URL = os.environ.get("TEST_DATABASE_URL", "")
 NOT_A_TARGET = 42
@@ -86,6 +87,19 @@ def missing_schema() -> containers.DynamicContainer:
         job_table="nosuch.job",
         archived_job_table="nosuch.archived_job",
     )
+
+
+def with_scheduler() -> containers.DynamicContainer:
+    """A worker and a periodic scheduler of two schedules, which never fall due in a test."""
+    container = make_container(os.environ["TEST_DATABASE_URL"])
+    nightly = [
+        PeriodicJob("cli-nightly", "0 2 1 1 *", "noop", {"n": 0}),
+        PeriodicJob("cli-weekly", "0 3 1 1 *", "noop", {"n": 0}),
+    ]
+    container.scheduler = providers.Resource(
+        scheduler, container.pool, nightly, catch_up=False, **tables()
+    )
+    return container
 
 
 def no_workers() -> containers.DynamicContainer:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -218,29 +219,84 @@ def enqueue(
         str | None,
         unshown("--in", help=f"Run it this long from now: {DURATION_FORMS}."),
     ] = None,
+    priority: Annotated[
+        int,
+        typer.Option(
+            "--priority",
+            help="Among the queue's due jobs, a higher priority runs first (negative: later).",
+        ),
+    ] = 0,
+    unique_key: Annotated[
+        str | None,
+        unshown(
+            "--unique-key",
+            help="Enqueue nothing if a job of the queue with this key waits, is retried or "
+            "runs: print that job's id instead.",
+        ),
+    ] = None,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
 ) -> None:
-    """Enqueue one job and print its id."""
+    """Enqueue one job and print its id (with --unique-key, the id of the job holding the
+    key, if one does)."""
     try:
         data = json.loads(payload)
     except ValueError as exc:
         raise CLIError(f"PAYLOAD_JSON is not valid JSON: {exc}", ExitCode.USAGE) from None
     process_in = parse_duration(delay, "--in") if delay is not None else None
     with _connection(database_url) as conn:
+        strategy = _KnownId(dialect_for(conn, job_table, DEFAULT_ARCHIVED_JOB_TABLE))
         job_id = enqueue_job(
-            conn, job_type, data, queue=queue, process_in=process_in, job_table=job_table
+            conn,
+            job_type,
+            data,
+            queue=queue,
+            process_in=process_in,
+            priority=priority,
+            unique_key=unique_key,
+            job_table=job_table,
+            job_id_strategy=strategy,
         )
         conn.commit()
         where = locate(conn, database_url or "", job_table, DEFAULT_ARCHIVED_JOB_TABLE)
+    if job_id != strategy.job_id:
+        err.print(
+            _escape(
+                f"enqueued nothing: job {job_id} on queue {queue!r} in {where.job_table} on "
+                f"{where.url} holds unique key {unique_key!r}"
+            )
+        )
+        typer.echo(str(job_id))
+        return
     when = f"in {_ago(process_in)}" if process_in else "now"
+    extras = f", priority {priority}" if priority else ""
+    if unique_key is not None:
+        extras += f", unique key {unique_key!r}"
     err.print(
         _escape(
             f"enqueued {job_type} on queue {queue!r} in {where.job_table} on {where.url}, "
-            f"due {when}"
+            f"due {when}{extras}"
         )
     )
     typer.echo(str(job_id))
+
+
+class _KnownId:
+    """The database's id strategy, with the new job's id made beforehand: an `enqueue` with a
+    unique key that returns another id found a job holding the key, and wrote nothing."""
+
+    def __init__(self, dialect: Any) -> None:
+        self.inner = dialect.default_id_strategy
+        self.job_id = self.inner.generate()
+
+    def generate(self) -> uuid.UUID:
+        return self.job_id
+
+    def encode(self, job_id: uuid.UUID) -> Any:
+        return self.inner.encode(job_id)
+
+    def decode(self, value: Any) -> uuid.UUID:
+        return self.inner.decode(value)
 
 
 # stats ----------------------------------------------------------------------------------------

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ... import admin
 from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ...schema import paused_table, periodic_table
 from ._app import (
     ArchivedJobTable,
     DatabaseURL,
@@ -18,10 +19,14 @@ from ._app import (
     _guarded,
     command_group,
     console,
+    err,
     refuse_mixed_tables,
 )
 
 queue_app = command_group("queue", "Pause and resume a queue's workers.", "Operate")
+
+SHOWN_QUEUES = 20
+"""At most this many known queues named in the warning about an unknown one."""
 
 QueueName = Annotated[str, typer.Argument(help="The queue's name.", show_default=False)]
 
@@ -36,7 +41,9 @@ def pause(
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
     """Pause a queue: its workers, in every process, finish the jobs in hand and claim no
-    more until it is resumed. Enqueueing goes on; `stats` shows it paused."""
+    more until it is resumed. Enqueueing goes on; `stats` shows it paused. A queue no job,
+    schedule or pause has named yet is paused too (ahead of its first job), with a warning
+    on stderr naming the queues there are: a typo, perhaps."""
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     _change(admin.pause_queue, name, database_url, job_table, archived_job_table)
 
@@ -66,6 +73,26 @@ def _change(
 ) -> None:
     """Pause or resume the queue, commit, and say what changed."""
     with _admin(url, job_table, archive) as operator:
+        known = operator.read(known_queues) if change is admin.pause_queue else None
         changed = operator.write(change, name)
     done, unchanged = _SAID[change]
     console.print(f"queue {_escape(name)} {done if changed else unchanged}")
+    if known is not None and name not in known:
+        shown = sorted(known)[:SHOWN_QUEUES]
+        listed = ", ".join(f"'{queue}'" for queue in shown) or "none"
+        if len(known) > len(shown):
+            listed += f" and {len(known) - len(shown)} more"
+        err.print(_escape(f"warning: no job has ever used queue '{name}'; known queues: {listed}"))
+
+
+def known_queues(conn: Any, *, tables: admin.Tables) -> set[str]:
+    """Every queue named by a waiting or archived job, a schedule or a pause."""
+    dialect = tables.dialect(conn)
+    named_in = (
+        tables.job_table,
+        tables.archived_job_table,
+        periodic_table(tables.job_table),
+        paused_table(tables.job_table),
+    )
+    sql = " UNION ".join(f"SELECT queue FROM {table}" for table in named_in)
+    return {queue for (queue,) in dialect.fetchall(conn, sql)}

@@ -18,7 +18,13 @@ from typing import Annotated, Any
 import typer
 
 from ... import admin
-from ..._containers import as_container, container_workers, init_resources, shutdown_resources
+from ..._containers import (
+    _resources,
+    as_container,
+    container_workers,
+    init_resources,
+    shutdown_resources,
+)
 from ..._logging import describe
 from ..._secrets import scrub
 from ..._signals import Signals, total_summary
@@ -259,6 +265,7 @@ def worker(
             f"thread{'s' if w.options.worker_threads != 1 else ''})"
             for w in workers
         )
+        described += _with_schedulers(loaded)
         err.print(_escape(f"proletarian-di worker {target}: running {described}"))
         stopped_alone: list[QueueWorker] = []
         try:
@@ -286,6 +293,25 @@ def worker(
             err.print(f"stopped: {totals['abandoned']} abandoned (they run again); {summary}")
             raise typer.Exit(ExitCode.ABANDONED)
         err.print(f"stopped cleanly: {summary}")
+
+
+def _with_schedulers(target: Target) -> str:
+    """What the start-up line adds for the periodic schedulers the container started:
+    `, with the periodic scheduler (3 schedules)`, or nothing."""
+    if target.container is None:
+        return ""
+    from ...periodic import Scheduler
+
+    started = [
+        provider()
+        for provider in _resources(target.container)
+        if provider.initialized and isinstance(provider(), Scheduler)
+    ]
+    if not started:
+        return ""
+    count = sum(len(scheduler.jobs) for scheduler in started)
+    which = "the periodic scheduler" if len(started) == 1 else f"{len(started)} periodic schedulers"
+    return f", with {which} ({count} schedule{'s' if count != 1 else ''})"
 
 
 @contextlib.contextmanager
