@@ -96,9 +96,14 @@ def test_make_handler_with_stubs_needs_no_database():
 
 def test_containers_is_not_an_installed_package():
     import tomllib
+    from setuptools import find_namespace_packages
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = pyproject["tool"]["setuptools"]["packages"]
+    find = pyproject["tool"]["setuptools"]["packages"]["find"]
+    packages = find_namespace_packages(
+        str(ROOT), include=find.get("include", ["*"]), exclude=find.get("exclude", [])
+    )
+    assert "proletarian_di" in packages
     assert "containers" not in packages
     assert all(p == "proletarian_di" or p.startswith("proletarian_di.") for p in packages)
 
