@@ -109,25 +109,22 @@ def keys(typed_dict: Any) -> set[str]:
     return set(typed_dict.__required_keys__ | typed_dict.__optional_keys__)
 
 
-def test_the_enqueue_options_table_lists_every_option() -> None:
-    real = keys(EnqueueOptions)
-    documented = option_table("workers.md", "`enqueue(conn, job_type, payload, **options)`")
+@pytest.mark.parametrize(
+    "what, typed_dict, after",
+    [
+        ("enqueue", EnqueueOptions, "`enqueue(conn, job_type, payload, **options)`"),
+        ("worker", WorkerOptions, "## Every option"),
+    ],
+    ids=["enqueue", "worker"],
+)
+def test_the_options_table_lists_every_option(what: str, typed_dict: Any, after: str) -> None:
+    real = keys(typed_dict)
+    documented = option_table("workers.md", after)
     assert real - documented == set(), (
-        f"docs/workers.md's enqueue options lack {sorted(real - documented)}"
+        f"docs/workers.md's {what} options lack {sorted(real - documented)}"
     )
     assert documented - real == set(), (
-        f"docs/workers.md documents enqueue options that do not exist: {sorted(documented - real)}"
-    )
-
-
-def test_the_worker_options_table_lists_every_option() -> None:
-    real = keys(WorkerOptions)
-    documented = option_table("workers.md", "## Every option")
-    assert real - documented == set(), (
-        f"docs/workers.md's worker options lack {sorted(real - documented)}"
-    )
-    assert documented - real == set(), (
-        f"docs/workers.md documents worker options that do not exist: {sorted(documented - real)}"
+        f"docs/workers.md documents {what} options that do not exist: {sorted(documented - real)}"
     )
 
 

@@ -229,9 +229,25 @@ class Session:
     ) -> None:
         """`archive_and_commit`, then `claim` the next jobs (now is `finished_at`; with
         `slots`, `claim_in_slot`) in the same round trip, keeping their rows in `ahead`:
-        one round trip per job instead of two, where `can_claim_ahead`. The archive's
-        errors are raised, the claim's dropped, so that the next claim runs as usual."""
-        self.archive_and_commit(job_ids, finished_at)
+        one round trip per job instead of two. Only where `can_claim_ahead` said so. The
+        archive's errors are raised; a claim that failed after the commit is rolled back,
+        for the next claim to make again."""
+        self.ahead = self._archive_then_claim(job_ids, finished_at, queue, limit, start, slots)
+        if self.ahead is None:
+            self.dialect.rollback(self.conn)
+
+    def _archive_then_claim(
+        self,
+        job_ids: Sequence[Any],
+        finished_at: datetime,
+        queue: str,
+        limit: int,
+        start: Any,
+        slots: RunningSlots | None,
+    ) -> list[JobRow] | None:
+        """The dialect's one round trip of `archive_commit_and_claim`: the claimed rows, or
+        None if the claim failed after the commit."""
+        raise NotImplementedError
 
     def claimed_ahead(self) -> list[JobRow] | None:
         """The rows `archive_commit_and_claim` claimed (their transaction open), once; None

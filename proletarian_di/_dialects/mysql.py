@@ -99,7 +99,7 @@ class MySQLDialect(Dialect):
         release, the session is put back as it was lent (handlers may have changed it).
         `exclusive` (no user code is handed the connection): multi-statements on, so that
         a job's archive, its COMMIT and the next claim go in one round trip
-        (`MySQLSession.archive_commit_and_claim`); off again on release."""
+        (`Session.archive_commit_and_claim`); off again on release."""
         saved = session_state(conn)
         self.execute(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         session = MySQLSession(self, conn, read_committed=True)
@@ -607,32 +607,27 @@ class MySQLSession(Session):
         session's, given back after the commit, so its claim keeps its own round trips."""
         return self.multi and slots is None and bool(job_ids)
 
-    def archive_commit_and_claim(
+    def _archive_then_claim(
         self,
         job_ids: Sequence[Any],
         finished_at: datetime,
         queue: str,
-        limit: int = 1,
-        start: Any = None,
-        slots: RunningSlots | None = None,
-    ) -> None:
+        limit: int,
+        start: Any,
+        slots: RunningSlots | None,
+    ) -> list[JobRow] | None:
         """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim as
         one multi-statement query. The server stops at the first statement that fails: an
-        error up to the COMMIT is raised (nothing more ran), a later one leaves the claim
-        undone (rolled back) for the next claim to make again."""
-        if not self.can_claim_ahead(job_ids, slots):
-            self.archive_and_commit(job_ids, finished_at)
-            return
+        error up to the COMMIT is raised (nothing more ran); a later one is None."""
         dialect = self.dialect
         with dialect.cursor(self.conn) as cursor:
+            claim = dialect.claim_params(queue, start, finished_at, limit)
             text = "; ".join(
                 (
                     *dialect.archive_statements(cursor, job_ids, "success", finished_at),
                     "COMMIT",
                     "START TRANSACTION",
-                    cursor.mogrify(
-                        dialect.claim_sql, dialect.claim_params(queue, start, finished_at, limit)
-                    ),
+                    cursor.mogrify(dialect.claim_sql, claim),
                 )
             )
             cursor.execute(text)
@@ -641,11 +636,9 @@ class MySQLSession(Session):
             try:
                 cursor.nextset()  # START TRANSACTION
                 cursor.nextset()
-                self.ahead = list(cursor.fetchall())
+                return list(cursor.fetchall())
             except Exception:
-                self.ahead = None
-        if self.ahead is None:
-            dialect.rollback(self.conn)
+                return None
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         return self.dialect.claim(self.conn, queue, now, limit, start, self.read_committed)

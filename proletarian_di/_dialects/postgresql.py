@@ -613,32 +613,29 @@ class PostgresSession(Session):
             text = self._replanned(text)
         return text
 
-    def archive_commit_and_claim(
+    def _archive_then_claim(
         self,
         job_ids: Sequence[Any],
         finished_at: datetime,
         queue: str,
-        limit: int = 1,
-        start: Any = None,
-        slots: RunningSlots | None = None,
-    ) -> None:
+        limit: int,
+        start: Any,
+        slots: RunningSlots | None,
+    ) -> list[JobRow] | None:
         """On a worker's own connection with its statements prepared: the archive, its
         COMMIT, then BEGIN and the next claim (in a running slot with `slots`: the COMMIT
-        gave the last one back), as one simple query. A claim that fails (the archive
-        committed) is rolled back and dropped: the next claim runs as usual."""
+        gave the last one back), as one simple query."""
         hot = self.prepared
-        if hot is None or not self.can_claim_ahead(job_ids, slots):
-            self.archive_and_commit(job_ids, finished_at)
-            return
-        wire = _wire()
+        assert hot is not None  # can_claim_ahead
         archive = self._archive_text(hot, job_ids, finished_at)
         if slots is None:
             claim = self._claim_text(hot, queue, finished_at, limit, start)
         else:
             claim = self._slot_claim_text(slots, queue, finished_at, limit, start)
-        self.ahead = wire.run_then(self.conn, f"{archive}; {claim}", _ARCHIVE_STATEMENTS)
-        if self.ahead is None:
-            self.dialect.rollback(self.conn)
+        rows: list[JobRow] | None = _wire().run_then(
+            self.conn, f"{archive}; {claim}", _ARCHIVE_STATEMENTS
+        )
+        return rows
 
     def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
         """With the statements prepared, libpq's connection at hand, and job ids of the
