@@ -1035,6 +1035,35 @@ def retry_failed(
     return retry_jobs(conn, queue=queue, job_type=job_type, since=since, until=until, tables=tables)
 
 
+def discard_failed(
+    conn: Connection,
+    job_ids: Iterable[uuid.UUID | str] | None = None,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """Delete failed jobs (archived as `failure`) for good; returns how many. Commit to keep it.
+
+    By ids, by filters (queue, job type), or both; at least one, so that no call discards
+    every failure by accident. Only archived failures go: an id naming a waiting, running,
+    succeeded or cancelled job is not counted. It touches the archive only, so it never
+    waits on a running job's locked row.
+    """
+    ids = _job_ids(job_ids)
+    if ids is None and queue is None and job_type is None:
+        raise ConfigurationError(
+            "discard_failed needs job ids or a filter (queue, job_type); it does not discard "
+            "every failure"
+        )
+    if ids == []:
+        return 0
+    dialect = tables.dialect(conn)
+    where = _failures(dialect, ids, queue, job_type, None, None)
+    with dialect.admin_write(conn):
+        return dialect.purge_archived(conn, where.sql, where.params)
+
+
 def cancel_jobs(
     conn: Connection,
     job_ids: Iterable[uuid.UUID | str] | None = None,
