@@ -69,8 +69,16 @@ def test_pausing_a_known_queue_says_nothing_more(db, pool, known_by):
     assert "email" in paused(db)
 
 
-def test_resuming_an_unknown_queue_says_it_was_not_paused(db):
+def test_resuming_an_unknown_queue_says_it_was_not_paused_and_which_queues_exist(db):
+    db.enqueue(("mail", 2), queue="email")
     result = run("queue", "resume", "emial", "-d", db.url)
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == "queue emial was not paused"
+    assert "no job has ever used queue 'emial'; known queues: 'email'" in one_line(result.stderr)
+
+
+def test_resuming_a_paused_queue_warns_of_nothing(db):
+    assert run("queue", "pause", "email", "-d", db.url).exit_code == 0
+    result = run("queue", "resume", "email", "-d", db.url)
+    assert result.stdout.strip() == "queue email resumed"
     assert result.stderr == ""

@@ -73,11 +73,11 @@ def _change(
 ) -> None:
     """Pause or resume the queue, commit, and say what changed."""
     with _admin(url, job_table, archive) as operator:
-        known = operator.read(known_queues) if change is admin.pause_queue else None
+        known = operator.read(known_queues)
         changed = operator.write(change, name)
     done, unchanged = _SAID[change]
     console.print(f"queue {_escape(name)} {done if changed else unchanged}")
-    if known is not None and name not in known:
+    if name not in known:
         shown = sorted(known)[:SHOWN_QUEUES]
         listed = ", ".join(f"'{queue}'" for queue in shown) or "none"
         if len(known) > len(shown):
