@@ -1035,6 +1035,23 @@ def retry_failed(
     return retry_jobs(conn, queue=queue, job_type=job_type, since=since, until=until, tables=tables)
 
 
+def _selection(
+    call: str,
+    refused: str,
+    job_ids: Iterable[uuid.UUID | str] | None,
+    queue: str | None,
+    job_type: str | None,
+) -> list[uuid.UUID] | None:
+    """The ids of a call that acts on jobs by ids, filters or both; with neither it is
+    refused, so that no call acts on every job by accident."""
+    ids = _job_ids(job_ids)
+    if ids is None and queue is None and job_type is None:
+        raise ConfigurationError(
+            f"{call} needs job ids or a filter (queue, job_type); it does not {refused}"
+        )
+    return ids
+
+
 def discard_failed(
     conn: Connection,
     job_ids: Iterable[uuid.UUID | str] | None = None,
@@ -1050,12 +1067,7 @@ def discard_failed(
     succeeded or cancelled job is not counted. It touches the archive only, so it never
     waits on a running job's locked row.
     """
-    ids = _job_ids(job_ids)
-    if ids is None and queue is None and job_type is None:
-        raise ConfigurationError(
-            "discard_failed needs job ids or a filter (queue, job_type); it does not discard "
-            "every failure"
-        )
+    ids = _selection("discard_failed", "discard every failure", job_ids, queue, job_type)
     if ids == []:
         return 0
     dialect = tables.dialect(conn)
@@ -1080,12 +1092,7 @@ def cancel_jobs(
     never cancelled: it is passed over, neither waited for nor counted, and so is anything
     already archived. A job whose lease ran out is waiting to be rescued: it is cancelled.
     """
-    ids = _job_ids(job_ids)
-    if ids is None and queue is None and job_type is None:
-        raise ConfigurationError(
-            "cancel_jobs needs job ids or a filter (queue, job_type); it does not cancel "
-            "every waiting job"
-        )
+    ids = _selection("cancel_jobs", "cancel every waiting job", job_ids, queue, job_type)
     if ids == []:
         return 0
     dialect = tables.dialect(conn)
