@@ -15,41 +15,13 @@ from proletarian_di import create_queue_worker
 from proletarian_di._dialects import MySQLDialect
 from proletarian_di._dialects.base import unwrap_connection
 
-from backends import enqueue_committed, wait_until
-
-COM_QUERY = 3
+from backends import CountedConnections, enqueue_committed, wait_until
 
 
 @pytest.fixture
 def my(mysql_backend):
     mysql_backend.reset()
     return mysql_backend
-
-
-class CountedConnections:
-    """New PyMySQL connections whose commands to the server are counted (a real connection,
-    its `_execute_command` watched)."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.queries: list[str] = []
-        self.made: list[Any] = []
-        self.lock = threading.Lock()
-
-    def __call__(self) -> Any:
-        conn = self.backend.connect()
-        conn.autocommit(True)
-        send = conn._execute_command
-
-        def counted(command: int, sql: Any) -> Any:
-            if command == COM_QUERY:
-                with self.lock:
-                    self.queries.append(sql.decode() if isinstance(sql, bytes) else sql)
-            return send(command, sql)
-
-        conn._execute_command = counted
-        self.made.append(conn)
-        return conn
 
 
 def held_connection(worker: Any) -> Any:
