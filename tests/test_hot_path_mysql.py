@@ -13,7 +13,7 @@ import pytest
 
 from proletarian_di import create_queue_worker
 from proletarian_di._dialects import MySQLDialect
-from proletarian_di._dialects.base import unwrap_connection
+from proletarian_di._dialects.base import running_slots, unwrap_connection
 
 from backends import CountedConnections, enqueue_committed, wait_until
 
@@ -58,6 +58,42 @@ def test_each_job_takes_one_round_trip(my):
         assert "FOR UPDATE SKIP LOCKED" in query
     assert sorted(my.archived()) == [("noop", "success", 1)] * 5
     assert my.jobs() == []
+
+
+def test_with_max_running_each_job_still_takes_one_round_trip(my):
+    """With `max_running`, the slot's release after the COMMIT and the next slot's GET_LOCK
+    ride on the archive's query too: one query per job, never more running than the cap,
+    and no slot left taken once the worker stopped."""
+    enqueue_committed(my, *[("noop", i) for i in range(12)])
+    connections = CountedConnections(my)
+    running, most, lock = [0], [0], threading.Lock()
+
+    def handler(job_type: str, payload: Any) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.01)
+        with lock:
+            running[0] -= 1
+
+    worker = create_queue_worker(
+        connections, handler, worker_threads=3, max_running=2, polling_interval_ms=10
+    )
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 12)
+    archives = [
+        q for q in connections.queries if q.startswith("INSERT INTO proletarian.archived_job")
+    ]
+    assert len(archives) == 12
+    ahead = [q for q in archives if "; START TRANSACTION; SELECT " in q]
+    assert ahead, "the next claims rode on the archives"
+    for query in ahead:
+        assert "; COMMIT; DO RELEASE_LOCK(" in query and "GET_LOCK(" in query
+    assert most[0] == 2
+    slots = running_slots(my.job_table, "default", 2)
+    names = [f"{slots.prefix}{n}" for n in (1, 2)]
+    assert my.query("SELECT IS_USED_LOCK(%s), IS_USED_LOCK(%s)", names) == [(None, None)]
+    assert sorted(my.archived()) == [("noop", "success", 1)] * 12
 
 
 def test_the_connection_goes_back_without_multi_statements(my):
