@@ -1081,9 +1081,11 @@ class _Bulk:
     def count(self, conn: Connection) -> int:
         return _count(conn, self.dialect, self.table, self.where)
 
-    def run(self, conn: Connection) -> int:
+    def run(self, conn: Connection, where: _Where | None = None) -> int:
+        """Move the rows matching `where` (by default, all of them)."""
+        where = where or self.where
         with self.dialect.admin_write(conn):
-            return self.move(conn, self.where.sql, self.where.params)
+            return self.move(conn, where.sql, where.params)
 
     def batches(self, conn: Connection, size: int) -> Iterator[int]:
         """One batch of at most `size` jobs per step, by id (a keyset over the primary key,
@@ -1103,11 +1105,9 @@ class _Bulk:
                         [*where.params, size],
                     )
                 ]
-                moved = 0
-                if ids:
-                    marks = ", ".join(["%s"] * len(ids))
-                    sql = f"{self.where.sql} AND job_id IN ({marks})"
-                    moved = self.move(conn, sql, [*self.where.params, *ids])
+                marks = ", ".join(["%s"] * len(ids))
+                taken = self.where.copy().add(f"job_id IN ({marks})", *ids)
+                moved = self.run(conn, taken) if ids else 0
             yield moved
             if len(ids) < size:
                 return
