@@ -5,16 +5,26 @@ no index serves read a bounded number of rows and say when they stopped short.""
 from __future__ import annotations
 
 import contextlib
+import html
 import uuid
+import warnings
 from typing import Any
 
 import pytest
+from test_dashboard_bounds import listed
 
-from proletarian_di import ConfigurationError, enqueue_many, process_next_job
+from proletarian_di import ConfigurationError, admin, enqueue_many, process_next_job
 from proletarian_di.admin import find_jobs, id_fragment
+from proletarian_di.contrib.dashboard import dashboard
 from proletarian_di.job_ids import BinaryUUIDStrategy, UUIDStrategy
 
 from backends import Backend, connection, enqueue_committed
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
 PREFIX = "0190aaaa-bbbb-7ccc-8ddd-"
 
@@ -147,3 +157,71 @@ def test_id_fragments():
     assert id_fragment(" 0190AAAA-bb ") == "0190aaaabb"
     assert id_fragment("g") is None and id_fragment("") is None
     assert id_fragment("f" * 32) == "f" * 32 and id_fragment("f" * 33) is None
+
+
+# The dashboard's search box ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def reader(pool: Any) -> TestClient:
+    return TestClient(dashboard(pool))
+
+
+def test_every_page_has_the_search_box(reader, known):
+    for path in (
+        "/",
+        "/jobs",
+        "/failed",
+        "/failed/errors",
+        "/schedules",
+        f"/jobs/{known['first']}",
+    ):
+        page = reader.get(path)
+        assert '<form class="search" role="search" method="get" action="/search">' in page.text
+
+
+def test_the_search_page_finds_by_an_ids_end_start_type_and_payload(reader, known):
+    def hits(**params: str) -> set[str]:
+        page = reader.get("/search", params=params)
+        assert page.status_code == 200, page.text
+        return listed(page.text)
+
+    assert hits(q="c0ffee42") == {str(known["failed"])}
+    assert set(hits(q=PREFIX, by="id")) == {str(known[n]) for n in ("first", "second", "failed")}
+    assert hits(q="send_sms", by="job_type") == {str(known["second"])}
+    assert hits(q="ada@example.com", by="payload") == {str(known["first"])}
+    page = reader.get("/search", params={"q": "nothing-like-it"})
+    assert "No job found for “nothing-like-it”" in page.text
+    # the listing shows each id's distinguishing end, the whole id in its title
+    job_id = known["second"]
+    assert f'title="{job_id}">…{job_id.hex[-12:]}</a>' in reader.get("/search?q=beef").text
+
+
+def test_a_whole_id_goes_to_its_job(reader, known):
+    jump = reader.get("/search", params={"q": known["failed"].hex.upper()}, follow_redirects=False)
+    assert jump.status_code == 303 and jump.headers["location"] == f"/jobs/{known['failed']}"
+    missing = reader.get("/search", params={"q": str(uuid.uuid4())})
+    assert missing.status_code == 200 and "No job found" in missing.text
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({"q": "not-hex!", "by": "id"}, "is not a job id nor the start or end of one"),
+        ({"q": "a" * 201}, "a search needs 1 to 200 characters"),
+        ({"q": "abc", "by": "queue"}, "search by one of any, id, job_type, payload"),
+        ({"q": "a\x00b"}, "contains a NUL character"),
+    ],
+)
+def test_bad_searches_are_400(reader, params, problem):
+    page = reader.get("/search", params=params)
+    assert page.status_code == 400 and problem in html.unescape(page.text)
+
+
+def test_a_search_cut_short_says_so(backend, pool, monkeypatch):
+    monkeypatch.setattr(admin, "SEARCH_ROWS", 5)
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue_many(conn, [("hay", {"n": n}) for n in range(8)])
+        conn.commit()
+    page = TestClient(dashboard(pool)).get("/search", params={"q": "hay"})
+    assert "The search was cut short" in page.text and "newest 5 jobs" in page.text

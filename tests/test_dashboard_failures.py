@@ -4,18 +4,29 @@ grouped by their error; exact counts and bulk actions by ids or filters, in batc
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 import uuid
+import warnings
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from test_dashboard import make_jobs
+from test_dashboard import confirm, header_user, job_state, make_jobs, token
+from test_dashboard_bounds import forms, listed
 
 from proletarian_di import RetrySpec, admin, enqueue_many, process_next_job
+from proletarian_di.contrib.dashboard import dashboard
 from proletarian_di.errors import ConfigurationError
 from proletarian_di.testing import run_due_jobs
 
-from backends import Backend, connection, enqueue_committed
+from backends import Backend, Events, connection, enqueue_committed
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
 
 def test_discard_removes_only_that_failed_job(backend: Backend, pool: object) -> None:
@@ -170,3 +181,166 @@ def test_cancel_by_state_and_by_last_error(backend, pool):
 def test_bad_bulk_input_is_refused_by_name(backend, call, problem):
     with connection(backend) as conn, pytest.raises(ConfigurationError, match=problem):
         call(conn)
+
+
+# The dashboard: failures at a glance, and bulk actions behind a counted confirmation -------------
+
+
+@pytest.fixture
+def events() -> Events:
+    return Events()
+
+
+@pytest.fixture
+def client(pool: Any, events: Events) -> TestClient:
+    site = dashboard(pool, actions=True, auth=header_user, log=events)
+    return TestClient(site, headers={"X-User": "alice"})
+
+
+def test_the_failed_list_shows_each_errors_first_line_and_filters_by_it(client, failed):
+    page = client.get("/failed")
+    assert page.status_code == 200
+    rows = re.findall(r'<tr data-job-id="([^"]+)".*?</tr>', page.text, re.S)
+    assert len(rows) == 12
+    row = re.search(rf'<tr data-job-id="{failed["timeouts"][0]}".*?</tr>', page.text, re.S)
+    assert row and f">{html.escape(TIMEOUT, quote=False)}</a>" in row.group()
+    assert "(attempt for" not in row.group()  # the first line only
+    # ids are shown by their last digits, which differ from job to job; the title is whole
+    job_id = failed["timeouts"][0]
+    assert f'title="{job_id}">…{job_id.hex[-12:]}</a>' in row.group()
+    narrowed = client.get("/failed", params={"error": MISSING, "queue": "mail"})
+    assert set(listed(narrowed.text)) == {str(i) for i in failed["missing_mail"]}
+    bad = client.get("/failed", params={"error": "x" * 201})
+    assert bad.status_code == 400 and "error must be an error&#39;s first line" in bad.text
+
+
+def test_failures_grouped_by_error_link_to_their_jobs(client, failed):
+    page = client.get("/failed/errors")
+    assert page.status_code == 200
+    groups = re.findall(
+        r'<tr data-error="([^"]*)">.*?href="([^"]+)".*?data-count="failures">([\d,]+)<',
+        page.text,
+        re.S,
+    )
+    assert [(html.unescape(error), count) for error, _, count in groups] == [
+        (TIMEOUT, "7"),
+        (MISSING, "5"),
+    ]
+    link = html.unescape(groups[1][1])
+    assert set(listed(client.get(link).text)) == {
+        str(i) for i in failed["missing_mail"] + failed["missing_pay"]
+    }
+    pay = client.get("/failed/errors", params={"queue": "pay"})
+    assert re.findall(r'data-count="failures">(\d+)<', pay.text) == ["2"]
+
+
+def test_a_filter_wide_retry_states_its_exact_count_and_does_only_that(
+    backend, pool, client, events, failed
+):
+    page = client.get("/failed/errors")
+    [retry_form] = [f for f in forms(page.text, "/retry") if f.get("error") == TIMEOUT]
+    asked = client.post("/retry", data=retry_form)
+    assert asked.status_code == 200
+    question = f"Retry 7 failed jobs with the error “{TIMEOUT}”?"
+    assert html.escape(question, quote=False) in asked.text
+    assert job_state(backend, failed["timeouts"][0]) == "failed"  # nothing changed yet
+    later = failures(backend, pool, "timeout", 2, "mail")  # after the count: left alone
+    done = confirm(client, asked)
+    assert done.status_code == 200 and "7 jobs back in the queue" in done.text
+    assert [job_state(backend, i) for i in later] == ["failed", "failed"]
+    assert {job_state(backend, i) for i in failed["timeouts"]} == {"queued"}
+    [logged] = events.named("dashboard_action")
+    assert (logged["action"], logged["error"], logged["count"], logged["confirmed"]) == (
+        "retry",
+        TIMEOUT,
+        7,
+        7,
+    )
+
+
+def test_when_the_set_moves_the_message_says_how_many_changed(backend, client, failed):
+    asked = client.post(
+        "/discard", data={"csrf_token": token(client.get("/failed")), "error": MISSING}
+    )
+    assert "Discard 5 failed jobs with the error" in asked.text
+    with connection(backend) as conn:
+        assert admin.retry_jobs(conn, failed["missing_pay"]) == 2
+        conn.commit()
+    done = confirm(client, asked)
+    assert "3 jobs discarded, of the 5 counted: the others changed in the meantime" in done.text
+    assert [job_state(backend, i) for i in failed["missing_pay"]] == ["queued", "queued"]
+
+
+def test_selected_jobs_are_counted_then_acted_on(backend, client, failed):
+    waiting = enqueue_committed(backend, ("later", {}), queue="w")
+    chosen = [*failed["missing_pay"], *waiting]
+    page = client.get("/jobs")
+    assert f'<input type="checkbox" name="job_id" value="{chosen[0]}" form="selected"' in page.text
+    data = {"csrf_token": token(page), "job_id": [str(i) for i in chosen], "next": "/jobs"}
+    asked = client.post("/retry", data=data)
+    assert "Retry 2 failed jobs (of the 3 selected)?" in asked.text
+    done = confirm(client, asked, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/jobs"
+    assert [job_state(backend, i) for i in chosen] == ["queued", "queued", "queued"]
+    cancel = client.post("/cancel", data=data)
+    assert "Cancel 3 waiting jobs (of the 3 selected)?" in cancel.text
+    assert "3 jobs cancelled" in confirm(client, cancel).text
+
+
+def test_one_failed_job_is_discarded_from_its_page(backend, client, events, failed):
+    job_id = failed["missing_pay"][0]
+    page = client.get(f"/jobs/{job_id}")
+    [discard] = forms(page.text, "/discard")
+    assert discard["job_id"] == str(job_id)
+    asked = client.post("/discard", data=discard)
+    assert "Discard 1 failed job (of the 1 selected)?" in asked.text
+    assert "deleted for good" in asked.text
+    done = confirm(client, asked, follow_redirects=False)
+    assert done.headers["location"] == f"/jobs/{job_id}"
+    assert client.get(f"/jobs/{job_id}").status_code == 404
+    [logged] = events.named("dashboard_action")
+    assert (logged["action"], logged["job_ids"], logged["count"]) == ("discard", [str(job_id)], 1)
+
+
+def test_nothing_to_do_is_said_and_offers_no_button(client, failed):
+    asked = client.post(
+        "/retry", data={"csrf_token": token(client.get("/failed")), "queue": "nowhere"}
+    )
+    assert "There are no failed jobs of queue nowhere to retry now." in asked.text
+    assert 'class="confirm"' not in asked.text
+
+
+def test_bulk_actions_stay_off_authenticated_and_csrf_protected(backend, pool, failed):
+    reader = TestClient(dashboard(pool))
+    page = reader.get("/failed")
+    assert 'type="checkbox"' not in page.text and "/discard" not in page.text
+    assert "Retry all" not in reader.get("/failed/errors").text
+    assert reader.post("/discard", data={"error": MISSING}).status_code == 403
+    stranger = TestClient(dashboard(pool, actions=True, auth=header_user))
+    assert stranger.post("/discard", data={"error": MISSING}).status_code == 401
+    site = TestClient(dashboard(pool, actions=True, auth=header_user), headers={"X-User": "al"})
+    site.get("/failed")
+    forged = site.post("/discard", data={"error": MISSING, "confirmed": "5", "until": "x"})
+    assert forged.status_code == 403
+    with connection(backend) as conn:
+        assert admin.discard_failed(conn, error=MISSING, dry_run=True) == 5
+
+
+@pytest.mark.parametrize(
+    ("path", "fields", "problem"),
+    [
+        ("/retry", {"error": MISSING, "confirmed": "5"}, "needs a count and the time"),
+        ("/retry", {"error": MISSING, "confirmed": "5", "until": "soon"}, "not an ISO 8601"),
+        ("/retry", {"confirmed": "5", "until": "2026-01-01T00:00:00"}, "needs its time zone"),
+        ("/retry", {"error": MISSING, "confirmed": "many", "until": "x"}, "needs a count"),
+        ("/retry", {"state": "queued"}, "retry acts on failed jobs, not queued"),
+        ("/cancel", {"state": "failed"}, "cancel acts on waiting jobs"),
+        ("/discard", {}, "discard_failed needs job ids or a filter"),
+        ("/discard", {"job_id": "nope"}, "job id &#39;nope&#39; is not a UUID"),
+        ("/retry", {"error": "e" * 201}, "error must be an error&#39;s first line"),
+    ],
+)
+def test_bad_action_forms_are_400(client, failed, path, fields, problem):
+    answer = client.post(path, data={"csrf_token": token(client.get("/failed")), **fields})
+    assert answer.status_code == 400, answer.text
+    assert problem in answer.text

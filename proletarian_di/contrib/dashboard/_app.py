@@ -318,6 +318,7 @@ class _Dashboard:
                     query,
                     by=by,
                     limit=SEARCH_RESULTS,
+                    max_examined=admin.SEARCH_ROWS,
                     payload_chars=PAYLOAD_CHARS,
                     tables=self.tables,
                 )
