@@ -10,6 +10,7 @@ Table names are validated identifiers and every value is a query parameter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -1114,10 +1115,11 @@ class _Bulk:
             after = ids[-1]
 
 
-def _retry_plan(
+def _failed_plan(
     conn: Connection,
     job_ids: list[uuid.UUID] | None,
     *,
+    requeue: bool,
     queue: str | None = None,
     job_type: str | None = None,
     since: datetime | None = None,
@@ -1125,8 +1127,11 @@ def _retry_plan(
     error: str | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> _Bulk:
+    """Archived failures, to move back into the queue (`requeue`) or to delete."""
     dialect = tables.dialect(conn)
     where = _failures(dialect, job_ids, queue, job_type, since, until, error)
+    if not requeue:
+        return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived)
     now = datetime.now(timezone.utc)
     return _Bulk(
         dialect,
@@ -1134,6 +1139,24 @@ def _retry_plan(
         where,
         lambda c, sql, params: dialect.requeue(c, sql, params, now),
     )
+
+
+def _act(
+    conn: Connection,
+    plan: Callable[..., _Bulk],
+    job_ids: list[uuid.UUID] | None,
+    dry_run: bool,
+    **filters: Any,
+) -> int:
+    """Count (`dry_run`) or move the jobs of `plan` in one go; none for an empty id list."""
+    if job_ids == []:
+        return 0
+    bulk = plan(conn, job_ids, **filters)
+    return bulk.count(conn) if dry_run else bulk.run(conn)
+
+
+_retry_plan = functools.partial(_failed_plan, requeue=True)
+_discard_plan = functools.partial(_failed_plan, requeue=False)
 
 
 def retry_jobs(
@@ -1157,12 +1180,11 @@ def retry_jobs(
     failures move: an id that names anything else (waiting, succeeded, cancelled, unknown)
     is not counted. Commit to keep them. `in_batches` moves many in bounded transactions.
     """
-    ids = _job_ids(job_ids)
-    if ids == []:
-        return 0
-    plan = _retry_plan(
+    return _act(
         conn,
-        ids,
+        _retry_plan,
+        _job_ids(job_ids),
+        dry_run,
         queue=queue,
         job_type=job_type,
         since=since,
@@ -1170,7 +1192,6 @@ def retry_jobs(
         error=error,
         tables=tables,
     )
-    return plan.count(conn) if dry_run else plan.run(conn)
 
 
 def retry_failed(
@@ -1215,22 +1236,6 @@ def _selection(
     return ids
 
 
-def _discard_plan(
-    conn: Connection,
-    job_ids: list[uuid.UUID] | None,
-    *,
-    queue: str | None = None,
-    job_type: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    error: str | None = None,
-    tables: Tables = DEFAULT_TABLES,
-) -> _Bulk:
-    dialect = tables.dialect(conn)
-    where = _failures(dialect, job_ids, queue, job_type, since, until, error)
-    return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived)
-
-
 def discard_failed(
     conn: Connection,
     job_ids: Iterable[uuid.UUID | str] | None = None,
@@ -1253,11 +1258,11 @@ def discard_failed(
     waits on a running job's locked row.
     """
     ids = _selection("discard_failed", "discard every failure", job_ids, queue, job_type, error)
-    if ids == []:
-        return 0
-    plan = _discard_plan(
+    return _act(
         conn,
+        _discard_plan,
         ids,
+        dry_run,
         queue=queue,
         job_type=job_type,
         since=since,
@@ -1265,7 +1270,6 @@ def discard_failed(
         error=error,
         tables=tables,
     )
-    return plan.count(conn) if dry_run else plan.run(conn)
 
 
 def _cancel_plan(
@@ -1334,11 +1338,11 @@ def cancel_jobs(
     ids = _selection(
         "cancel_jobs", "cancel every waiting job", job_ids, queue, job_type, state, error
     )
-    if ids == []:
-        return 0
-    plan = _cancel_plan(
+    return _act(
         conn,
+        _cancel_plan,
         ids,
+        dry_run,
         queue=queue,
         job_type=job_type,
         state=state,
@@ -1346,7 +1350,6 @@ def cancel_jobs(
         enqueued_until=enqueued_until,
         tables=tables,
     )
-    return plan.count(conn) if dry_run else plan.run(conn)
 
 
 BATCH_SIZE = 500

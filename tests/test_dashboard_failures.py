@@ -193,6 +193,7 @@ def events() -> Events:
 
 @pytest.fixture
 def client(pool: Any, events: Events) -> TestClient:
+    """A dashboard with actions, signed in as alice, logging into `events`."""
     site = dashboard(pool, actions=True, auth=header_user, log=events)
     return TestClient(site, headers={"X-User": "alice"})
 
