@@ -1732,17 +1732,17 @@ def _candidates(
         )
     if not scanned:
         return list(found), False
-    oldest = dialect.fetchall(
+    beyond = dialect.fetchall(
         conn,
         f"SELECT job_id FROM {table} ORDER BY job_id DESC LIMIT 1 OFFSET %s",
-        [max_examined - 1],
+        [max_examined],
     )
     where = _Where(f"({' OR '.join(condition for condition, _ in scanned)})")
     where.params = [param for _, params in scanned for param in params]
-    if oldest:
-        where.add("job_id >= %s", oldest[0][0])
+    if beyond:
+        where.add("job_id > %s", beyond[0][0])
     sql = f"SELECT job_id FROM {table} WHERE {where.sql} ORDER BY job_id DESC LIMIT %s"
     found.update(
         dict.fromkeys(row[0] for row in dialect.fetchall(conn, sql, [*where.params, limit + 1]))
     )
-    return list(found), bool(oldest)
+    return list(found), bool(beyond)

@@ -127,6 +127,11 @@ def test_a_scan_reads_the_newest_rows_only_and_says_so(backend, pool):
     assert [job.job_id for job in bounded.jobs] == [new] and bounded.cut_short
     assert bounded.searched == 10
     assert [job.job_id for job in whole.jobs] == [new, old] and not whole.cut_short
+    with connection(backend) as conn:  # 32 waiting jobs: a bound of 32 reads them all
+        exact = find_jobs(conn, "needle", by="payload", max_examined=32)
+        one_short = find_jobs(conn, "needle", by="payload", max_examined=31)
+    assert not exact.cut_short and len(exact.jobs) == 2
+    assert one_short.cut_short and [job.job_id for job in one_short.jobs] == [new]
     # an id's end needs the scan; its start is a range of the primary key, never cut short
     assert suffix.jobs == [] and suffix.cut_short
     assert [job.job_id for job in start.jobs] == [old]

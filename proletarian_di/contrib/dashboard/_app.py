@@ -49,6 +49,7 @@ millisecond (the first ones are its time); the whole id is the link's title."""
 GROUPS_SHOWN = 200
 """The most error groups the failures page lists."""
 SEARCH_RESULTS = 100
+"""The most jobs the search page lists."""
 EXACT = "_exact"
 """The suffix of the hidden field beside a form field that carries its exact value as JSON:
 a form field cannot hold a CR or LF as it is (a text input drops them, a browser sends
@@ -421,11 +422,14 @@ class _Dashboard:
         change = _ACTIONS[action].change
         expected, until = _confirmed(form)
         if expected is None and not chosen.at_once(action):
-            until = datetime.now(timezone.utc)
-            at = until
+            now = datetime.now(timezone.utc)
             count = await self.read(
                 lambda conn: change(
-                    conn, chosen.ids, **chosen.options(action, at), dry_run=True, tables=self.tables
+                    conn,
+                    chosen.ids,
+                    **chosen.options(action, now),
+                    dry_run=True,
+                    tables=self.tables,
                 )
             )
             return self.render(
@@ -440,7 +444,7 @@ class _Dashboard:
                 count=count,
                 chosen=chosen,
                 fields=chosen.fields(),
-                until=until.isoformat(),
+                until=now.isoformat(),
                 back=_back(form),
             )
 
@@ -688,11 +692,8 @@ class _Chosen:
     def at_once(self, action: str) -> bool:
         """Whether to act without a confirmation: a retry or cancel of one job by its id."""
         one = self.ids is not None and len(self.ids) == 1
-        filtered = any((self.queue, self.job_type, self.error)) or self.state not in (
-            None,
-            "failed",
-        )
-        return one and not filtered and action != "discard"
+        filters = (self.queue, self.job_type, self.state, self.error)
+        return one and all(value is None for value in filters) and action != "discard"
 
     def options(self, action: str, until: datetime | None) -> dict[str, Any]:
         """The filters as the admin function of `action` takes them, as of `until`."""
