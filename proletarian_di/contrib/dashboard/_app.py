@@ -445,6 +445,7 @@ class _Dashboard:
                 chosen=chosen,
                 fields=chosen.fields(),
                 until=now.isoformat(),
+                counted_at=now,
                 back=_back(form),
             )
 
