@@ -283,6 +283,8 @@ def test_selected_jobs_are_counted_then_acted_on(backend, client, failed):
     done = confirm(client, asked, follow_redirects=False)
     assert done.status_code == 303 and done.headers["location"] == "/jobs"
     assert [job_state(backend, i) for i in chosen] == ["queued", "queued", "queued"]
+    empty = client.post("/retry", data={**data, "job_id": [], "selected": "1"})
+    assert empty.status_code == 400 and "no job selected to retry" in empty.text
     cancel = client.post("/cancel", data=data)
     assert "Cancel 3 waiting jobs (of the 3 selected)?" in cancel.text
     assert "3 jobs cancelled" in confirm(client, cancel).text

@@ -679,6 +679,8 @@ class _Chosen:
         if len(texts) > MAX_SELECTED:
             raise HTTPException(400, f"select at most {MAX_SELECTED} jobs, got {len(texts)}")
         ids = list(dict.fromkeys(_job_id(text.strip()) for text in texts)) if texts else None
+        if ids is None and _value(form, "selected") is not None:
+            raise HTTPException(400, f"no job selected to {action}: tick the jobs first")
         state = _state(_value(form, "state"))
         if action == "cancel" and state not in (None, *WAITING):
             raise HTTPException(
