@@ -347,3 +347,22 @@ def test_bad_action_forms_are_400(client, failed, path, fields, problem):
     answer = client.post(path, data={"csrf_token": token(client.get("/failed")), **fields})
     assert answer.status_code == 400, answer.text
     assert problem in answer.text
+
+
+def test_a_confirmed_action_runs_in_batches_each_committed(backend, client, failed, monkeypatch):
+    from proletarian_di.contrib.dashboard import _app
+
+    batches: list[int] = []
+    original = admin.in_batches
+
+    def recorded(conn: Any, *args: Any, **options: Any) -> Any:
+        for count in original(conn, *args, **options):
+            batches.append(count)
+            yield count
+
+    monkeypatch.setattr(_app, "BATCH_SIZE", 3)
+    monkeypatch.setattr(admin, "in_batches", recorded)
+    asked = client.post("/retry", data={"csrf_token": token(client.get("/failed"))})
+    assert "Retry 12 failed jobs?" in asked.text
+    assert "12 jobs back in the queue" in confirm(client, asked).text
+    assert batches == [3, 3, 3, 3, 0]
