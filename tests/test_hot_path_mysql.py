@@ -96,6 +96,24 @@ def test_with_max_running_each_job_still_takes_one_round_trip(my):
     assert sorted(my.archived()) == [("noop", "success", 1)] * 12
 
 
+def test_a_running_slot_never_goes_back_to_the_pool_with_its_connection(my):
+    """A slot still held when the worker lets its connection go (its claim ahead found
+    nothing, or the worker stopped right after it) is given back first: a GET_LOCK lock
+    belongs to the session, and would go on holding the slot from the pool."""
+    slots = running_slots(my.job_table, "default", 1)
+    dialect = MySQLDialect(my.job_table, my.archived_job_table)
+    conn = my.connect()
+    try:
+        with dialect.attached(conn, exclusive=True) as session:
+            assert session.claim_in_slot(slots, "default", datetime.now(timezone.utc)) == []
+            assert session.slot == f"{slots.prefix}1"
+            held = my.query("SELECT IS_USED_LOCK(%s)", (session.slot,))
+            assert held == [(conn.thread_id(),)]
+        assert my.query("SELECT IS_USED_LOCK(%s)", (f"{slots.prefix}1",)) == [(None,)]
+    finally:
+        conn.close()
+
+
 def test_the_connection_goes_back_without_multi_statements(my):
     """On while the worker holds a pool's connection, off once the pool has it back."""
     enqueue_committed(my, ("noop", 0))

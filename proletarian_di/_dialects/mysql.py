@@ -110,6 +110,9 @@ class MySQLDialect(Dialect):
             yield session
         finally:
             if not self.is_closed(conn):
+                if session.slot is not None:  # a running slot never goes back to the pool
+                    session.drop_ahead()
+                    session.release_slot()
                 if session.multi:
                     _multi_statements(conn, False)
                 restore_session(conn, saved)
