@@ -152,6 +152,7 @@ class _Dashboard:
             Route("/jobs", self.jobs, name="jobs"),
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
+            Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
@@ -274,6 +275,32 @@ class _Dashboard:
             raise HTTPException(404, f"no job {job_id}: it never existed, or was pruned")
         return self.render(
             request, user, "job.html", section="jobs", job=job, payload=self.payload(job, indent=2)
+        )
+
+    async def timings(self, request: Request) -> Response:
+        """Wait and run times of the last day, per queue and job type: over the day, then
+        hour by hour."""
+        user = await authenticated(self.auth, request)
+        params = request.query_params
+        queue, job_type = _value(params, "queue"), _value(params, "job_type")
+
+        def read(conn: Any, per_hour: bool) -> list[admin.Timing]:
+            return admin.timings(
+                conn, per_hour=per_hour, queue=queue, job_type=job_type, tables=self.tables
+            )
+
+        wholes, hours = await self.read(lambda conn: (read(conn, False), read(conn, True)))
+        by_group: dict[tuple[str, str], list[admin.Timing]] = {}
+        for hour in hours:
+            by_group.setdefault((hour.queue, hour.job_type), []).append(hour)
+        groups = [(whole, by_group.get((whole.queue, whole.job_type), [])) for whole in wholes]
+        return self.render(
+            request,
+            user,
+            "timings.html",
+            section="timings",
+            groups=groups,
+            filters={"queue": queue, "job_type": job_type},
         )
 
     async def schedules(self, request: Request) -> Response:
@@ -582,7 +609,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ago=_ago, utc=_utc, span=_span, exact=_exact, attr=_attribute)
+    env.filters.update(
+        ago=_ago, utc=_utc, span=_span, duration=_duration, exact=_exact, attr=_attribute
+    )
     env.globals.update(
         url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
     )
@@ -602,6 +631,18 @@ def _span(delta: timedelta | None) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+def _duration(delta: timedelta | None) -> str:
+    """A duration precise enough for a run: 12 ms, 4.25 s, then as `_span` (3.5m, 2.0h)."""
+    if delta is None:
+        return "-"
+    seconds = delta.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return _span(delta)
 
 
 def _ago(moment: datetime | None) -> str:
