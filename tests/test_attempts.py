@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -180,6 +181,31 @@ def test_workers_record_every_attempt_of_a_batch(backend, mode):
         assert last.started_at <= last.finished_at == job.finished_at
         assert last.worker is not None and f" batch-{mode}-" in last.worker
     assert a.history[0].started_at != b.history[0].started_at
+
+
+@pytest.mark.parametrize("lease_ms", [None, 5_000])
+def test_a_timed_out_attempt_is_in_the_history(backend, lease_ms):
+    [job_id] = enqueue_committed(backend, ("slow", None))
+    calls: list[int] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1.0)
+
+    options: dict[str, Any] = {
+        "job_timeout_ms": 200,
+        "queue_worker_id": "timed",
+        "retry_strategy_fn": lambda job, exc: RetrySpec(retries=1),
+        "lease_ms": lease_ms,
+    }
+    with running(backend, handler, **options):
+        wait_until(lambda: story_or_none(backend, job_id), timeout=20, description="succeeded")
+    timed_out, rerun = story(backend, job_id).history
+    assert timed_out.error is not None and timed_out.error.startswith("JobTimedOut")
+    assert timed_out.duration is not None and timed_out.duration >= timedelta(milliseconds=150)
+    assert timed_out.worker is not None and " timed-" in timed_out.worker
+    assert rerun.succeeded and rerun.number == 2
 
 
 def test_discarding_and_purging_take_the_attempts_along(backend, pool):
