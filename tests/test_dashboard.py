@@ -244,6 +244,13 @@ def test_the_timings_page_shows_wait_and_run_per_queue_type_and_hour(backend, po
     assert re.search(r'<tr class="whole">.*?<td class="n">1</td>', mail, re.S)
     assert mail.count('<tr class="hour"') == 1
     assert len(re.findall(r'<td class="n">(?:\d+ ms|[\d.]+ s)</td>', mail)) == 12
+    enqueue_committed(backend, ("send_email", {"to": "b@example.com"}), queue="mail")
+    assert process_next_job(pool, send, queue="mail") is True
+    again = reader.get("/timings").text
+    assert (
+        re.search(r'<tbody data-timing="mail/send_email">(.*?)</tbody>', again, re.S).group(1)
+        == mail
+    ), "the page reads the archive once a minute at most"
     only = reader.get("/timings", params={"queue": "reports"}).text
     assert 'data-timing="reports/monthly_report"' in only and "mail/send_email" not in only
     none = reader.get("/timings", params={"job_type": "nothing"}).text

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import numbers
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
@@ -39,6 +41,10 @@ PAGE_SIZE = 50
 QUEUES_PER_PAGE = 50
 WAITING = ("queued", "scheduled", "retrying")
 PREVIEW = 120
+TIMINGS_TTL_S = 60.0
+"""How long the timings page shows a read before it reads the archive again."""
+TIMINGS_KEPT = 16
+"""The most filters whose timings the page keeps."""
 PAYLOAD_CHARS = 1000
 """The most characters of a payload a listing reads (the job's own page reads all of it)."""
 EXACT = "_exact"
@@ -119,6 +125,15 @@ def dashboard(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Timings:
+    """The timings page's read: each queue and job type's day with its hours, and when."""
+
+    groups: list[tuple[admin.Timing, list[admin.Timing]]]
+    read_at: datetime
+    taken: float
+
+
 class _Dashboard:
     """The routes and what they share: the data source, the options, the templates."""
 
@@ -139,6 +154,8 @@ class _Dashboard:
         self.redact = redact
         self.tables = tables
         self.outcomes = admin.HourlyOutcomes()
+        self.timings_read: dict[tuple[str | None, str | None], _Timings] = {}
+        """The timings page's last reads, per filter (the oldest dropped past `TIMINGS_KEPT`)."""
         self.refresh_s = refresh_s
         self.log = log or default_log
         self.signer = Signer(csrf_secret)
@@ -279,29 +296,42 @@ class _Dashboard:
 
     async def timings(self, request: Request) -> Response:
         """Wait and run times of the last day, per queue and job type: over the day, then
-        hour by hour."""
+        hour by hour; read at most once every `TIMINGS_TTL_S` per filter (ranking a day of
+        the archive is the dearest read of the dashboard, and the page refreshes itself)."""
         user = await authenticated(self.auth, request)
         params = request.query_params
-        queue, job_type = _value(params, "queue"), _value(params, "job_type")
-
-        def read(conn: Any, per_hour: bool) -> list[admin.Timing]:
-            return admin.timings(
-                conn, per_hour=per_hour, queue=queue, job_type=job_type, tables=self.tables
-            )
-
-        wholes, hours = await self.read(lambda conn: (read(conn, False), read(conn, True)))
-        by_group: dict[tuple[str, str], list[admin.Timing]] = {}
-        for hour in hours:
-            by_group.setdefault((hour.queue, hour.job_type), []).append(hour)
-        groups = [(whole, by_group.get((whole.queue, whole.job_type), [])) for whole in wholes]
+        key = (_value(params, "queue"), _value(params, "job_type"))
+        kept = self.timings_read.get(key)
+        if kept is None or time.monotonic() - kept.taken > TIMINGS_TTL_S:
+            kept = await self.read(lambda conn: self._read_timings(conn, *key))
+            self.timings_read.pop(key, None)
+            while len(self.timings_read) >= TIMINGS_KEPT:
+                del self.timings_read[next(iter(self.timings_read))]
+            self.timings_read[key] = kept
         return self.render(
             request,
             user,
             "timings.html",
             section="timings",
-            groups=groups,
-            filters={"queue": queue, "job_type": job_type},
+            groups=kept.groups,
+            read_at=kept.read_at,
+            filters={"queue": key[0], "job_type": key[1]},
         )
+
+    def _read_timings(self, conn: Any, queue: str | None, job_type: str | None) -> _Timings:
+        """The day's timings of each queue and job type, with its hours."""
+
+        def read(per_hour: bool) -> list[admin.Timing]:
+            return admin.timings(
+                conn, per_hour=per_hour, queue=queue, job_type=job_type, tables=self.tables
+            )
+
+        wholes, hours = read(False), read(True)
+        by_group: dict[tuple[str, str], list[admin.Timing]] = {}
+        for hour in hours:
+            by_group.setdefault((hour.queue, hour.job_type), []).append(hour)
+        groups = [(whole, by_group.get((whole.queue, whole.job_type), [])) for whole in wholes]
+        return _Timings(groups, datetime.now(timezone.utc), time.monotonic())
 
     async def schedules(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
