@@ -224,7 +224,7 @@ def test_the_job_page_tells_every_attempt(backend, pool, reader):
     assert "Traceback (most recent call last)" in first
     assert "state-succeeded" in second and "<details>" not in second
     for row in (first, second):
-        assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>", row), row
+        assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC</td>", row), row
         assert re.search(r'<td class="n">\d+ ms</td>|<td class="n">[\d.]+ s</td>', row), row
         assert f"<code>{socket.gethostname()}:" in row and " proletarian[default]</code>" in row
     waiting = enqueue_committed(backend, ("send_email", {"to": "x@example.com"}))[0]

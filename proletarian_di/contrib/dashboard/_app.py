@@ -640,7 +640,13 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        ago=_ago, utc=_utc, span=_span, duration=_duration, exact=_exact, attr=_attribute
+        ago=_ago,
+        utc=_utc,
+        utc_ms=_utc_ms,
+        span=_span,
+        duration=_duration,
+        exact=_exact,
+        attr=_attribute,
     )
     env.globals.update(
         url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
@@ -650,6 +656,12 @@ def _environment() -> jinja2.Environment:
 
 def _utc(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _utc_ms(moment: datetime) -> str:
+    """A moment to the millisecond, for attempts that start within a second of each other."""
+    at = moment.astimezone(timezone.utc)
+    return f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d} UTC"
 
 
 def _span(delta: timedelta | None) -> str:
