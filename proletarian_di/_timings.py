@@ -3,8 +3,9 @@
 Read from the archive's rows that finished in the window (its `finished_at` index bounds the
 read), each job's last attempt: its wait from when it was due (`process_at`) to its start
 (`started_at`), its run from that start to `finished_at`. The percentiles are nearest-rank
-ones, ranked in SQL with window functions (PostgreSQL, MySQL 8.0, MariaDB 10.6), so only one
-row per queue, job type and hour comes back, however many jobs finished.
+ones, ranked in SQL (`Dialect.percentiles`: PostgreSQL's `percentile_disc`, window functions
+on MySQL 8.0 and MariaDB 10.6), so only one row per queue, job type and hour comes back,
+however many jobs finished.
 """
 
 from __future__ import annotations
@@ -75,23 +76,11 @@ def read(
         if value is not None:
             where += f" AND {column} = %s"
             params.append(value)
-    ranks = [
-        f"MAX(CASE WHEN {rank} = CEIL({p} * n) THEN {value} END)"
-        for rank, value in (("wait_rank", "wait"), ("run_rank", "run"))
-        for p in _PERCENTILES
-    ]
-    partition = "PARTITION BY slot, queue, job_type"
-    sql = (
-        f"SELECT slot, queue, job_type, MAX(n), {ranks[0]}, {ranks[1]}, MAX(wait), "
-        f"{ranks[2]}, {ranks[3]}, MAX(run) FROM ("
-        "SELECT slot, queue, job_type, wait, run, "
-        f"ROW_NUMBER() OVER ({partition} ORDER BY wait) AS wait_rank, "
-        f"ROW_NUMBER() OVER ({partition} ORDER BY run) AS run_rank, "
-        f"COUNT(*) OVER ({partition}) AS n FROM ("
+    source = (
         f"SELECT {slot} AS slot, queue, job_type, {wait} AS wait, {run} AS run "
-        f"FROM {table} WHERE {where}) AS timed) AS ranked "
-        "GROUP BY slot, queue, job_type"
+        f"FROM {table} WHERE {where}"
     )
+    sql = dialect.percentiles(source, ("wait", "run"), _PERCENTILES)
     rows = sorted(
         (queue_name, type_name, int(number), int(jobs), *map(_seconds, seconds))
         for number, queue_name, type_name, jobs, *seconds in dialect.fetchall(conn, sql, params)

@@ -438,6 +438,23 @@ class Dialect:
         """SQL for the whole hours from a time parameter (`%s`) to `column`'s later time."""
         return f"FLOOR({self.seconds_since(column)} / 3600)"
 
+    def percentiles(self, source: str, values: Sequence[str], ranks: Sequence[float]) -> str:
+        """A query of `source` (rows of slot, queue, job_type and the `values` columns): per
+        slot, queue and job type, how many rows, then for each value its nearest-rank
+        percentiles at `ranks` (the smallest value with at least that share of the rows at
+        or under it) and its maximum. One sort per value (`percentile_disc`, computed once
+        for all `ranks`)."""
+        shares = f"ARRAY[{', '.join(map(str, ranks))}]::float8[]"
+        columns = []
+        for value in values:
+            disc = f"percentile_disc({shares}) WITHIN GROUP (ORDER BY {value})"
+            columns += [f"({disc})[{n}]" for n in range(1, len(ranks) + 1)]
+            columns.append(f"MAX({value})")
+        return (
+            f"SELECT slot, queue, job_type, COUNT(*), {', '.join(columns)} "
+            f"FROM ({source}) AS timed GROUP BY slot, queue, job_type"
+        )
+
     # Statements --------------------------------------------------------------
 
     def cursor(self, conn: Any) -> Any:

@@ -94,6 +94,27 @@ class MySQLDialect(Dialect):
     def hours_since(self, column: str) -> str:
         return f"TIMESTAMPDIFF(HOUR, %s, {column})"
 
+    def percentiles(self, source: str, values: Sequence[str], ranks: Sequence[float]) -> str:
+        """Without PERCENTILE_DISC as an aggregate: each row ranked per slot, queue and job
+        type (ROW_NUMBER over each value, MySQL 8.0 and MariaDB 10.2+), then the rows whose
+        rank is the percentile's, picked out while grouping."""
+        partition = "PARTITION BY slot, queue, job_type"
+        ranked = ", ".join(
+            f"ROW_NUMBER() OVER ({partition} ORDER BY {value}) AS {value}_rank" for value in values
+        )
+        columns = []
+        for value in values:
+            columns += [
+                f"MAX(CASE WHEN {value}_rank = CEIL({share} * n) THEN {value} END)"
+                for share in ranks
+            ]
+            columns.append(f"MAX({value})")
+        return (
+            f"SELECT slot, queue, job_type, MAX(n), {', '.join(columns)} FROM ("
+            f"SELECT timed.*, {ranked}, COUNT(*) OVER ({partition}) AS n "
+            f"FROM ({source}) AS timed) AS ranked GROUP BY slot, queue, job_type"
+        )
+
     def cursor(self, conn: Any) -> Any:
         return conn.cursor(_tuple_cursor())
 
