@@ -1,12 +1,15 @@
 """The dashboard scenario: how long the overview takes on a large queue.
 
 It fills the benchmark's tables with 100,000 waiting jobs (four queues) and 1,000,000
-archived ones (finished over the last 30 days, one in ten failed), then times what the
-dashboard's overview page runs on a first load (`admin.overview`, reading the whole last
-day of the archive) and the page itself as it refreshes, served by the dashboard app
-in-process (it keeps the hours that are over, and reads the archive's current hour). It
-times them again without the indexes that make it quick (on MySQL, the claim index's
-attempts and leased_by; then the archive's `finished_at` index).
+archived ones (finished over the last 30 days, one in ten failed, each with its start and
+worker), then times what the dashboard's overview page runs on a first load
+(`admin.overview`, reading the whole last day of the archive) and the page itself as it
+refreshes, served by the dashboard app in-process (it keeps the hours that are over, and
+reads the archive's current hour); and the timings page's queries (`admin.timings`, the
+day's wait and run percentiles per queue and job type, ranked in SQL), and the page as it
+refreshes (it keeps its read for a minute). It times them
+again without the indexes that make it quick (on MySQL, the claim index's attempts and
+leased_by; then the archive's `finished_at` index).
 """
 
 from __future__ import annotations
@@ -37,10 +40,13 @@ _POSTGRES_FILL = (
     "'{{}}', n % 3 / 2, now() - interval '1 hour', now() - (n % 7) * interval '1 minute' "
     "+ (n % 5 / 4) * interval '1 day' FROM generate_series(1, {waiting}) AS n",
     f"INSERT INTO {ARCHIVED_JOB_TABLE} (job_id, queue, job_type, payload, attempts, "
-    "enqueued_at, process_at, status, finished_at) SELECT gen_random_uuid(), "
-    "'queue' || (n % {queues}), 'type' || (n % 10), '{{}}', 1, at, at, CASE WHEN n % 10 = 0 "
-    "THEN 'failure' ELSE 'success' END, at FROM (SELECT n, now() - n * interval '30 days' "
-    "/ {archived} AS at FROM generate_series(1, {archived}) AS n) AS s",
+    "enqueued_at, process_at, status, finished_at, started_at, worker) SELECT "
+    "gen_random_uuid(), 'queue' || (n % {queues}), 'type' || (n % 10), '{{}}', 1, "
+    "at - interval '5 seconds', at - interval '1 second' - (n % 60) * interval '100 ms', "
+    "CASE WHEN n % 10 = 0 THEN 'failure' ELSE 'success' END, at, "
+    "at - (n % 20) * interval '50 ms', 'bench:1 w-' || (n % 8) FROM (SELECT n, "
+    "now() - n * interval '30 days' / {archived} AS at "
+    "FROM generate_series(1, {archived}) AS n) AS s",
 )
 _MYSQL_SEQUENCE = (
     "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {count}) "
@@ -52,10 +58,13 @@ _MYSQL_FILL = (
     "'{{}}', (n % 3) DIV 2, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL "
     "(n % 7) MINUTE + INTERVAL ((n % 5) DIV 4) DAY FROM seq",
     f"INSERT INTO {ARCHIVED_JOB_TABLE} (job_id, queue, job_type, payload, attempts, "
-    "enqueued_at, process_at, status, finished_at) "
+    "enqueued_at, process_at, status, finished_at, started_at, worker) "
     + _MYSQL_SEQUENCE.format(count="{archived}")
     + "SELECT UNHEX(REPLACE(UUID(), '-', '')), CONCAT('queue', n % {queues}), "
-    "CONCAT('type', n % 10), '{{}}', 1, at, at, IF(n % 10 = 0, 'failure', 'success'), at "
+    "CONCAT('type', n % 10), '{{}}', 1, at - INTERVAL 5 SECOND, "
+    "at - INTERVAL (1000000 + (n % 60) * 100000) MICROSECOND, "
+    "IF(n % 10 = 0, 'failure', 'success'), at, at - INTERVAL ((n % 20) * 50000) MICROSECOND, "
+    "CONCAT('bench:1 w-', n % 8) "
     "FROM (SELECT n, UTC_TIMESTAMP(6) - INTERVAL (n * 2592) DIV 1000 SECOND AS at FROM seq) AS s",
 )
 
@@ -105,8 +114,20 @@ def queries(db: Database) -> Callable[[], Any]:
     return run
 
 
-def page(db: Database) -> Callable[[], Any] | None:
-    """GET of the dashboard's overview page, through the app in-process (None without it)."""
+def timings_queries(db: Database) -> Callable[[], Any]:
+    """What the timings page asks the database: the day's timings, whole and per hour."""
+    conn = db.connect()
+
+    def run() -> None:
+        admin.timings(conn, per_hour=False, tables=TABLES)
+        admin.timings(conn, tables=TABLES)
+        conn.rollback()
+
+    return run
+
+
+def page(db: Database, path: str = "/") -> Callable[[], Any] | None:
+    """GET of a dashboard page (the overview), through the app in-process (None without it)."""
     try:
         import httpx
 
@@ -121,7 +142,7 @@ def page(db: Database) -> Callable[[], Any] | None:
 
         async def get() -> None:
             async with httpx.AsyncClient(transport=transport, base_url="http://dashboard") as c:
-                response = await c.get("/")
+                response = await c.get(path)
                 response.raise_for_status()
 
         asyncio.run(get())
@@ -172,6 +193,8 @@ def main(dbs: list[Database], host: str) -> int:
         checks = [
             ("admin.overview (a first load)", queries(db)),
             ("overview page (GET /), refreshing", page(db)),
+            ("admin.timings (the day, whole and per hour)", timings_queries(db)),
+            ("timings page (GET /timings), its read kept a minute", page(db, "/timings")),
         ]
         for label, take_away in (("all", None), *WITHOUT):
             if take_away is not None and not take_away(db):

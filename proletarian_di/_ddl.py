@@ -2,7 +2,8 @@
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
-{claims_table}, each table's name without its schema ({job_table_name}, ...) and, on MySQL,
+{claims_table}, {attempt_table}, {attempt_index}, each table's name without its schema
+({job_table_name}, ...) and, on MySQL,
 {db} (the tables' database as an SQL value) and {collation} (a `COLLATE` clause that each
 server reads for itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so
 a database created by Proletarian (Clojure) is at version 1.
@@ -41,7 +42,9 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     status      TEXT NOT NULL,        -- success / failure / cancelled
     finished_at TIMESTAMPTZ NOT NULL, -- when the job finished (success or failure)
     last_error  TEXT,                 -- a failure's error; the last failed attempt's otherwise
-    priority    INTEGER NOT NULL DEFAULT 0
+    priority    INTEGER NOT NULL DEFAULT 0,
+    started_at  TIMESTAMPTZ,          -- when the last attempt started (NULL: it never ran)
+    worker      TEXT                  -- who ran the last attempt: host:pid thread
 );
 
 -- the archive by time (the dashboard's overview)
@@ -72,6 +75,17 @@ CREATE TABLE IF NOT EXISTS {claims_table} (
     job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
 );
+CREATE TABLE IF NOT EXISTS {attempt_table} (
+    id          BIGSERIAL PRIMARY KEY,
+    job_id      UUID NOT NULL,        -- a job's failed attempts; its success is in the archive
+    attempt     INTEGER NOT NULL,     -- the attempt's number, from 1
+    started_at  TIMESTAMPTZ,          -- NULL: unknown (its lease ran out)
+    finished_at TIMESTAMPTZ NOT NULL, -- when it ended, or was found to have ended
+    worker      TEXT,                 -- who ran it: host:pid thread
+    error       TEXT                  -- its error (type, message, trace)
+);
+
+CREATE INDEX IF NOT EXISTS {attempt_index} ON {attempt_table} (job_id);
 """
 
 MYSQL = """\
@@ -109,6 +123,8 @@ CREATE TABLE IF NOT EXISTS {archived_job_table} (
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
     last_error  TEXT NULL,              -- a failure's error; the last failed attempt's otherwise
     priority    INTEGER NOT NULL DEFAULT 0,
+    started_at  DATETIME(6) NULL,       -- UTC; when the last attempt started (NULL: it never ran)
+    worker      VARCHAR(255) NULL,      -- who ran the last attempt: host:pid thread
     INDEX {finished_index} (finished_at, queue, status) -- the archive by time (dashboard)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
@@ -131,6 +147,16 @@ CREATE TABLE IF NOT EXISTS {claims_table} (
     job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
 ) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS {attempt_table} (
+    id          BIGINT AUTO_INCREMENT PRIMARY KEY,
+    job_id      BINARY(16) NOT NULL,      -- a job's failed attempts; its success is in the archive
+    attempt     INTEGER NOT NULL,         -- the attempt's number, from 1
+    started_at  DATETIME(6) NULL,         -- UTC; NULL: unknown (its lease ran out)
+    finished_at DATETIME(6) NOT NULL,     -- UTC; when it ended, or was found to have ended
+    worker      VARCHAR(255) NULL,        -- who ran it: host:pid thread
+    error       TEXT NULL,                -- its error (type, message, trace)
+    INDEX {attempt_index} (job_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
 
@@ -296,6 +322,15 @@ CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at
 """
 )
 
+# Attempts: the archive keeps when the last attempt started and who ran it (the run's own
+# statement writes them), and every failed attempt gets a row of the attempt table.
+POSTGRESQL_9 = (
+    _pg_add_column("archived_job_table", "started_at TIMESTAMPTZ")
+    + _pg_add_column("archived_job_table", "worker TEXT")
+    + _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {attempt_table}")
+    + _statement(POSTGRESQL, "CREATE INDEX IF NOT EXISTS {attempt_index}")
+)
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -426,6 +461,12 @@ MYSQL_10 = _my_alter(
     ),
 )
 
+MYSQL_11 = _my_alter(
+    "archived_job_table",
+    (_my_column("archived_job_table", "started_at"), "ADD COLUMN started_at DATETIME(6) NULL"),
+    (_my_column("archived_job_table", "worker"), "ADD COLUMN worker VARCHAR(255) NULL"),
+) + _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {attempt_table}")
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -474,6 +515,15 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _pg_index("archived_job_table", "{finished_index}"),
             ),
         ),
+        (
+            "attempts",
+            POSTGRESQL_9,
+            (
+                _pg_column("archived_job_table", "started_at"),
+                _pg_column("archived_job_table", "worker"),
+                _pg_index("attempt_table", "{attempt_index}"),
+            ),
+        ),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -514,6 +564,15 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             "unique_key_first",
             MYSQL_10,
             (_my_index("job_table", "{unique_index}", "unique_key", first=True),),
+        ),
+        (
+            "attempts",
+            MYSQL_11,
+            (
+                _my_column("archived_job_table", "started_at"),
+                _my_column("archived_job_table", "worker"),
+                _my_index("attempt_table", "{attempt_index}"),
+            ),
         ),
     ),
 }

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._datasource import ConnectionFactory
-from ._dialects import Dialect, Session, TransactionLost
+from ._dialects import Dialect, Runs, Session, TransactionLost
 from ._slot import Slot
 from ._steps import LOST_WAIT_S, Steps
 from .errors import CrashLoop, JobTimedOut, PayloadError, TransactionAborted
@@ -90,16 +90,19 @@ class Batch:
             session.dialect.commit(session.conn)
             return
         ids, now = [i for i, _ in self.succeeded], runner.clock()
+        runs = Runs([job.started_at for _, job in self.succeeded], self.succeeded[0][1].worker)
         if (
             ahead is None
             or runner.claims is not None
             or not session.can_claim_ahead(ids, runner.running_slots)
             or not ahead.going_on()
         ):
-            session.archive_and_commit(ids, now)
+            session.archive_and_commit(ids, now, runs)
             return
         start, queue = runner.claim_start(ahead.slot), runner.options.queue
-        session.archive_commit_and_claim(ids, now, queue, ahead.limit, start, runner.running_slots)
+        session.archive_commit_and_claim(
+            ids, now, queue, ahead.limit, start, runner.running_slots, runs
+        )
 
     def count(self, runner: Steps) -> None:
         """Tell the stats and the log of every outcome, once committed."""

@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._attempts import lease_holder
 from ._datasource import ConnectionFactory
-from ._dialects import Dialect, LeaseClaim, LeasedRow, is_transient
+from ._dialects import Dialect, LeaseClaim, LeasedRow, Runs, is_transient
 from ._dialects.base import died_running, reserved
 from ._leases import holding, lease_token
 from ._slot import Replaced, Slot
@@ -166,8 +167,11 @@ class LeaseMode(Steps):
         job, undecodable = self._job(row, None, dialect)
         error: BaseException | None = undecodable
         stage, back = "handler", 1
-        if died_running(row[9]):
-            job = dataclasses.replace(job, attempts=job.attempts - 1)
+        lease = row[9]
+        if lease is not None and died_running(lease):
+            job = dataclasses.replace(
+                job, attempts=job.attempts - 1, started_at=None, worker=lease_holder(lease)
+            )
             error, back = self._lease_expired(job), 2
         elif error is not None:
             self.emit("payload_decode_error", job, exception=error)
@@ -193,12 +197,13 @@ class LeaseMode(Steps):
                     conn, dialect, raw_id, job, failure, stage=stage, lease=token, back=back
                 )
                 return False
+            runs, due = Runs([job.started_at], job.worker), job.process_at
             following = next_claim()
             if following is None:
-                archived = dialect.archive_leased(conn, raw_id, token, self.clock())
+                archived = dialect.archive_leased(conn, raw_id, token, self.clock(), due, runs)
             else:
                 archived, rows = dialect.archive_leased_and_claim(
-                    conn, raw_id, token, self.clock(), following
+                    conn, raw_id, token, self.clock(), due, runs, following
                 )
                 ahead = (self._claimed(conn, dialect, rows, following, slot), following)
             if not archived:

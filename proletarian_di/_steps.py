@@ -22,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._async import EventLoops, is_awaitable
+from ._attempts import worker_name
 from ._crashes import ClaimCounter
 from ._dialects import Dialect, JobRow, LeasedRow, TransactionLost, dialect_for
 from ._dialects.base import running_slots
@@ -205,6 +206,8 @@ class Steps:
             priority=priority,
             connection=conn,
             trace_context=row[-1],
+            started_at=self.clock(),
+            worker=worker_name(self.options.queue_worker_id),
         )
         return job, error
 
@@ -317,7 +320,9 @@ class Steps:
         if plan is None:
             return self._fail(conn, dialect, raw_id, job, exc)
         retries, delay_ms, process_at = plan
-        dialect.reschedule(conn, raw_id, job.attempts, process_at, error_text(exc))
+        error = error_text(exc)
+        dialect.reschedule(conn, raw_id, job.attempts, process_at, error)
+        self._note_attempt(conn, dialect, raw_id, job, error)
         self.on_reschedule(process_at, job.priority)
         self.emit(
             "retrying",
@@ -373,7 +378,11 @@ class Steps:
         notify: bool = True,
     ) -> str:
         """Archive the job as a failure, then call `failed_job_fn` in the same transaction."""
-        dialect.archive(conn, [raw_id], "failure", self.clock(), error_text(exc))
+        text, now = error_text(exc), self.clock()
+        dialect.archive(
+            conn, [raw_id], "failure", now, text, started=[job.started_at], worker=job.worker
+        )
+        self._note_attempt(conn, dialect, raw_id, job, text, now)
         failed_job_fn = self.options.failed_job_fn
         if failed_job_fn is not None and notify:
             _, error = self._guarded(conn, dialect, "failed_job_fn", failed_job_fn, job, exc)
@@ -381,6 +390,19 @@ class Steps:
                 self.emit("failed_job_fn_error", job, exception=error)
         self.emit("job_failed", job, status="failure", exception=exc)
         return "failed"
+
+    def _note_attempt(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        raw_id: Any,
+        job: Job,
+        error: str,
+        finished_at: datetime | None = None,
+    ) -> None:
+        """Add the failed attempt to the job's history, in the transaction that records it."""
+        finished = finished_at or self.clock()
+        dialect.add_attempt(conn, raw_id, job.attempts, job.started_at, finished, job.worker, error)
 
     def _lock_for_record(
         self,
@@ -399,7 +421,7 @@ class Steps:
         rolled back by the server shortly). False, said in the log, when there is nothing
         to write: the job is gone, has moved on, or another worker holds it."""
         if lease is not None:
-            if dialect.settle(conn, raw_id, lease, back):
+            if dialect.settle(conn, raw_id, lease, job.process_at, back):
                 return True
             self._lease_lost(job)
             return False
@@ -443,7 +465,9 @@ class Steps:
             if self.claims is not None:
                 self.claims.forget(conn, dialect, [raw_id])
         else:
-            dialect.reschedule(conn, raw_id, job.attempts - 1, self.clock(), error_text(failure))
+            error = error_text(failure)
+            dialect.reschedule(conn, raw_id, job.attempts - 1, self.clock(), error)
+            self._note_attempt(conn, dialect, raw_id, job, error)
             outcome = "retried"
         dialect.commit(conn)
         if outcome == "failed":

@@ -17,13 +17,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from . import _pauses
+from . import _pauses, _timings
 from ._dialects import Dialect, check_table_name, dialect_for
-from ._dialects.base import HeldRows
+from ._dialects.base import HeldRows, attempt_table_of
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._outcomes import DAY_HOURS as _DAY_HOURS
 from ._outcomes import HOUR as _HOUR
 from ._outcomes import HourlyOutcomes, first_hour
+from ._timings import MAX_HOURS, Timing
 from ._types import Connection
 from .errors import ArgumentTypeError, ConfigurationError, SchemaError
 from .periodic import Schedule, next_tick
@@ -39,6 +40,7 @@ __all__ = [
     "SEARCH_FIELDS",
     "SEARCH_ROWS",
     "STATES",
+    "Attempt",
     "ErrorGroup",
     "ErrorGroups",
     "HourlyOutcomes",
@@ -50,6 +52,7 @@ __all__ = [
     "QueueStats",
     "Tables",
     "ThroughputBucket",
+    "Timing",
     "cancel_jobs",
     "check",
     "delete_archived",
@@ -72,6 +75,7 @@ __all__ = [
     "retry_failed",
     "retry_jobs",
     "throughput",
+    "timings",
     "waiting",
 ]
 
@@ -523,6 +527,39 @@ def throughput(
 
 
 @dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One run of a job, as its history keeps it: its number (from 1; a run that `stop()`
+    abandoned keeps its number, which runs again), when it started (None: unknown, a run
+    whose lease ran out), when it ended, the worker that ran it (`host:pid thread`; a
+    dead lease's `host:pid`), and its error (None: it succeeded)."""
+
+    number: int
+    started_at: datetime | None
+    finished_at: datetime
+    worker: str | None
+    error: str | None
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long it ran (None when its start is unknown)."""
+        return None if self.started_at is None else self.finished_at - self.started_at
+
+    @property
+    def succeeded(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields for JSON: times in ISO 8601, the duration in seconds."""
+        duration = self.duration
+        return {
+            **dataclasses.asdict(self),
+            "started_at": self.started_at and self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "duration_seconds": None if duration is None else duration.total_seconds(),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class JobInfo:
     """One job as an operator sees it, waiting or archived; every time is an aware UTC datetime.
 
@@ -530,7 +567,8 @@ class JobInfo:
     `finished_at` is None while the job waits; `error` is the last failed attempt's error
     (a failure's own once archived), None when no attempt failed; `priority` is the one
     it was enqueued with. `payload_truncated`: the listing read only the payload's first
-    characters (see `list_jobs_page`), and `payload` is that text, not decoded.
+    characters (see `list_jobs_page`), and `payload` is that text, not decoded. `history`:
+    every finished attempt, oldest first (`get_job` reads it; listings leave it empty).
     """
 
     job_id: uuid.UUID
@@ -545,6 +583,7 @@ class JobInfo:
     error: str | None
     priority: int = 0
     payload_truncated: bool = False
+    history: tuple[Attempt, ...] = ()
 
     @property
     def error_headline(self) -> str | None:
@@ -563,7 +602,38 @@ class JobInfo:
         data["job_id"] = str(self.job_id)
         for name in ("enqueued_at", "process_at", "finished_at"):
             data[name] = data[name] and data[name].isoformat()
+        data["history"] = [attempt.as_dict() for attempt in self.history]
         return data
+
+
+def timings(
+    conn: Connection,
+    *,
+    hours: int = 24,
+    per_hour: bool = True,
+    queue: str | None = None,
+    job_type: str | None = None,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> list[Timing]:
+    """How long the jobs that finished in the last `hours` (the current clock hour and those
+    before it, 1 to a week's) waited and ran, per queue and job type: per clock hour, or
+    over the whole window (`per_hour=False`); of one queue or job type if given. By queue,
+    job type, then hour; an hour in which no job of theirs finished is left out.
+
+    Each job's last attempt counts: its wait from when it was due to when it started, its
+    run from then to its end; `Timing` holds the 50th and 95th percentiles (nearest rank)
+    and the maximum of each. The read is bounded by the archive's `finished_at` index."""
+    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_HOURS:
+        raise ConfigurationError(
+            f"hours must be a whole number from 1 to {MAX_HOURS}, got {hours!r}"
+        )
+    dialect = tables.dialect(conn)
+    end = _utc(now or datetime.now(timezone.utc))
+    since = end.replace(minute=0, second=0, microsecond=0) - (hours - 1) * _HOUR
+    return _timings.read(
+        conn, dialect, tables.archived_job_table, since, hours, per_hour, queue, job_type
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -743,13 +813,39 @@ def get_job(
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | None = None,
 ) -> JobInfo | None:
-    """The job with this id, waiting or archived, or None if there is none."""
+    """The job with this id, waiting or archived, with its history, or None if there is
+    none."""
     query = _Query(job_id=_job_id(job_id))
     codec = check_serializer(serializer)
     dialect = tables.dialect(conn)
     with dialect.admin_read(conn):
         found = _collect(conn, dialect, tables, query, 1, None, codec).jobs
-    return found[0] if found else None
+        if not found:
+            return None
+        return dataclasses.replace(found[0], history=_history(conn, dialect, tables, found[0]))
+
+
+def _history(
+    conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo
+) -> tuple[Attempt, ...]:
+    """The job's finished attempts, oldest first: the failed ones from the attempt table, then
+    its success from the archive, in one statement."""
+    key = dialect.default_id_strategy.encode(job.job_id)
+    rows = dialect.fetchall(
+        conn,
+        f"SELECT attempt, started_at, finished_at, worker, error, 0 FROM "
+        f"{attempt_table_of(tables.job_table)} WHERE job_id = %s UNION ALL "
+        "SELECT attempts, started_at, finished_at, worker, NULL, 1 FROM "
+        f"{tables.archived_job_table} WHERE job_id = %s AND status = 'success'",
+        (key, key),
+    )
+
+    attempts = []
+    for n, started, finished, worker, error, last in rows:
+        ended = _utc(dialect.decode_time(finished))
+        began = None if started is None else _utc(dialect.decode_time(started))
+        attempts.append((last, ended, Attempt(int(n), began, ended, worker, error)))
+    return tuple(attempt for *_, attempt in sorted(attempts, key=lambda row: row[:2]))
 
 
 def _collect(

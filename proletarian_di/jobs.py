@@ -21,7 +21,9 @@ class Job:
     connection of the job's own transaction (advanced mode and callbacks): writes made
     through it commit or roll back together with the job's archive. `trace_context` is the
     OpenTelemetry context of the span that enqueued it (the propagator's fields as JSON),
-    None when it was enqueued outside a span.
+    None when it was enqueued outside a span. `started_at` is when this attempt started (by
+    the worker's clock) and `worker` who runs it (`host:pid thread`): both are kept with the
+    attempt's outcome (see `admin.get_job`'s history).
     """
 
     job_id: uuid.UUID
@@ -35,3 +37,5 @@ class Job:
     priority: int = 0
     connection: Any = dataclasses.field(default=None, repr=False, compare=False)
     trace_context: str | None = dataclasses.field(default=None, repr=False)
+    started_at: datetime | None = dataclasses.field(default=None, repr=False, compare=False)
+    worker: str | None = dataclasses.field(default=None, repr=False, compare=False)

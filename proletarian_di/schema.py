@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _ddl
 from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
-from ._dialects.base import claims_table_of
+from ._dialects.base import attempt_table_of, claims_table_of
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from .errors import ConfigurationError, SchemaError
 
@@ -29,11 +29,13 @@ NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf
 # MySQL 8.0.1-8.0.16 has no NO PAD binary collation for utf8mb4.
 OLD_MYSQL_COLLATION = "COLLATE utf8mb4_bin"
 
-WORKERS_NEED = "observability"
+WORKERS_NEED = "attempts"
 """The schema step workers, `process_next_job` and the admin queries need: their claim runs in
 the order of the priorities step's index, they read the paused queues, they clear a
-job's lease, and they read the job's trace context. `enqueue` needs only the seeds' tables,
-unless asked for a newer step's feature (a priority, a unique key, a trace context to keep)."""
+job's lease, they read the job's trace context, and they record each attempt (its start and
+worker in the archive, a failed one in the attempt table). `enqueue` needs only the seeds'
+tables, unless asked for a newer step's feature (a priority, a unique key, a trace context
+to keep)."""
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 PAUSED_TABLE_SUFFIX = "_paused"
@@ -107,6 +109,7 @@ def _render(
         "periodic_table": periodic_table(job_table),
         "paused_table": paused_table(job_table),
         "claims_table": claims_table(job_table),
+        "attempt_table": attempt_table(job_table),
     }
     sql = template.format(
         schema=schema or "public",
@@ -115,6 +118,7 @@ def _render(
         claim_index=f"{name}_queue_priority_process_at",
         unique_index=unique_index(job_table),
         finished_index=finished_index(archived_job_table),
+        attempt_index=f"{name}_attempt_job_id",
         collation=collation,
         **tables,
         **{f"{key}_name": table.rpartition(".")[2] for key, table in tables.items()},
@@ -150,6 +154,11 @@ def paused_table(job_table: str) -> str:
 def claims_table(job_table: str) -> str:
     """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
     return claims_table_of(job_table)
+
+
+def attempt_table(job_table: str) -> str:
+    """Where a job's failed attempts are kept: `<job table>_attempt`."""
+    return attempt_table_of(job_table)
 
 
 def version_table(job_table: str) -> str:

@@ -18,6 +18,7 @@ from ._urls import url_dialect
 from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
 from .schema import (
+    attempt_table,
     check_schema,
     claims_table,
     install_schema,
@@ -247,6 +248,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {periodic_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {paused_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {claims_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {attempt_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 
@@ -257,6 +259,7 @@ class QueueDatabase:
         statement = "TRUNCATE TABLE" if truncate else "DELETE FROM"
         self.execute(f"{statement} {self.job_table}")
         self.execute(f"{statement} {self.archived_job_table}")
+        self.execute(f"{statement} {attempt_table(self.job_table)}")
         self.execute(f"DELETE FROM {paused_table(self.job_table)}")
 
     def jobs(self) -> list[tuple[Any, ...]]:

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 10) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 11) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -39,6 +39,8 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     finished_at DATETIME(6) NOT NULL,   -- UTC; when the job finished (success or failure)
     last_error  TEXT NULL,              -- a failure's error; the last failed attempt's otherwise
     priority    INTEGER NOT NULL DEFAULT 0,
+    started_at  DATETIME(6) NULL,       -- UTC; when the last attempt started (NULL: it never ran)
+    worker      VARCHAR(255) NULL,      -- who ran the last attempt: host:pid thread
     INDEX archived_job_finished_at (finished_at, queue, status) -- the archive by time (dashboard)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
@@ -61,6 +63,16 @@ CREATE TABLE IF NOT EXISTS proletarian.job_claims (
     job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
 ) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS proletarian.job_attempt (
+    id          BIGINT AUTO_INCREMENT PRIMARY KEY,
+    job_id      BINARY(16) NOT NULL,      -- a job's failed attempts; its success is in the archive
+    attempt     INTEGER NOT NULL,         -- the attempt's number, from 1
+    started_at  DATETIME(6) NULL,         -- UTC; NULL: unknown (its lease ran out)
+    finished_at DATETIME(6) NOT NULL,     -- UTC; when it ended, or was found to have ended
+    worker      VARCHAR(255) NULL,        -- who ran it: host:pid thread
+    error       TEXT NULL,                -- its error (type, message, trace)
+    INDEX job_attempt_job_id (job_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade
 CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table VARCHAR(255) PRIMARY KEY, version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL) ENGINE=InnoDB;

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 8) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 9) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -30,7 +30,9 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     status      TEXT NOT NULL,        -- success / failure / cancelled
     finished_at TIMESTAMPTZ NOT NULL, -- when the job finished (success or failure)
     last_error  TEXT,                 -- a failure's error; the last failed attempt's otherwise
-    priority    INTEGER NOT NULL DEFAULT 0
+    priority    INTEGER NOT NULL DEFAULT 0,
+    started_at  TIMESTAMPTZ,          -- when the last attempt started (NULL: it never ran)
+    worker      TEXT                  -- who ran the last attempt: host:pid thread
 );
 
 -- the archive by time (the dashboard's overview)
@@ -61,6 +63,17 @@ CREATE TABLE IF NOT EXISTS proletarian.job_claims (
     job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
 );
+CREATE TABLE IF NOT EXISTS proletarian.job_attempt (
+    id          BIGSERIAL PRIMARY KEY,
+    job_id      UUID NOT NULL,        -- a job's failed attempts; its success is in the archive
+    attempt     INTEGER NOT NULL,     -- the attempt's number, from 1
+    started_at  TIMESTAMPTZ,          -- NULL: unknown (its lease ran out)
+    finished_at TIMESTAMPTZ NOT NULL, -- when it ended, or was found to have ended
+    worker      TEXT,                 -- who ran it: host:pid thread
+    error       TEXT                  -- its error (type, message, trace)
+);
+
+CREATE INDEX IF NOT EXISTS job_attempt_job_id ON proletarian.job_attempt (job_id);
 
 -- the schema's version, recorded on upgrade
 CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table TEXT PRIMARY KEY, version INTEGER NOT NULL, upgraded_at TIMESTAMPTZ NOT NULL DEFAULT now());

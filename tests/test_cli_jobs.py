@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,7 +15,7 @@ import pytest
 from cli_fixtures.cli_db import JOB, TABLES, CliDB
 from test_cli import one_line, run
 
-from proletarian_di import process_next_job
+from proletarian_di import RetrySpec, process_next_job
 
 MISSING = "00000000-0000-7000-8000-000000000000"
 
@@ -153,6 +154,34 @@ def test_show_prints_payload_and_the_whole_error(db, pool):
     assert record["state"] == "failed" and record["attempts"] == 1
     assert record["payload"] == {"order": "A-17", "note": "üüü"}
     assert "Traceback" in record["error"] and "boom on" in record["error"]
+
+
+def test_show_lists_every_attempt(db, pool):
+    [job_id] = db.enqueue(("flaky", 1))
+    failed: list[int] = []
+
+    def flaky(job_type: str, payload: Any) -> None:
+        if not failed:
+            failed.append(payload)
+            raise TimeoutError("upstream slow")
+
+    once = {"retry_strategy_fn": lambda job, exc: RetrySpec(retries=1)}
+    assert process(pool, flaky, **once) is False
+    assert process(pool, flaky, **once) is True
+    text = run("jobs", "show", str(job_id), "-d", db.url, env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    lines = [line.strip() for line in text.stdout.splitlines()]
+    start = lines.index("history")
+    first, second = lines[start + 1 : start + 3]
+    assert first.startswith("#1 ") and first.endswith("TimeoutError: upstream slow")
+    assert second.startswith("#2 ") and second.endswith("succeeded")
+    for line in (first, second):
+        assert re.search(r" \d+\.\d{3}s ", line) and " proletarian[default] " in line
+    record = json.loads(run("jobs", "show", str(job_id), "--json", "-d", db.url).stdout)
+    assert [a["number"] for a in record["history"]] == [1, 2]
+    assert record["history"][0]["error"].startswith("TimeoutError: upstream slow")
+    assert record["history"][1]["error"] is None
+    assert record["history"][1]["duration_seconds"] >= 0
 
 
 def test_show_missing_or_malformed_id(db):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import html
+import json
 import logging
 import os
 import re
@@ -27,7 +28,7 @@ from starlette.routing import Mount
 from test_cli import flat
 from typer.testing import CliRunner
 
-from proletarian_di import PeriodicJob, admin, create_scheduler, process_next_job
+from proletarian_di import PeriodicJob, RetrySpec, admin, create_scheduler, process_next_job
 from proletarian_di.cli import app as cli_app
 from proletarian_di.contrib.dashboard import basic_auth, dashboard
 from proletarian_di.errors import ConfigurationError
@@ -203,6 +204,72 @@ def test_an_empty_database_has_an_empty_chart(pool, reader):
     assert overview.status_code == 200
     assert "0 succeeded and 0 failed jobs in the last 24 hours" in overview.text
     assert "<title>" not in chart_of(overview.text) and "24 h ago</span>" in overview.text
+
+
+def test_the_chart_has_a_scale_of_round_numbers_and_a_tick_at_every_hour(backend, pool, reader):
+    enqueue_committed(backend, *[("t", {"to": f"a{n}@example.com"}) for n in range(7)])
+    while process_next_job(pool, send) is not None:
+        pass
+    chart = chart_of(reader.get("/").text)
+    scale = re.findall(r'<text class="scale"[^>]*>([^<]*)</text>', chart)
+    assert scale == ["0", "2", "4", "6", "8"]  # 7 jobs this hour: steps of 2 up to 8
+    hours = re.findall(r'<text class="hour"[^>]*>(\d\d:00)</text>', chart)
+    assert len(hours) == 8 and len(set(hours)) == 8  # every third hour of 24 labelled
+    assert chart.count('class="tick"') == 24
+    assert "jobs per hour, hours in UTC" in chart
+
+
+def test_the_job_page_tells_every_attempt(backend, pool, reader):
+    [job_id] = enqueue_committed(backend, ("send_email", {"to": "bounce@example.com"}))
+    later = {"retry_strategy_fn": lambda job, exc: RetrySpec(retries=1, delays=[0])}
+    assert process_next_job(pool, send, **later) is False
+    store_payload = {"to": "ada@example.com"}
+    with connection(backend) as conn:
+        conn.cursor().execute(
+            f"UPDATE {backend.job_table} SET payload = %s",
+            (json.dumps(store_payload),),
+        )
+        conn.commit()
+    assert process_next_job(pool, send, **later) is True
+    page = reader.get(f"/jobs/{job_id}").text
+    rows = re.findall(r'<tr data-attempt="(\d)">(.*?)</tr>', page, re.S)
+    assert [number for number, _ in rows] == ["1", "2"]
+    first, second = (row for _, row in rows)
+    assert "<summary>ConnectionError: SMTP server refused bounce@example.com: &lt;b&gt;550" in first
+    assert "Traceback (most recent call last)" in first
+    assert "state-succeeded" in second and "<details>" not in second
+    for row in (first, second):
+        assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC</td>", row), row
+        assert re.search(r'<td class="n">\d+ ms</td>|<td class="n">[\d.]+ s</td>', row), row
+        assert f"<code>{socket.gethostname()}:" in row and " proletarian[default]</code>" in row
+    waiting = enqueue_committed(backend, ("send_email", {"to": "x@example.com"}))[0]
+    assert "No attempt has finished yet." in reader.get(f"/jobs/{waiting}").text
+
+
+def test_the_timings_page_shows_wait_and_run_per_queue_type_and_hour(backend, pool, reader):
+    enqueue_committed(backend, ("send_email", {"to": "a@example.com"}), queue="mail")
+    enqueue_committed(backend, ("monthly_report", {}), queue="reports")
+    assert process_next_job(pool, send, queue="mail") is True
+    assert process_next_job(pool, lambda t, p: None, queue="reports") is True
+    page = reader.get("/timings")
+    assert page.status_code == 200
+    groups = dict(re.findall(r'<tbody data-timing="([^"]+)">(.*?)</tbody>', page.text, re.S))
+    assert sorted(groups) == ["mail/send_email", "reports/monthly_report"]
+    mail = groups["mail/send_email"]
+    assert re.search(r'<tr class="whole">.*?<td class="n">1</td>', mail, re.S)
+    assert mail.count('<tr class="hour"') == 1
+    assert len(re.findall(r'<td class="n">(?:\d+ ms|[\d.]+ s)</td>', mail)) == 12
+    enqueue_committed(backend, ("send_email", {"to": "b@example.com"}), queue="mail")
+    assert process_next_job(pool, send, queue="mail") is True
+    again = reader.get("/timings").text
+    assert (
+        re.search(r'<tbody data-timing="mail/send_email">(.*?)</tbody>', again, re.S).group(1)
+        == mail
+    ), "the page reads the archive once a minute at most"
+    only = reader.get("/timings", params={"queue": "reports"}).text
+    assert 'data-timing="reports/monthly_report"' in only and "mail/send_email" not in only
+    none = reader.get("/timings", params={"job_type": "nothing"}).text
+    assert "No job of this kind finished in the last 24 hours" in none
 
 
 def test_html_in_payloads_and_errors_is_escaped(jobs, reader):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -316,6 +317,15 @@ def test_a_killed_process_job_runs_again_once_its_lease_expired(
     assert archive_by_id(backend) == {as_uuid(job_id): ("success", 2)}
     assert "LeaseExpired" in last_error(backend, job_id)
     assert [data["attempt"] for data in log.named("lease_expired")] == [1]
+    with contextlib.closing(backend.connect()) as conn:
+        job = admin.get_job(conn, job_id)
+    assert job is not None
+    dead, rerun = job.history
+    assert (dead.number, dead.started_at, dead.succeeded) == (1, None, False), "start unknown"
+    assert dead.error is not None and dead.error.startswith("LeaseExpired")
+    assert dead.worker == f"{socket.gethostname()}:{process.pid}", "the dead lease's holder"
+    assert (rerun.number, rerun.succeeded) == (2, True)
+    assert rerun.started_at is not None and rerun.started_at >= lease_end
 
 
 # 4. A lost lease -----------------------------------------------------------------------

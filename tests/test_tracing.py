@@ -521,8 +521,8 @@ def test_the_observability_step_adds_the_column_and_the_archives_index(older, tr
 
     with contextlib.closing(older.connect()) as conn:
         applied = upgrade_schema(conn, **names)
-        assert [m.name for m in applied] == ["observability"]
-        assert schema_version(conn, **names) == applied[0].version
+        assert applied[0].name == "observability"  # and the steps after it
+        assert schema_version(conn, **names) == applied[-1].version
 
     columns, indexes = columns_and_indexes(older)
     assert "trace_context" in columns

@@ -76,6 +76,11 @@ def claims_table_of(job_table: str) -> str:
     return f"{job_table}_claims"
 
 
+def attempt_table_of(job_table: str) -> str:
+    """Where a job's failed attempts are kept: `<job table>_attempt`."""
+    return f"{job_table}_attempt"
+
+
 def check_table_name(name: Any, option: str = "job_table") -> str:
     """Return `name` if it is a plain `table` or `schema.table` identifier."""
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
@@ -212,6 +217,17 @@ def running_slots(job_table: str, queue: str, size: int) -> RunningSlots:
     return RunningSlots(size, key, f"proletarian_di.{digest.hex()}.")
 
 
+class Runs(NamedTuple):
+    """How the last attempts of jobs archived together ran: when each started (in the order
+    of their ids; None: unknown), and the worker that ran them (one thread runs a batch)."""
+
+    started: Sequence[datetime | None]
+    worker: str | None
+
+
+NO_RUNS = Runs((), None)
+
+
 class Session:
     """A connection as the runner uses it: the per-job statements of its dialect, with what
     the dialect set up on this connection (PostgreSQL prepares statements on a worker's
@@ -238,13 +254,16 @@ class Session:
         limit: int = 1,
         start: Any = None,
         slots: RunningSlots | None = None,
+        runs: Runs = NO_RUNS,
     ) -> None:
         """`archive_and_commit`, then `claim` the next jobs (now is `finished_at`; with
         `slots`, `claim_in_slot`) in the same round trip, keeping their rows in `ahead`:
         one round trip per job instead of two. Only where `can_claim_ahead` said so. The
         archive's errors are raised; a claim that failed after the commit is rolled back,
         for the next claim to make again."""
-        self.ahead = self._archive_then_claim(job_ids, finished_at, queue, limit, start, slots)
+        self.ahead = self._archive_then_claim(
+            job_ids, finished_at, queue, limit, start, slots, runs
+        )
         if self.ahead is None:
             self.dialect.rollback(self.conn)
 
@@ -256,6 +275,7 @@ class Session:
         limit: int,
         start: Any,
         slots: RunningSlots | None,
+        runs: Runs,
     ) -> list[JobRow] | None:
         """The dialect's one round trip of `archive_commit_and_claim`: the claimed rows, or
         None if the claim failed after the commit."""
@@ -295,9 +315,13 @@ class Session:
         slot is kept (the connection must then stay with the thread)."""
         return False
 
-    def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
-        """Archive successful jobs and commit."""
-        self.dialect.archive(self.conn, job_ids, "success", finished_at)
+    def archive_and_commit(
+        self, job_ids: Sequence[Any], finished_at: datetime, runs: Runs = NO_RUNS
+    ) -> None:
+        """Archive successful jobs, with how they ran, and commit."""
+        self.dialect.archive(
+            self.conn, job_ids, "success", finished_at, started=runs.started, worker=runs.worker
+        )
         self.dialect.commit(self.conn)
 
 
@@ -311,6 +335,8 @@ class Dialect:
     index's own order, from a position in it."""
     claim_from = "(-priority, process_at) >= (%s, %s)"
     claim_order = "-priority, process_at"
+    time_param = "%s::timestamptz"
+    """A time parameter where its type cannot be told from the statement (it may be NULL)."""
     db_now = "statement_timestamp()"
     """The database's clock, which judges leases: every host's worker sees them expire at
     the same time, however far its own clock is off."""
@@ -334,10 +360,11 @@ class Dialect:
         self.lease_select_sql = self.claim_statement(
             columns=f"{self.columns}, last_error, priority, leased_by, trace_context"
         )
-        # A leased job's row counts its attempt from the claim on; settling it takes that
-        # back, so that the outcome is written as in the held-transaction mode.
+        # A leased job's row counts its attempt from the claim on, and its process_at is when
+        # the lease runs out; settling it takes both back, so that the outcome is written as
+        # in the held-transaction mode (the archive's process_at is when the job was due).
         self.settle_sql = (
-            f"UPDATE {job} SET attempts = attempts - %s, leased_by = NULL "
+            f"UPDATE {job} SET attempts = attempts - %s, leased_by = NULL, process_at = %s "
             "WHERE job_id = %s AND leased_by = %s"
         )
         # A claim given back unrun leaves the row as it was: its attempts (a started job's
@@ -354,12 +381,24 @@ class Dialect:
         self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
-        # status, finished_at, then the error: a failure's own, else the job's last one
-        self.archive_select = (
-            f"INSERT INTO {archive} ({self.columns}, priority, status, finished_at, last_error) "
+        self.attempt_table = attempt_table_of(self.job_table)
+        # status, finished_at, the error (a failure's own, else the job's last one), then when
+        # the last attempt started and its worker (`archive_of` writes the start)
+        self.archive_columns = (
+            f"INSERT INTO {archive} ({self.columns}, priority, status, finished_at, last_error, "
+            "started_at, worker) "
             "SELECT job_id, queue, job_type, payload, attempts + 1, enqueued_at, process_at, "
-            "priority, %s, %s, COALESCE(%s, last_error) "
+            "priority, %s, %s, COALESCE(%s, last_error), "
         )
+        self.archive_select = self.archive_of(self.time_param)
+        self.attempt_sql = (
+            f"INSERT INTO {self.attempt_table} (job_id, attempt, started_at, finished_at, "
+            "worker, error) VALUES (%s, %s, %s, %s, %s, %s)"
+        )
+
+    def archive_of(self, started: str) -> str:
+        """The archive's INSERT … SELECT up to its FROM, with `started` for started_at."""
+        return f"{self.archive_columns}{started}, %s "
 
     def claim_statement(self, condition: str = "", columns: str = "") -> str:
         """The claim, with an extra `condition` first in its WHERE clause, selecting
@@ -403,9 +442,30 @@ class Dialect:
         (`date_part`), twice as quick over the archive's last day as EXTRACT's numeric."""
         return f"date_part('epoch', {column} - %s::timestamptz)"
 
+    def seconds_between(self, start: str, end: str) -> str:
+        """SQL for the seconds from column `start`'s time to column `end`'s."""
+        return f"date_part('epoch', {end} - {start})"
+
     def hours_since(self, column: str) -> str:
         """SQL for the whole hours from a time parameter (`%s`) to `column`'s later time."""
         return f"FLOOR({self.seconds_since(column)} / 3600)"
+
+    def percentiles(self, source: str, values: Sequence[str], ranks: Sequence[float]) -> str:
+        """A query of `source` (rows of slot, queue, job_type and the `values` columns): per
+        slot, queue and job type, how many rows, then for each value its nearest-rank
+        percentiles at `ranks` (the smallest value with at least that share of the rows at
+        or under it) and its maximum. One sort per value (`percentile_disc`, computed once
+        for all `ranks`)."""
+        shares = f"ARRAY[{', '.join(map(str, ranks))}]::float8[]"
+        columns = []
+        for value in values:
+            disc = f"percentile_disc({shares}) WITHIN GROUP (ORDER BY {value})"
+            columns += [f"({disc})[{n}]" for n in range(1, len(ranks) + 1)]
+            columns.append(f"MAX({value})")
+        return (
+            f"SELECT slot, queue, job_type, COUNT(*), {', '.join(columns)} "
+            f"FROM ({source}) AS timed GROUP BY slot, queue, job_type"
+        )
 
     # Statements --------------------------------------------------------------
 
@@ -503,10 +563,31 @@ class Dialect:
         status: str,
         finished_at: datetime,
         error: str | None = None,
+        *,
+        started: Sequence[datetime | None] = (),
+        worker: str | None = None,
     ) -> None:
         """Move jobs to the archive with `status`, counting the attempt just made; `error`
-        is a failure's (None keeps the job's last error)."""
+        is a failure's (None keeps the job's last error); `started`, when each job's attempt
+        started (in the order of `job_ids`; none given: unknown), and the `worker` that ran
+        them."""
         raise NotImplementedError
+
+    def add_attempt(
+        self,
+        conn: Any,
+        job_id: Any,
+        attempt: int,
+        started_at: datetime | None,
+        finished_at: datetime,
+        worker: str | None,
+        error: str,
+    ) -> None:
+        """Add a failed attempt to the job's history (the attempt table)."""
+        encode = self.encode_time
+        started = None if started_at is None else encode(started_at)
+        params = (job_id, attempt, started, encode(finished_at), worker, error)
+        self.execute(conn, self.attempt_sql, params)
 
     def reschedule(
         self, conn: Any, job_id: Any, attempts: int, process_at: datetime, error: str
@@ -558,14 +639,23 @@ class Dialect:
         return rows
 
     def archive_leased_and_claim(
-        self, conn: Any, job_id: Any, token: str, finished_at: datetime, claim: LeaseClaim
+        self,
+        conn: Any,
+        job_id: Any,
+        token: str,
+        finished_at: datetime,
+        due: datetime,
+        runs: Runs,
+        claim: LeaseClaim,
     ) -> tuple[bool, list[LeasedRow]]:
         """`archive_leased`, then `lease_claim` of the next jobs, in one transaction (one
         commit): (whether it was archived, the rows claimed). A lost lease archives nothing
         and the claim goes on."""
-        if not self.settle(conn, job_id, token):
+        if not self.settle(conn, job_id, token, due):
             return False, self.lease_claim(conn, *claim)
-        self.archive(conn, [job_id], "success", finished_at)
+        self.archive(
+            conn, [job_id], "success", finished_at, started=runs.started, worker=runs.worker
+        )
         rows = self._lease(conn, claim)
         self.commit(conn)
         return True, rows
@@ -593,22 +683,37 @@ class Dialect:
         self.commit(conn)
         return count
 
-    def settle(self, conn: Any, job_id: Any, token: str, attempts_back: int = 1) -> bool:
+    def settle(
+        self, conn: Any, job_id: Any, token: str, due: datetime, attempts_back: int = 1
+    ) -> bool:
         """Begin the transaction that writes a leased job's outcome: True if the job is
-        still under `token` (now locked, its lease ended, `attempts_back` attempts taken
-        back), False (rolled back) if the lease was lost."""
+        still under `token` (now locked, its lease ended, due at `due` again, as it was
+        claimed, and `attempts_back` attempts taken back), False (rolled back) if the lease
+        was lost."""
         self.begin(conn)
-        if self.execute_count(conn, self.settle_sql, (attempts_back, job_id, token)) == 1:
+        params = (attempts_back, self.encode_time(due), job_id, token)
+        if self.execute_count(conn, self.settle_sql, params) == 1:
             return True
         self.rollback(conn)
         return False
 
-    def archive_leased(self, conn: Any, job_id: Any, token: str, finished_at: datetime) -> bool:
-        """Archive a leased job as a success and commit, if `token` still holds it; False
-        (nothing written) if the lease was lost."""
-        if not self.settle(conn, job_id, token):
+    def archive_leased(
+        self,
+        conn: Any,
+        job_id: Any,
+        token: str,
+        finished_at: datetime,
+        due: datetime,
+        runs: Runs = NO_RUNS,
+    ) -> bool:
+        """Archive a leased job as a success (due at `due`, as it was claimed, and run as
+        `runs` says) and commit, if `token` still holds it; False (nothing written) if the
+        lease was lost."""
+        if not self.settle(conn, job_id, token, due):
             return False
-        self.archive(conn, [job_id], "success", finished_at)
+        self.archive(
+            conn, [job_id], "success", finished_at, started=runs.started, worker=runs.worker
+        )
         self.commit(conn)
         return True
 
@@ -865,9 +970,15 @@ class Dialect:
         raise NotImplementedError
 
     def purge_archived(self, conn: Any, where: str, params: Sequence[Any]) -> int:
-        """Delete the archived jobs matching `where`; how many."""
-        sql = f"DELETE FROM {self.archived_job_table} WHERE {where}"
-        return self.execute_count(conn, sql, params)
+        """Delete the archived jobs matching `where`, and their attempts; how many jobs."""
+        archive = self.archived_job_table
+        self.execute(
+            conn,
+            f"DELETE FROM {self.attempt_table} WHERE job_id IN "
+            f"(SELECT job_id FROM {archive} WHERE {where})",
+            params,
+        )
+        return self.execute_count(conn, f"DELETE FROM {archive} WHERE {where}", params)
 
 
 _EVERY_ROW = "1 = 1"

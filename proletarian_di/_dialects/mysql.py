@@ -17,10 +17,12 @@ from ..job_ids import BinaryUUIDStrategy
 from .base import (
     FIRST_POSITION,
     NO_HELD_ROWS,
+    NO_RUNS,
     Dialect,
     HeldRows,
     JobRow,
     RunningSlots,
+    Runs,
     Session,
     TransactionLost,
     shutdown_socket,
@@ -49,6 +51,7 @@ class MySQLDialect(Dialect):
     claim_queue = "queue >= %s AND queue <= %s"
     claim_from = "(priority_rank > %s OR (priority_rank = %s AND process_at >= %s))"
     claim_order = "queue, priority_rank, process_at"
+    time_param = "%s"
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
 
@@ -61,9 +64,7 @@ class MySQLDialect(Dialect):
         job = self.job_table
         self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id = %s"
         self.delete_sql = f"DELETE FROM {job} WHERE job_id = %s"
-        self.archive_many_sql = (
-            self.archive_select + f"FROM {job} FORCE INDEX (PRIMARY) WHERE job_id IN %s"
-        )
+        self._archive_many: dict[int, str] = {}
         self._delete_many: dict[int, str] = {}
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
@@ -88,8 +89,32 @@ class MySQLDialect(Dialect):
     def seconds_since(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, %s, {column}) / 1000000"
 
+    def seconds_between(self, start: str, end: str) -> str:
+        return f"TIMESTAMPDIFF(MICROSECOND, {start}, {end}) / 1000000"
+
     def hours_since(self, column: str) -> str:
         return f"TIMESTAMPDIFF(HOUR, %s, {column})"
+
+    def percentiles(self, source: str, values: Sequence[str], ranks: Sequence[float]) -> str:
+        """Without PERCENTILE_DISC as an aggregate: each row ranked per slot, queue and job
+        type (ROW_NUMBER over each value, MySQL 8.0 and MariaDB 10.2+), then the rows whose
+        rank is the percentile's, picked out while grouping."""
+        partition = "PARTITION BY slot, queue, job_type"
+        ranked = ", ".join(
+            f"ROW_NUMBER() OVER ({partition} ORDER BY {value}) AS {value}_rank" for value in values
+        )
+        columns = []
+        for value in values:
+            columns += [
+                f"MAX(CASE WHEN {value}_rank = CEIL({share} * n) THEN {value} END)"
+                for share in ranks
+            ]
+            columns.append(f"MAX({value})")
+        return (
+            f"SELECT slot, queue, job_type, MAX(n), {', '.join(columns)} FROM ("
+            f"SELECT timed.*, {ranked}, COUNT(*) OVER ({partition}) AS n "
+            f"FROM ({source}) AS timed) AS ranked GROUP BY slot, queue, job_type"
+        )
 
     def cursor(self, conn: Any) -> Any:
         return conn.cursor(_tuple_cursor())
@@ -210,38 +235,69 @@ class MySQLDialect(Dialect):
         status: str,
         finished_at: datetime,
         error: str | None = None,
+        *,
+        started: Sequence[datetime | None] = (),
+        worker: str | None = None,
     ) -> None:
         """Copy, then delete, the jobs by primary-key lookups only: a DELETE that scans
         X-locks every row it reads, so it waits for (and deadlocks on) other workers' jobs."""
         if not job_ids:
             return
-        for sql, params in self._archive_and_delete(job_ids, status, finished_at, error):
+        runs = Runs(started, worker)
+        for sql, params in self._archive_and_delete(job_ids, status, finished_at, error, runs):
             self.execute(conn, sql, params)
 
     def archive_statements(
-        self, cursor: Any, job_ids: Sequence[Any], status: str, finished_at: datetime
+        self,
+        cursor: Any,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+        runs: Runs = NO_RUNS,
     ) -> list[str]:
         """`archive`'s two statements written out (`cursor.mogrify`), for a query of many."""
         return [
             cursor.mogrify(sql, params)
-            for sql, params in self._archive_and_delete(job_ids, status, finished_at, None)
+            for sql, params in self._archive_and_delete(job_ids, status, finished_at, None, runs)
         ]
 
     def _archive_and_delete(
-        self, job_ids: Sequence[Any], status: str, finished_at: datetime, error: str | None
+        self,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+        error: str | None,
+        runs: Runs,
     ) -> list[tuple[str, tuple[Any, ...]]]:
         finished = self.encode_time(finished_at)
+        starts = [None if at is None else self.encode_time(at) for at in runs.started]
+        starts = starts or [None] * len(job_ids)
         if len(job_ids) == 1:
             job_id = job_ids[0]
             return [
-                (self.archive_sql, (status, finished, error, job_id)),
+                (self.archive_sql, (status, finished, error, starts[0], runs.worker, job_id)),
                 (self.delete_sql, (job_id,)),
             ]
         ids = tuple(job_ids)
+        pairs = [value for pair in zip(ids, starts, strict=True) for value in pair]
         return [
-            (self.archive_many_sql, (status, finished, error, ids)),
+            (
+                self._archive_many_sql(len(ids)),
+                (status, finished, error, *pairs, runs.worker, ids),
+            ),
             (self._delete_many_sql(len(ids)), ids),
         ]
+
+    def _archive_many_sql(self, count: int) -> str:
+        """The archive of `count` jobs, each with its own start (picked by its id)."""
+        sql = self._archive_many.get(count)
+        if sql is None:
+            started = f"CASE job_id {' '.join(['WHEN %s THEN %s'] * count)} END"
+            sql = self._archive_many[count] = (
+                self.archive_of(started)
+                + f"FROM {self.job_table} FORCE INDEX (PRIMARY) WHERE job_id IN %s"
+            )
+        return sql
 
     def _delete_many_sql(self, count: int) -> str:
         """A DELETE of `count` jobs that finds each by its primary key, whatever the statistics:
@@ -617,6 +673,7 @@ class MySQLSession(Session):
         limit: int,
         start: Any,
         slots: RunningSlots | None,
+        runs: Runs,
     ) -> list[JobRow] | None:
         """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim as
         one multi-statement query; with `slots`, the running slot is given back after the
@@ -630,7 +687,7 @@ class MySQLSession(Session):
                 dialect.claim_params(queue, start, finished_at, limit),
             )
             statements = [
-                *dialect.archive_statements(cursor, job_ids, "success", finished_at),
+                *dialect.archive_statements(cursor, job_ids, "success", finished_at, runs),
                 "COMMIT",
             ]
             if slots is not None:

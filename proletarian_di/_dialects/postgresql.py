@@ -20,6 +20,7 @@ from ..job_ids import UUIDStrategy
 from .base import (
     FIRST_POSITION,
     NO_HELD_ROWS,
+    NO_RUNS,
     RESERVED,
     Dialect,
     HeldRows,
@@ -27,6 +28,7 @@ from .base import (
     LeaseClaim,
     LeasedRow,
     RunningSlots,
+    Runs,
     Session,
     TransactionLost,
     shutdown_socket,
@@ -46,23 +48,33 @@ class PostgresDialect(Dialect):
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         super().__init__(job_table, archived_job_table)
         job = self.job_table
+        # Many jobs: each one's start comes in an array beside their ids (the ids again).
+        # Parameters: ids, status, finished_at, error, worker, ids, starts.
         self.archive_sql = (
             f"WITH done AS (DELETE FROM {job} WHERE job_id = ANY(%s) RETURNING *) "
+            + self.archive_of("run.started_at")
+            + "FROM done JOIN unnest(%s::uuid[], %s::timestamptz[]) AS run(run_id, started_at) "
+            "ON run.run_id = done.job_id"
+        )
+        # One job: id, status, finished_at, error, started_at, worker.
+        self.archive_one_sql = (
+            f"WITH done AS (DELETE FROM {job} WHERE job_id = %s RETURNING *) "
             + self.archive_select
             + "FROM done"
         )
-        self.archive_one_sql = self.archive_sql.replace("= ANY(%s)", "= %s")
         self._quoted: dict[str, str] = {}
         self._numbered: dict[str, str] = {}
         self._limited: dict[tuple[str, int], str] = {}
         claim = "BEGIN; " + _fill(
             self.claim_sql, "{queue}", "{rank}", "{start}", "{now}", "{limit}"
         )
+        one = ("{ids}", "'success'", "{finished}", "NULL", "{started}", "{worker}")
+        many = ("{ids}", "'success'", "{finished}", "NULL", "{worker}", "{ids}", "{started}")
         self._inline = _HotPath(
             claim,
             claim,
-            _fill(self.archive_one_sql, "{ids}", "'success'", "{finished}", "NULL") + "; COMMIT",
-            _fill(self.archive_sql, "{ids}", "'success'", "{finished}", "NULL") + "; COMMIT",
+            _fill(self.archive_one_sql, *one) + "; COMMIT",
+            _fill(self.archive_sql, *many) + "; COMMIT",
         )
         tag = hashlib.blake2s(f"{job} {self.archived_job_table}".encode(), digest_size=4)
         self._statements = {
@@ -72,12 +84,12 @@ class PostgresDialect(Dialect):
                 _fill(self.claim_sql, "$1", "$4", "$3", "$2", "1"),
             ),
             f"proletarian_archive_{tag.hexdigest()}": (
-                "uuid, timestamptz",
-                _fill(self.archive_one_sql, "$1", "'success'", "$2", "NULL"),
+                "uuid, timestamptz, timestamptz, text",
+                _fill(self.archive_one_sql, "$1", "'success'", "$2", "NULL", "$3", "$4"),
             ),
             f"proletarian_many_{tag.hexdigest()}": (
-                "uuid[], timestamptz",
-                _fill(self.archive_sql, "$1", "'success'", "$2", "NULL"),
+                "uuid[], timestamptz, timestamptz[], text",
+                _fill(self.archive_sql, "$1", "'success'", "$2", "NULL", "$4", "$1", "$3"),
             ),
         }
         claim_one, archive_one, archive_many = self._statements
@@ -91,8 +103,8 @@ class PostgresDialect(Dialect):
         self._prepared = _HotPath(
             f"BEGIN; EXECUTE {claim_one}({{queue}}, {{now}}, {{start}}, {{rank}})",
             claim,
-            f"EXECUTE {archive_one}({{ids}}, {{finished}}); COMMIT",
-            f"EXECUTE {archive_many}({{ids}}, {{finished}}); COMMIT",
+            f"EXECUTE {archive_one}({{ids}}, {{finished}}, {{started}}, {{worker}}); COMMIT",
+            f"EXECUTE {archive_many}({{ids}}, {{finished}}, {{started}}, {{worker}}); COMMIT",
         )
         # A transaction-level advisory lock per running job: the first free slot, if any,
         # taken in the claim's own statement and released by its COMMIT or ROLLBACK.
@@ -106,9 +118,15 @@ class PostgresDialect(Dialect):
         # died; the rest are reserved (see `base.RESERVED`).
         self.lease_claim_sql = "WITH " + self._lease_claim("")
         # A leased job's success: the lease checked, the row moved, in one statement (the
-        # row already counts the attempt).
-        assert self.archive_select.count("attempts + 1") == 1
-        archived = self.archive_select.replace("attempts + 1", "attempts") + "FROM done"
+        # row already counts the attempt, and its process_at is the lease's end: the archive
+        # gets the time the job was due, as it was claimed, instead).
+        assert self.archive_select.count("attempts + 1, enqueued_at, process_at") == 1
+        archived = (
+            self.archive_select.replace(
+                "attempts + 1, enqueued_at, process_at", "attempts, enqueued_at, %s::timestamptz"
+            )
+            + "FROM done"
+        )
         done = f"done AS (DELETE FROM {job} WHERE job_id = %s AND leased_by = %s RETURNING *)"
         self.archive_leased_sql = f"WITH {done} {archived}"
         # ... and the next claim in the same statement, so one commit: one row per job
@@ -343,18 +361,42 @@ class PostgresDialect(Dialect):
             text = self._limited[key] = sql.replace("LIMIT %s", f"LIMIT {int(limit)}", 1)
         return text
 
-    def archive_leased(self, conn: Any, job_id: Any, token: str, finished_at: datetime) -> bool:
-        params = (job_id, token, "success", finished_at, None)
+    @staticmethod
+    def _leased_archive(
+        job_id: Any, token: str, finished_at: datetime, due: datetime, runs: Runs
+    ) -> tuple[Any, ...]:
+        """The parameters of a leased success's archive (`archive_leased_sql`)."""
+        started = runs.started[0] if runs.started else None
+        return (job_id, token, due, "success", finished_at, None, started, runs.worker)
+
+    def archive_leased(
+        self,
+        conn: Any,
+        job_id: Any,
+        token: str,
+        finished_at: datetime,
+        due: datetime,
+        runs: Runs = NO_RUNS,
+    ) -> bool:
+        params = self._leased_archive(job_id, token, finished_at, due, runs)
         with _single_statement(conn):
             moved = self.execute_count(conn, self.archive_leased_sql, params)
         return moved == 1
 
     def archive_leased_and_claim(
-        self, conn: Any, job_id: Any, token: str, finished_at: datetime, claim: LeaseClaim
+        self,
+        conn: Any,
+        job_id: Any,
+        token: str,
+        finished_at: datetime,
+        due: datetime,
+        runs: Runs,
+        claim: LeaseClaim,
     ) -> tuple[bool, list[LeasedRow]]:
         """One statement, committed at once: one round trip and one commit per job."""
         params = (
-            *(job_id, token, "success", finished_at, None, job_id),
+            *self._leased_archive(job_id, token, finished_at, due, runs),
+            job_id,
             *self.claim_params(claim.queue, claim.start, claim.now, claim.limit)[:-1],
             *(self.lease_seconds(claim.lease_ms), claim.token, claim.token),
         )
@@ -397,11 +439,18 @@ class PostgresDialect(Dialect):
         status: str,
         finished_at: datetime,
         error: str | None = None,
+        *,
+        started: Sequence[datetime | None] = (),
+        worker: str | None = None,
     ) -> None:
+        starts = list(started) or [None] * len(job_ids)
         if len(job_ids) == 1:
-            conn.execute(self.archive_one_sql, (job_ids[0], status, finished_at, error))
+            params: tuple[Any, ...] = (job_ids[0], status, finished_at, error, starts[0], worker)
+            conn.execute(self.archive_one_sql, params)
         else:
-            conn.execute(self.archive_sql, (list(job_ids), status, finished_at, error))
+            ids = list(job_ids)
+            params = (ids, status, finished_at, error, worker, ids, starts)
+            conn.execute(self.archive_sql, params)
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
@@ -673,13 +722,14 @@ class PostgresSession(Session):
         limit: int,
         start: Any,
         slots: RunningSlots | None,
+        runs: Runs,
     ) -> list[JobRow] | None:
         """On a worker's own connection with its statements prepared: the archive, its
         COMMIT, then BEGIN and the next claim (in a running slot with `slots`: the COMMIT
         gave the last one back), as one simple query."""
         hot = self.prepared
         assert hot is not None  # can_claim_ahead
-        archive = self._archive_text(hot, job_ids, finished_at)
+        archive = self._archive_text(hot, job_ids, finished_at, runs)
         if slots is None:
             claim = self._claim_text(hot, queue, finished_at, limit, start)
         else:
@@ -728,29 +778,38 @@ class PostgresSession(Session):
         self.planned_at = now
         return self.dialect.replan + text
 
-    def archive_and_commit(self, job_ids: Sequence[Any], finished_at: datetime) -> None:
+    def archive_and_commit(
+        self, job_ids: Sequence[Any], finished_at: datetime, runs: Runs = NO_RUNS
+    ) -> None:
         """Archive and COMMIT in one simple query, one round trip, where templates apply."""
         hot = self._templates()
         if hot is None or not all(type(job_id) is uuid.UUID for job_id in job_ids):
-            super().archive_and_commit(job_ids, finished_at)
+            super().archive_and_commit(job_ids, finished_at, runs)
             return
-        _run(self.conn, self._archive_text(hot, job_ids, finished_at))
+        _run(self.conn, self._archive_text(hot, job_ids, finished_at, runs))
 
-    @staticmethod
-    def _archive_text(hot: _HotPath, job_ids: Sequence[Any], finished_at: datetime) -> str:
+    def _archive_text(
+        self, hot: _HotPath, job_ids: Sequence[Any], finished_at: datetime, runs: Runs
+    ) -> str:
+        starts = [_timestamp_or_null(at) for at in runs.started] or ["NULL"] * len(job_ids)
         if len(job_ids) == 1:
-            template, ids = hot.archive_one, f"'{job_ids[0]}'"
+            template, ids, started = hot.archive_one, f"'{job_ids[0]}'", starts[0]
         else:
             template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
-        return template.format(ids=ids, finished=_timestamp(finished_at))
+            started = f"'{{{','.join(text.strip(chr(39)) for text in starts)}}}'"
+        worker = "NULL" if runs.worker is None else self.dialect.quoted(self.conn, runs.worker)
+        return template.format(
+            ids=ids, finished=_timestamp(finished_at), started=started, worker=worker
+        )
 
 
 class _HotPath(NamedTuple):
     """The worker's per-job statements as simple-query templates, values inlined.
 
     Fields: {queue}, {rank} and {start} (the position claims start from), {now} and
-    {limit} for the claims; {ids} and {finished} for
-    the archives (which COMMIT too: `_ARCHIVE_STATEMENTS` statements).
+    {limit} for the claims; {ids}, {finished}, {started} (a time, or an array of them
+    for many jobs) and {worker} for the archives (which COMMIT too: `_ARCHIVE_STATEMENTS`
+    statements).
     """
 
     claim_one: str
@@ -797,6 +856,10 @@ def _wire() -> Any:
 def _run(conn: Any, text: str) -> list[JobRow]:
     rows: list[JobRow] = _wire().run(conn, text)
     return rows
+
+
+def _timestamp_or_null(value: Any) -> str:
+    return "NULL" if value is None else _timestamp(value)
 
 
 def _timestamp(value: Any) -> str:

@@ -196,7 +196,8 @@ def show_job(
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
-    """One job: its payload, attempts, times, state, and its last error in full."""
+    """One job: its payload, attempts, times, state, every attempt (start, duration, worker,
+    outcome), and its last error in full."""
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     (wanted,) = _job_ids([job_id])
     with _admin(database_url, job_table, archived_job_table) as operator:
@@ -223,9 +224,22 @@ def show_job(
         console.print(f"[bold]{label:>9}[/] {_escape(value)}")
     payload = json.dumps(job.payload, indent=2, default=str, ensure_ascii=False)
     console.print(f"[bold]{'payload':>9}[/] {_escape(payload, lines=True)}")
+    if job.history:
+        console.print(f"[bold]{'history':>9}[/]")
+        for attempt in job.history:
+            console.print(f"{'':>9} {_escape(_attempt_line(attempt))}")
     if job.error:
         console.print("[bold]    error[/]")
         console.print(_escape(job.error, lines=True), soft_wrap=True, highlight=False)
+
+
+def _attempt_line(attempt: admin.Attempt) -> str:
+    """One attempt on a line: number, start, duration, worker, outcome (an error's first line)."""
+    started = "start unknown" if attempt.started_at is None else attempt.started_at.isoformat()
+    duration = attempt.duration
+    ran = "?" if duration is None else f"{duration.total_seconds():.3f}s"
+    outcome = "succeeded" if attempt.error is None else attempt.error.splitlines()[0]
+    return f"#{attempt.number}  {started}  {ran}  {attempt.worker or '-'}  {outcome}"
 
 
 def _filters_or_ids(ids: list[uuid.UUID], **filters: Any) -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import numbers
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
@@ -41,6 +42,10 @@ PAGE_SIZE = 50
 QUEUES_PER_PAGE = 50
 WAITING = ("queued", "scheduled", "retrying")
 PREVIEW = 120
+TIMINGS_TTL_S = 60.0
+"""How long the timings page shows a read before it reads the archive again."""
+TIMINGS_KEPT = 16
+"""The most filters whose timings the page keeps."""
 PAYLOAD_CHARS = 1000
 """The most characters of a payload a listing reads (the job's own page reads all of it)."""
 ID_CHARS = 12
@@ -128,6 +133,15 @@ def dashboard(
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Timings:
+    """The timings page's read: each queue and job type's day with its hours, and when."""
+
+    groups: list[tuple[admin.Timing, list[admin.Timing]]]
+    read_at: datetime
+    taken: float
+
+
 class _Dashboard:
     """The routes and what they share: the data source, the options, the templates."""
 
@@ -148,6 +162,8 @@ class _Dashboard:
         self.redact = redact
         self.tables = tables
         self.outcomes = admin.HourlyOutcomes()
+        self.timings_read: dict[tuple[str | None, str | None], _Timings] = {}
+        """The timings page's last reads, per filter (the oldest dropped past `TIMINGS_KEPT`)."""
         self.refresh_s = refresh_s
         self.log = log or default_log
         self.signer = Signer(csrf_secret)
@@ -163,6 +179,7 @@ class _Dashboard:
             Route("/failed", self.failed, name="failed"),
             Route("/failed/errors", self.errors, name="errors"),
             Route("/search", self.search, name="search"),
+            Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
@@ -348,6 +365,45 @@ class _Dashboard:
         return self.render(
             request, user, "job.html", section="jobs", job=job, payload=self.payload(job, indent=2)
         )
+
+    async def timings(self, request: Request) -> Response:
+        """Wait and run times of the last day, per queue and job type: over the day, then
+        hour by hour; read at most once every `TIMINGS_TTL_S` per filter (ranking a day of
+        the archive is the dearest read of the dashboard, and the page refreshes itself)."""
+        user = await authenticated(self.auth, request)
+        params = request.query_params
+        key = (_value(params, "queue"), _value(params, "job_type"))
+        kept = self.timings_read.get(key)
+        if kept is None or time.monotonic() - kept.taken > TIMINGS_TTL_S:
+            kept = await self.read(lambda conn: self._read_timings(conn, *key))
+            self.timings_read.pop(key, None)
+            while len(self.timings_read) >= TIMINGS_KEPT:
+                del self.timings_read[next(iter(self.timings_read))]
+            self.timings_read[key] = kept
+        return self.render(
+            request,
+            user,
+            "timings.html",
+            section="timings",
+            groups=kept.groups,
+            read_at=kept.read_at,
+            filters={"queue": key[0], "job_type": key[1]},
+        )
+
+    def _read_timings(self, conn: Any, queue: str | None, job_type: str | None) -> _Timings:
+        """The day's timings of each queue and job type, with its hours."""
+
+        def read(per_hour: bool) -> list[admin.Timing]:
+            return admin.timings(
+                conn, per_hour=per_hour, queue=queue, job_type=job_type, tables=self.tables
+            )
+
+        wholes, hours = read(False), read(True)
+        by_group: dict[tuple[str, str], list[admin.Timing]] = {}
+        for hour in hours:
+            by_group.setdefault((hour.queue, hour.job_type), []).append(hour)
+        groups = [(whole, by_group.get((whole.queue, whole.job_type), [])) for whole in wholes]
+        return _Timings(groups, datetime.now(timezone.utc), time.monotonic())
 
     async def schedules(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
@@ -812,7 +868,14 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        ago=_ago, utc=_utc, span=_span, exact=_exact, attr=_attribute, short_id=_short_id
+        ago=_ago,
+        utc=_utc,
+        utc_ms=_utc_ms,
+        span=_span,
+        duration=_duration,
+        exact=_exact,
+        attr=_attribute,
+        short_id=_short_id,
     )
     env.globals.update(
         url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
@@ -829,6 +892,12 @@ def _utc(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
 
 
+def _utc_ms(moment: datetime) -> str:
+    """A moment to the millisecond, for attempts that start within a second of each other."""
+    at = moment.astimezone(timezone.utc)
+    return f"{at:%Y-%m-%d %H:%M:%S}.{at.microsecond // 1000:03d} UTC"
+
+
 def _span(delta: timedelta | None) -> str:
     """A duration, short: 4.2s, 3.5m, 2.0h, 1.5d."""
     if delta is None:
@@ -838,6 +907,18 @@ def _span(delta: timedelta | None) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+def _duration(delta: timedelta | None) -> str:
+    """A duration precise enough for a run: 12 ms, 4.25 s, then as `_span` (3.5m, 2.0h)."""
+    if delta is None:
+        return "-"
+    seconds = delta.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return _span(delta)
 
 
 def _ago(moment: datetime | None) -> str:

@@ -1,9 +1,11 @@
 """The throughput chart's geometry: one stacked bar (succeeded below, failed above) per bucket,
-for a server-rendered SVG."""
+with a scale of round numbers on the left and a tick at every hour below, for a
+server-rendered SVG."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from datetime import timedelta, timezone
 from typing import Any
@@ -11,6 +13,13 @@ from typing import Any
 from ...admin import QueueOverview, ThroughputBucket
 
 WIDTH, HEIGHT, GAP = 720, 120, 2
+"""The plot's area, in SVG units, and the gap between bars."""
+LEFT, TOP, BOTTOM, RIGHT = 44, 8, 22, 8
+"""The margins around the plot: the scale's labels on the left, the hours' below."""
+Y_TICKS = 4
+"""At most this many steps of the scale above zero."""
+X_LABELS = 8
+"""At most this many hours labelled below (every hour gets a tick)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,16 +36,31 @@ class Bar:
 
 
 @dataclasses.dataclass(frozen=True)
+class Tick:
+    """A mark on an axis at `at` (SVG units along it), labelled unless `label` is empty."""
+
+    at: float
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Chart:
-    """The bars, the scale's top value, when the first bar begins, and the totals."""
+    """The bars, the scale's top value, when the first bar begins, the totals, and the axes'
+    ticks: the scale's (`y_ticks`, at round numbers) and the hours' (`x_ticks`)."""
 
     bars: list[Bar]
     peak: int
     start: str
     succeeded: int
     failed: int
+    y_ticks: list[Tick] = dataclasses.field(default_factory=list)
+    x_ticks: list[Tick] = dataclasses.field(default_factory=list)
     width: int = WIDTH
     height: int = HEIGHT
+    left: int = LEFT
+    top: int = TOP
+    view_width: int = LEFT + WIDTH + RIGHT
+    view_height: int = TOP + HEIGHT + BOTTOM
 
 
 def summed(queues: Sequence[QueueOverview]) -> list[ThroughputBucket]:
@@ -47,12 +71,26 @@ def summed(queues: Sequence[QueueOverview]) -> list[ThroughputBucket]:
     ]
 
 
+def nice_step(peak: int, steps: int = Y_TICKS) -> int:
+    """The smallest round step (1, 2 or 5 times a power of ten) that reaches `peak` in at most
+    `steps` steps."""
+    if peak <= 0:
+        return 1
+    power = 10 ** max(0, math.floor(math.log10(peak / steps)))
+    for factor in (1, 2, 5, 10):
+        if factor * power * steps >= peak:
+            return factor * power
+    return 10 * power  # pragma: no cover - the loop always returns
+
+
 def chart(buckets: Sequence[ThroughputBucket]) -> Chart:
     """The chart of throughput buckets (oldest first), as `summed` or `admin.throughput`
     gives them."""
     step = buckets[1].start - buckets[0].start if len(buckets) > 1 else timedelta(hours=1)
     peak = max((b.succeeded + b.failed for b in buckets), default=0)
-    scale = HEIGHT / peak if peak else 0.0
+    unit = nice_step(peak)
+    top = unit * max(1, math.ceil(peak / unit))
+    scale = HEIGHT / top
     slot = WIDTH / max(len(buckets), 1)
     bars = []
     for n, bucket in enumerate(buckets):
@@ -69,13 +107,33 @@ def chart(buckets: Sequence[ThroughputBucket]) -> Chart:
                 f"{bucket.succeeded} succeeded, {bucket.failed} failed",
             )
         )
+    y_ticks = [
+        Tick(round(HEIGHT - value * scale, 2), _count(value))
+        for value in range(0, top + 1, unit)
+        if peak or value == 0
+    ]
+    every = max(1, math.ceil(len(buckets) / X_LABELS))
+    x_ticks = [
+        Tick(round(n * slot, 2), _hm(bucket.start) if n % every == 0 else "")
+        for n, bucket in enumerate(buckets)
+    ]
     return Chart(
         bars=bars,
         peak=peak,
         start=_hm(buckets[0].start) if buckets else "",
         succeeded=sum(b.succeeded for b in buckets),
         failed=sum(b.failed for b in buckets),
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
     )
+
+
+def _count(value: int) -> str:
+    """A scale's label, short: 900, 1.5k, 20k, 3M."""
+    for suffix, size in (("M", 1_000_000), ("k", 1_000)):
+        if value >= size:
+            return f"{value / size:.3g}{suffix}"
+    return str(value)
 
 
 def _hm(moment: Any) -> str:
