@@ -68,6 +68,15 @@ def test_the_page_meets_the_accessibility_basics(opened: Any, page: Page, screen
     assert not problems, json.dumps(problems, indent=1, ensure_ascii=False)
 
 
+def test_the_error_page_meets_the_accessibility_basics(opened: Any, page: Page) -> None:
+    missing = Screen("not-found", f"/jobs/{uuid.uuid4()}")
+    errors = opened(missing)
+    expect(page.locator(".problem")).to_contain_text("no job")
+    found = run(page, "a11y.audit()")
+    assert {check: listed for check, listed in found.items() if listed} == {}
+    assert [e for e in errors if f"({page.url})" not in e] == []  # but its own 404
+
+
 @pytest.mark.parametrize("screen", SCREENS, ids=lambda s: s.image)
 def test_the_keyboard_reaches_the_navigation_with_a_visible_focus(
     opened: Any, page: Page, screen: Screen
