@@ -186,6 +186,7 @@ def test_every_page_shows_the_databases_jobs(backend, pool, jobs, reader):
     assert "03:00:00 UTC" in schedules.text
 
     assert reader.get("/static/dashboard.js").headers["content-type"].startswith("text/javascript")
+    assert reader.get("/static/favicon.svg").headers["content-type"] == "image/svg+xml"
 
 
 def test_the_chart_adds_the_queues_up_hour_by_hour(backend, pool, jobs, reader):

@@ -6,31 +6,31 @@ run's temporary folder."""
 from __future__ import annotations
 
 import re
-import threading
-import uuid
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from test_dashboard import job_state, make_jobs, send
 
-from proletarian_di import PeriodicJob, RetrySpec, admin, create_scheduler, process_next_job
+from proletarian_di import admin, process_next_job
 from proletarian_di.contrib.dashboard import basic_auth, dashboard
-from proletarian_di.testing import run_due_jobs
 
-from backends import Backend, Events, committed, connection, enqueue_committed, wait_until
+from backends import Backend, Events, committed, connection, enqueue_committed
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.screenshots import CHROMIUM, PASSWORD, USER, VIEWPORT, busy_day, serve  # noqa: E402
 
 pytestmark = pytest.mark.db
 
-CHROMIUM = "/usr/bin/chromium"
-USER, PASSWORD = "ops", "correct horse"
 ACTION = re.compile("Retry|Cancel|Pause|Resume")
 
 
@@ -74,16 +74,10 @@ def served(request: pytest.FixtureRequest) -> Iterator[Site]:
             Mount("/view", dashboard(pool, refresh_s=0.5)),
         ]
     )
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="dashboard-server", daemon=True)
-    thread.start()
-    wait_until(lambda: server.started, timeout=30, description="the dashboard server started")
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Site(backend, pool, f"http://127.0.0.1:{port}", events)
+        with serve(app) as url:
+            yield Site(backend, pool, url, events)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         pool.close()
 
 
@@ -98,103 +92,11 @@ def site(served: Site) -> Site:
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(
         http_credentials={"username": USER, "password": PASSWORD},
-        viewport={"width": 1280, "height": 800},
+        viewport=VIEWPORT,
     )
     context.set_default_timeout(10_000)
     yield context.new_page()
     context.close()
-
-
-# A day of traffic, for the pages and their screenshots -------------------------------------------
-
-
-class Declined(Exception):
-    pass
-
-
-def work(job_type: str, payload: Any) -> None:
-    if job_type == "charge_card" and payload["amount_cents"] % 7 == 0:
-        raise Declined(f"card_declined: insufficient funds ({payload['customer']})")
-    if job_type == "send_email" and payload["to"].startswith("bounce"):
-        raise ConnectionError(f"SMTP 550: mailbox {payload['to']} unavailable")
-
-
-def quiet(event: str, data: dict[str, Any]) -> None:
-    """A worker log that keeps the expected failures out of the test's output."""
-
-
-def busy_day(backend: Backend, pool: Any) -> uuid.UUID:
-    """Jobs of four queues run over the last day, failures among them, and some waiting:
-    queued, scheduled, retrying, in a paused queue. Returns a failed charge's id."""
-    enqueue_committed(
-        backend,
-        *[
-            ("send_email", {"to": f"{'bounce' if n % 23 == 0 else 'user'}{n}@example.com"})
-            for n in range(1, 90)
-        ],
-        queue="mail",
-    )
-    enqueue_committed(
-        backend,
-        *[
-            ("charge_card", {"customer": f"cus_{n:04d}", "amount_cents": 1900 + n * 10})
-            for n in range(40)
-        ],
-        queue="billing",
-    )
-    for queue in ("mail", "billing"):
-        run_due_jobs(pool, work, queue=queue, log=quiet)
-    spread_over_the_day(backend)
-    enqueue_committed(
-        backend, *[("send_email", {"to": f"new{n}@example.com"}) for n in range(4)], queue="mail"
-    )
-    enqueue_committed(
-        backend,
-        ("monthly_report", {"month": "2024-05"}),
-        ("monthly_report", {"month": "2024-06"}),
-        queue="reports",
-        process_in=timedelta(hours=6),
-    )
-    enqueue_committed(
-        backend, ("charge_card", {"customer": "cus_0700", "amount_cents": 700}), queue="billing"
-    )
-    retry_later = RetrySpec(retries=3, delays=[600_000])
-    retried = process_next_job(
-        pool, work, queue="billing", retry_strategy_fn=lambda *_: retry_later, log=quiet
-    )
-    assert retried is False
-    enqueue_committed(
-        backend,
-        *[("deliver_webhook", {"url": f"https://hooks.example.com/{n}"}) for n in range(3)],
-        queue="webhooks",
-    )
-    committed(backend, admin.pause_queue, "webhooks")
-    create_scheduler(
-        pool,
-        [
-            PeriodicJob("nightly-digest", "0 2 * * *", "send_digest", queue="mail"),
-            PeriodicJob("monthly-report", "0 6 1 * *", "monthly_report", queue="reports"),
-        ],
-    ).register()
-    with connection(backend) as conn:
-        [failed] = admin.list_jobs(conn, queue="billing", state="failed", limit=1)
-    return failed.job_id
-
-
-def spread_over_the_day(backend: Backend) -> None:
-    """Move the archived jobs' times back over the last 24 hours, busier lately."""
-    rows = backend.query(f"SELECT job_id FROM {backend.archived_job_table} ORDER BY job_id")
-    now = datetime.now(timezone.utc)
-    for n, (key,) in enumerate(rows):
-        finished = now - timedelta(minutes=5 + 1380 * ((n * 0.618) % 1) ** 1.5)
-        enqueued = finished - timedelta(seconds=2 + n % 5)
-        if backend.name == "mysql":
-            finished, enqueued = finished.replace(tzinfo=None), enqueued.replace(tzinfo=None)
-        backend.execute(
-            f"UPDATE {backend.archived_job_table} SET finished_at = %s, enqueued_at = %s, "
-            "process_at = %s WHERE job_id = %s",
-            (finished, enqueued, enqueued, key),
-        )
 
 
 # The tests -------------------------------------------------------------------------------------

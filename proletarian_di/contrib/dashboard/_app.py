@@ -59,7 +59,11 @@ EXACT = "_exact"
 """The suffix of the hidden field beside a form field that carries its exact value as JSON:
 a form field cannot hold a CR or LF as it is (a text input drops them, a browser sends
 either as CRLF)."""
-_STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
+_STATIC = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
     "frame-ancestors 'none'; form-action 'self'; base-uri 'none'",

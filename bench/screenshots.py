@@ -1,0 +1,249 @@
+"""`python -m bench.screenshots`: a PNG of every dashboard page, for the docs.
+
+It starts an embedded PostgreSQL, fills it with a day of jobs (`busy_day`), serves the
+dashboard with actions on 127.0.0.1, and has Chromium (Playwright) write each page of
+`SCREENS` to docs/images/. The browser tests go through the same `SCREENS`
+(tests/test_dashboard_a11y.py), so a page added here is screenshotted and checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from proletarian_di import (
+    PeriodicJob,
+    RetrySpec,
+    admin,
+    create_scheduler,
+    enqueue,
+    process_next_job,
+)
+from proletarian_di.testing import PostgresQueueDatabase, QueueDatabase, run_due_jobs
+
+IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+CHROMIUM = "/usr/bin/chromium"
+USER, PASSWORD = "ops", "correct horse"
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+@dataclass(frozen=True)
+class Screen:
+    """A page of the dashboard: its image in docs/images/, its path under the dashboard
+    (`{job}` is a failed job's id), and the button to press there first when the page is
+    what a form leads to."""
+
+    image: str
+    path: str
+    press: str | None = None
+
+    def url(self, base: str, job: uuid.UUID) -> str:
+        """Where the page is, on the dashboard at `base`."""
+        return base + self.path.format(job=job)
+
+
+SCREENS = (
+    Screen("dashboard-overview", "/"),
+    Screen("dashboard-jobs", "/jobs"),
+    Screen("dashboard-job", "/jobs/{job}"),
+    Screen("dashboard-failed", "/failed"),
+    Screen("dashboard-errors", "/failed/errors"),
+    Screen("dashboard-search", "/search?q=cus_003"),
+    Screen("dashboard-timings", "/timings"),
+    Screen("dashboard-schedules", "/schedules"),
+    Screen("dashboard-confirm", "/failed", press="Retry every failed job…"),
+)
+
+
+# A day of traffic ------------------------------------------------------------------------------
+
+
+class Declined(Exception):
+    """A card payment refused, as the demo's charges are one in seven."""
+
+
+def work(job_type: str, payload: Any) -> None:
+    """The demo's handler: some charges are declined, some emails bounce."""
+    if job_type == "charge_card" and payload["amount_cents"] % 7 == 0:
+        raise Declined(f"card_declined: insufficient funds ({payload['customer']})")
+    if job_type == "send_email" and payload["to"].startswith("bounce"):
+        raise ConnectionError(f"SMTP 550: mailbox {payload['to']} unavailable")
+
+
+def quiet(event: str, data: dict[str, Any]) -> None:
+    """A worker log that keeps the expected failures out of the output."""
+
+
+def enqueue_committed(db: QueueDatabase, *jobs: tuple[str, Any], **options: Any) -> None:
+    """Enqueue jobs on a connection of their own, and commit."""
+    with contextlib.closing(db.connect()) as conn:
+        for job_type, payload in jobs:
+            enqueue(conn, job_type, payload, **options)
+        conn.commit()
+
+
+def busy_day(db: QueueDatabase, pool: Any) -> uuid.UUID:
+    """Jobs of four queues run over the last day, failures among them, and some waiting:
+    queued, scheduled, retrying, in a paused queue; one cancelled; two periodic schedules.
+    Returns a failed charge's id."""
+    mail = [f"{'bounce' if n % 23 == 0 else 'user'}{n}@example.com" for n in range(1, 90)]
+    enqueue_committed(db, *[("send_email", {"to": to}) for to in mail], queue="mail")
+    enqueue_committed(
+        db,
+        *[
+            ("charge_card", {"customer": f"cus_{n:04d}", "amount_cents": 1900 + n * 10})
+            for n in range(40)
+        ],
+        queue="billing",
+    )
+    for queue in ("mail", "billing"):
+        run_due_jobs(pool, work, queue=queue, log=quiet)
+    spread_over_the_day(db)
+    enqueue_committed(
+        db, *[("send_email", {"to": f"new{n}@example.com"}) for n in range(4)], queue="mail"
+    )
+    enqueue_committed(
+        db,
+        ("monthly_report", {"month": "2024-05"}),
+        ("monthly_report", {"month": "2024-06"}),
+        queue="reports",
+        process_in=timedelta(hours=6),
+    )
+    enqueue_committed(
+        db, ("charge_card", {"customer": "cus_0700", "amount_cents": 700}), queue="billing"
+    )
+    enqueue_committed(db, ("monthly_report", {"month": "2024-04"}), queue="reports")
+    with contextlib.closing(db.connect()) as conn:
+        admin.cancel_jobs(conn, queue="reports", state="queued")
+        conn.commit()
+    retry_later = RetrySpec(retries=3, delays=[600_000])
+    retried = process_next_job(
+        pool, work, queue="billing", retry_strategy_fn=lambda *_: retry_later, log=quiet
+    )
+    assert retried is False, "the declined charge was to fail, and wait for its retry"
+    enqueue_committed(
+        db,
+        *[("deliver_webhook", {"url": f"https://hooks.example.com/{n}"}) for n in range(3)],
+        queue="webhooks",
+    )
+    with contextlib.closing(db.connect()) as conn:
+        admin.pause_queue(conn, "webhooks")
+        conn.commit()
+    create_scheduler(
+        pool,
+        [
+            PeriodicJob("nightly-digest", "0 2 * * *", "send_digest", queue="mail"),
+            PeriodicJob("monthly-report", "0 6 1 * *", "monthly_report", queue="reports"),
+        ],
+    ).register()
+    with contextlib.closing(db.connect()) as conn:
+        [failed] = admin.list_jobs(conn, queue="billing", state="failed", limit=1)
+        conn.rollback()
+    return failed.job_id
+
+
+def spread_over_the_day(db: QueueDatabase) -> None:
+    """Move the archived jobs' times back over the last 24 hours, busier lately."""
+    rows = db.query(f"SELECT job_id FROM {db.archived_job_table} ORDER BY job_id")
+    now = datetime.now(timezone.utc)
+    for n, (key,) in enumerate(rows):
+        finished = now - timedelta(minutes=5 + 1380 * ((n * 0.618) % 1) ** 1.5)
+        enqueued = finished - timedelta(seconds=2 + n % 5)
+        if db.name == "mysql":
+            finished, enqueued = finished.replace(tzinfo=None), enqueued.replace(tzinfo=None)
+        db.execute(
+            f"UPDATE {db.archived_job_table} SET finished_at = %s, enqueued_at = %s, "
+            "process_at = %s WHERE job_id = %s",
+            (finished, enqueued, enqueued, key),
+        )
+
+
+# Serving and shooting --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def serve(app: Any) -> Iterator[str]:
+    """`app` served by uvicorn on a free 127.0.0.1 port, in a thread; yields its URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="dashboard-server", daemon=True)
+    thread.start()
+    _wait(lambda: server.started, "the dashboard server started")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _wait(predicate: Callable[[], Any], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g} s: {what}")
+        time.sleep(0.02)
+
+
+def open_screen(page: Any, screen: Screen, base: str, job: uuid.UUID) -> None:
+    """Go to the screen's page in the Playwright `page`, pressing its button if it has one."""
+    page.goto(screen.url(base, job))
+    if screen.press:
+        page.get_by_role("button", name=screen.press).click()
+        page.wait_for_load_state()
+
+
+def shoot(base: str, job: uuid.UUID, folder: Path, screens: tuple[Screen, ...]) -> list[Path]:
+    """Write a full-page PNG of each screen of the dashboard at `base` to `folder`."""
+    from playwright.sync_api import sync_playwright
+
+    written = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        context = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD}, viewport=VIEWPORT
+        )
+        page = context.new_page()
+        for screen in screens:
+            open_screen(page, screen, base, job)
+            path = folder / f"{screen.image}.png"
+            page.screenshot(path=path, full_page=True)
+            written.append(path)
+        browser.close()
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    from proletarian_di.contrib.dashboard import basic_auth, dashboard
+    from proletarian_di.embedded import embedded_postgres
+
+    parser = argparse.ArgumentParser(prog="python -m bench.screenshots", description=__doc__)
+    parser.add_argument("--out", type=Path, default=IMAGES, help="folder (docs/images)")
+    parser.add_argument("only", nargs="*", help="image names to write (all by default)")
+    args = parser.parse_args(argv)
+    screens = tuple(s for s in SCREENS if not args.only or s.image in args.only)
+    with embedded_postgres() as url:
+        db = PostgresQueueDatabase(url)
+        db.install()
+        pool = db.pool(4)
+        try:
+            job = busy_day(db, pool)
+            board = dashboard(pool, actions=True, auth=basic_auth(USER, PASSWORD))
+            with serve(board) as base:
+                for path in shoot(base, job, args.out, screens):
+                    print(path)
+        finally:
+            pool.close()
+
+
+if __name__ == "__main__":
+    main()
