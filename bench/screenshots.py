@@ -158,13 +158,15 @@ def spread_over_the_day(db: QueueDatabase) -> None:
     now = datetime.now(timezone.utc)
     for n, (key,) in enumerate(rows):
         finished = now - timedelta(minutes=5 + 1380 * ((n * 0.618) % 1) ** 1.5)
-        enqueued = finished - timedelta(seconds=2 + n % 5)
+        started = finished - timedelta(milliseconds=40 + (n * 37) % 900)
+        enqueued = started - timedelta(milliseconds=3 + (n * 53) % 2000)
+        times = (finished, started, enqueued, enqueued)
         if db.name == "mysql":
-            finished, enqueued = finished.replace(tzinfo=None), enqueued.replace(tzinfo=None)
+            times = tuple(t.replace(tzinfo=None) for t in times)
         db.execute(
-            f"UPDATE {db.archived_job_table} SET finished_at = %s, enqueued_at = %s, "
-            "process_at = %s WHERE job_id = %s",
-            (finished, enqueued, enqueued, key),
+            f"UPDATE {db.archived_job_table} SET finished_at = %s, started_at = %s, "
+            "enqueued_at = %s, process_at = %s WHERE job_id = %s",
+            (*times, key),
         )
 
 
