@@ -34,7 +34,7 @@ _LEVELS = {
     "job_abandoned": logging.ERROR,
     "transaction_lost": logging.ERROR,
     "attempt_not_recorded": logging.ERROR,
-    "job_timed_out": logging.ERROR,
+    "job_timed_out": logging.WARNING,
     "lease_expired": logging.WARNING,
     "lease_lost": logging.WARNING,
     "heartbeat_error": logging.WARNING,

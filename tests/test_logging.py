@@ -80,3 +80,23 @@ def test_a_log_function_of_ones_own_still_gets_the_exception(backend, pool):
     (event,) = events.named("handler_exception")
     assert isinstance(event["exception"], KeyError)
     assert event["exception"].__traceback__ is not None
+
+
+def test_a_timed_out_attempt_that_is_retried_logs_no_error(backend, pool, caplog):
+    """A timeout is a WARNING, as a retry is: an ERROR is for a job that failed for good."""
+    import asyncio
+
+    caplog.set_level(logging.DEBUG, logger="proletarian_di")
+    enqueue_committed(backend, ("slow", {}))
+
+    async def slow(job_type: str, payload: Any) -> None:
+        await asyncio.sleep(30)
+
+    retry_once = lambda job, exc: RetrySpec(retries=1, delays=[60_000])  # noqa: E731
+    options = {"job_timeout_ms": 200, "retry_strategy_fn": retry_once}
+    assert process_next_job(pool, slow, **options) is False
+    (timed_out,) = records(caplog, "job_timed_out")
+    assert timed_out.levelno == logging.WARNING
+    (retrying,) = records(caplog, "retrying")
+    assert "JobTimedOut" in retrying.getMessage()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
