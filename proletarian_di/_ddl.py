@@ -2,8 +2,8 @@
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
-{claims_table}, each table's name without its schema ({job_table_name}, ...) and, on MySQL,
-{db} (the tables' database as an SQL value) and {collation} (a `COLLATE` clause that each
+{claims_table}, {workers_table}, each table's name without its schema ({job_table_name},
+...) and, on MySQL, {db} (the tables' database as an SQL value) and {collation} (a `COLLATE` clause that each
 server reads for itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so
 a database created by Proletarian (Clojure) is at version 1.
 """
@@ -72,6 +72,19 @@ CREATE TABLE IF NOT EXISTS {claims_table} (
     job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
 );
+
+CREATE TABLE IF NOT EXISTS {workers_table} (
+    worker_id   TEXT PRIMARY KEY,     -- one running QueueWorker (host:pid:random)
+    queue       TEXT NOT NULL,
+    queue_worker_id TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,     -- its worker_threads
+    state       TEXT NOT NULL,        -- running / stopping
+    started_at  TIMESTAMPTZ NOT NULL, -- by the database's clock
+    seen_at     TIMESTAMPTZ NOT NULL, -- its last heartbeat, by the database's clock
+    activity    TEXT NOT NULL         -- JSON: what each thread does (its job), for how long
+);
 """
 
 MYSQL = """\
@@ -130,6 +143,19 @@ CREATE TABLE IF NOT EXISTS {claims_table} (
     job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
 ) ENGINE=InnoDB;
+
+CREATE TABLE IF NOT EXISTS {workers_table} (
+    worker_id   VARCHAR(255) PRIMARY KEY, -- one running QueueWorker (host:pid:random)
+    queue       VARCHAR(255) NOT NULL,
+    queue_worker_id VARCHAR(255) NOT NULL,
+    host        VARCHAR(255) NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,         -- its worker_threads
+    state       VARCHAR(16) NOT NULL,     -- running / stopping
+    started_at  DATETIME(6) NOT NULL,     -- UTC, by the database's clock
+    seen_at     DATETIME(6) NOT NULL,     -- UTC; its last heartbeat, by the database's clock
+    activity    MEDIUMTEXT NOT NULL       -- JSON: what each thread does (its job), for how long
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
 
@@ -294,6 +320,9 @@ CREATE INDEX IF NOT EXISTS {finished_index} ON {archived_job_table} (finished_at
 """
 )
 
+# Live workers: one row per running QueueWorker, refreshed by its heartbeat (see _registry).
+POSTGRESQL_9 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -411,6 +440,8 @@ MYSQL_9 = _my_alter(
     ),
 )
 
+MYSQL_10 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -459,6 +490,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _pg_index("archived_job_table", "{finished_index}"),
             ),
         ),
+        ("live_workers", POSTGRESQL_9, (_pg_table("workers_table"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -495,6 +527,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _my_index("archived_job_table", "{finished_index}"),
             ),
         ),
+        ("live_workers", MYSQL_10, (_my_table("workers_table"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

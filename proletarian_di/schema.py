@@ -37,6 +37,7 @@ unless asked for a newer step's feature (a priority, a unique key, a trace conte
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 PAUSED_TABLE_SUFFIX = "_paused"
+WORKERS_TABLE_SUFFIX = "_workers"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
@@ -107,6 +108,7 @@ def _render(
         "periodic_table": periodic_table(job_table),
         "paused_table": paused_table(job_table),
         "claims_table": claims_table(job_table),
+        "workers_table": workers_table(job_table),
     }
     sql = template.format(
         schema=schema or "public",
@@ -150,6 +152,11 @@ def paused_table(job_table: str) -> str:
 def claims_table(job_table: str) -> str:
     """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
     return claims_table_of(job_table)
+
+
+def workers_table(job_table: str) -> str:
+    """Where the running workers of these tables register: `<job table>_workers`."""
+    return f"{job_table}{WORKERS_TABLE_SUFFIX}"
 
 
 def version_table(job_table: str) -> str:

@@ -24,6 +24,7 @@ from .schema import (
     paused_table,
     periodic_table,
     version_table,
+    workers_table,
 )
 from .serializers import Serializer
 
@@ -247,6 +248,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {periodic_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {paused_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {claims_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {workers_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 9) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 10) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -60,6 +60,19 @@ CREATE TABLE IF NOT EXISTS proletarian.job_claims (
     job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
 ) ENGINE=InnoDB;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_workers (
+    worker_id   VARCHAR(255) PRIMARY KEY, -- one running QueueWorker (host:pid:random)
+    queue       VARCHAR(255) NOT NULL,
+    queue_worker_id VARCHAR(255) NOT NULL,
+    host        VARCHAR(255) NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,         -- its worker_threads
+    state       VARCHAR(16) NOT NULL,     -- running / stopping
+    started_at  DATETIME(6) NOT NULL,     -- UTC, by the database's clock
+    seen_at     DATETIME(6) NOT NULL,     -- UTC; its last heartbeat, by the database's clock
+    activity    MEDIUMTEXT NOT NULL       -- JSON: what each thread does (its job), for how long
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade
 CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table VARCHAR(255) PRIMARY KEY, version INTEGER NOT NULL, upgraded_at DATETIME(6) NOT NULL) ENGINE=InnoDB;

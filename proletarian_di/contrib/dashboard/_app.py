@@ -153,6 +153,7 @@ class _Dashboard:
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
             Route("/schedules", self.schedules, name="schedules"),
+            Route("/processes", self.processes, name="processes"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
             Route("/cancel", self.cancel, methods=["POST"]),
@@ -285,6 +286,18 @@ class _Dashboard:
             found, missing = [], str(exc)
         return self.render(
             request, user, "schedules.html", section="schedules", schedules=found, missing=missing
+        )
+
+    async def processes(self, request: Request) -> Response:
+        """The worker processes connected now: each worker's threads and the jobs they run."""
+        user = await authenticated(self.auth, request)
+        missing: str | None = None
+        try:
+            found = await self.read(lambda conn: admin.list_workers(conn, tables=self.tables))
+        except SchemaError as exc:
+            found, missing = [], str(exc)
+        return self.render(
+            request, user, "processes.html", section="processes", workers=found, missing=missing
         )
 
     async def static(self, request: Request) -> Response:
