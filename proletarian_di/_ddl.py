@@ -3,9 +3,9 @@
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
 {claims_table}, {workers_table}, each table's name without its schema ({job_table_name},
-...) and, on MySQL, {db} (the tables' database as an SQL value) and {collation} (a `COLLATE` clause that each
-server reads for itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so
-a database created by Proletarian (Clojure) is at version 1.
+...) and, on MySQL, {db} (the tables' database as an SQL value) and {collation} (a `COLLATE`
+clause that each server reads for itself). Step 1 is Proletarian's own schema, exactly as its
+docs give it, so a database created by Proletarian (Clojure) is at version 1.
 """
 
 from __future__ import annotations

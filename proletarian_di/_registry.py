@@ -34,6 +34,7 @@ from ._dialects import Dialect
 from ._logging import describe
 from ._probes import bound_statements, probe_connector
 from ._slot import Slot
+from .schema import UPGRADE_HINT
 
 BEAT_S = 5.0
 """How often a worker refreshes its row."""
@@ -157,15 +158,17 @@ class Registration(threading.Thread):
     def _failed(self, exc: Exception) -> None:
         """Log a failure, unless it repeats the one logged last (a long outage logs once);
         the connection is kept if it still answers (a missing table, say)."""
+        reason = describe(exc)
         if self._conn is not None:
             try:
                 self._conn.rollback()
+                if not self.dialect(self._conn).table_columns(self._conn, self.table):
+                    reason = f"there is no {self.table} table: {UPGRADE_HINT}"
             except Exception:
                 self._close()
-        reason = describe(exc)
         if reason != self._failing:
             self._failing = reason
-            self.emit("registry_error", exception=exc, table=self.table)
+            self.emit("registry_error", exception=exc, table=self.table, reason=reason)
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[tuple[Any, Dialect]]:

@@ -24,7 +24,7 @@ from proletarian_di.schema import (
     version_table,
 )
 
-from backends import enqueue_committed, wait_until
+from backends import Events, enqueue_committed, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD, FRESH, REFERENCE = "proletarian_old", "proletarian_fresh", "proletarian_ref"
@@ -289,8 +289,14 @@ def test_a_fresh_install_interrupted_after_any_statement_is_finished_by_the_next
 
 
 def test_the_version_is_that_of_the_steps_applied_in_full(scratch):
+    """The last step that an interruption can leave applied in part (of more than one
+    statement), interrupted after its first."""
     backend = scratch
-    *_, last = MIGRATIONS[backend.name]
+    last = next(
+        m
+        for m in reversed(MIGRATIONS[backend.name])
+        if len(interruptions(statements(m.sql(**tables(OLD))))) > 2
+    )
     create_at(backend, last.version - 1)
     step = statements(last.sql(**tables(OLD)))
     run_sql(backend, ";\n".join(step[: interruptions(step)[1]]))
@@ -299,7 +305,8 @@ def test_the_version_is_that_of_the_steps_applied_in_full(scratch):
     assert version_of(backend, OLD) == last.version, "the record is trusted"
     with contextlib.closing(backend.connect()) as conn:
         assert schema_version(conn, **tables(OLD), verify=True) == last.version - 1
-    assert [m.version for m in upgrade(backend)] == [last.version], "applied again"
+    applied = [m.version for m in upgrade(backend)]
+    assert applied == list(range(last.version, LATEST[backend.name] + 1)), "applied again"
     upgrade(backend, FRESH)
     assert catalog(backend, OLD) == catalog(backend, FRESH)
 
@@ -452,9 +459,9 @@ def test_a_worker_on_an_older_schema_names_the_command_that_upgrades_it(scratch)
     assert worker.state == "new"
 
 
-def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_every_step(scratch):
+def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_every_step_up_to_theirs(scratch):
     backend = scratch
-    create_at(backend, LATEST[backend.name] - 1)
+    create_at(backend, workers_need(backend.name) - 1)
     source = backend.pool(2)
     try:
         enqueue_committed(backend, ("t", 1), job_table=f"{OLD}.job")
@@ -466,6 +473,28 @@ def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_every_step(scrat
     finally:
         source.close()
     assert ran == [1]
+
+
+def test_a_worker_on_a_schema_without_the_live_workers_table_runs_its_jobs(scratch):
+    """The live workers' registry is for the eyes only: a worker on the schema before its
+    step starts and runs jobs, and says once that it cannot register, and why."""
+    backend = scratch
+    before = step_number(backend.name, "live_workers") - 1
+    assert before >= workers_need(backend.name)
+    create_at(backend, before)
+    source = backend.pool(2)
+    events = Events()
+    try:
+        enqueue_committed(backend, ("t", 1), job_table=f"{OLD}.job")
+        ran: list[Any] = []
+        with create_queue_worker(source, lambda t, p: ran.append(p), log=events, **tables(OLD)):
+            wait_until(lambda: ran and events.named("registry_error"))
+    finally:
+        source.close()
+    assert ran == [1]
+    [error] = events.named("registry_error")
+    assert error["table"] == f"{OLD}.job_workers"
+    assert "proletarian-di schema upgrade" in error["reason"], error
 
 
 def cli(*args: str) -> Any:
