@@ -2,9 +2,9 @@
 `schema.workers_table`) saying who it is (host, pid, queue, threads), since when, and what
 each of its threads does now (the job a busy one runs, and for how long).
 
-A thread of the worker's own (`Registration`) writes the row when the worker starts,
-refreshes it every `BEAT_S` from the in-memory state of its slots, and deletes it once the
-worker has stopped: one UPDATE of one row per beat, whatever the number of jobs, on a
+The worker's `start()` writes the row; a thread of its own (`Registration`) refreshes it
+every `BEAT_S` from the in-memory state of its slots, and deletes it once the worker has
+stopped: one UPDATE of one row per beat, whatever the number of jobs, on a
 connection of its own with short timeouts (never one the worker threads need). A process
 that dies leaves its row behind, whose `seen_at` stops moving: readers call it stale after
 `STALE_AFTER_S` by the database's clock, and any worker's beat deletes it after
@@ -92,19 +92,29 @@ class Registration(threading.Thread):
         self._conn: Any = None
         self.beats = 0
         self._failing: str | None = None
+        self._lock = threading.Lock()
+        """One beat at a time: `start()`'s first one and the thread's."""
+        self._left = False
         super().__init__(name=name, daemon=True)
 
     def run(self) -> None:
         try:
-            self.beat()
             while not self.done.wait(self.every_s):
                 self.beat()
             self.leave()
         finally:
-            self._close()
+            with self._lock:
+                self._close()
 
     def beat(self) -> None:
-        """Refresh the row (write it, if it is not there), and now and then prune dead ones."""
+        """Refresh the row (write it, if it is not there), and now and then prune dead ones;
+        nothing once the worker has left. The worker's `start()` runs the first beat, so
+        that a started worker is listed."""
+        with self._lock:
+            if not self._left:
+                self._beat()
+
+    def _beat(self) -> None:
         row = json.dumps(self.activity(), separators=(",", ":"))
         try:
             with self._connection() as (conn, dialect):
@@ -147,6 +157,11 @@ class Registration(threading.Thread):
 
     def leave(self) -> None:
         """Delete the row: the worker has stopped."""
+        with self._lock:
+            self._left = True
+            self._leave()
+
+    def _leave(self) -> None:
         try:
             with self._connection() as (conn, dialect):
                 sql = f"DELETE FROM {self.table} WHERE worker_id = %s"

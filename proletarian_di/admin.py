@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_TABLES",
     "MAX_EXAMINED",
     "MAX_LIMIT",
+    "STALE_AFTER",
     "STATES",
     "HourlyOutcomes",
     "JobInfo",

@@ -224,6 +224,9 @@ class QueueWorker:
                 helper.start()
             self._state = "running"
             self._cond.notify_all()
+        for helper in self._helpers:
+            if isinstance(helper, Registration):
+                helper.beat()
         return self
 
     def _set_up_long_jobs(self) -> None:

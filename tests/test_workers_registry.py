@@ -80,11 +80,12 @@ def test_a_started_worker_is_listed_with_its_threads_and_leaves_at_stop(backend,
     )
     worker.start()
     try:
-        [info] = wait_until(lambda: workers(backend), description="the worker registers")
+        [info] = workers(backend)  # start() wrote the row
         assert info.worker_id == worker.worker_id
         assert (info.queue_worker_id, info.queues, info.state) == ("mailer", ("mail",), "running")
         assert (info.host, info.pid) == (socket.gethostname(), os.getpid())
         assert info.worker_threads == 3
+        assert sorted(t.name for t in info.threads) == ["mailer-0", "mailer-1", "mailer-2"]
         info = wait_until(lambda: beats_after(backend, worker.worker_id, info.last_seen))
         assert sorted(t.name for t in info.threads) == ["mailer-0", "mailer-1", "mailer-2"]
         assert info.busy == 0 and info.running_job_ids == ()
