@@ -125,9 +125,11 @@ class Registration(threading.Thread):
                 )
                 if not dialect.execute_count(conn, sql, params):
                     self._insert(conn, dialect, params[0], row)
-                if self.beats % PRUNE_EVERY == 0:
-                    prune(conn, dialect, self.table, PRUNE_AFTER_S)
                 conn.commit()
+                if self.beats % PRUNE_EVERY == 0:
+                    with dialect.admin_write(conn):  # MySQL: locks only the rows it deletes
+                        prune(conn, dialect, self.table, PRUNE_AFTER_S)
+                    conn.commit()
         except Exception as exc:
             self._failed(exc)
             return
@@ -187,8 +189,9 @@ class Registration(threading.Thread):
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[tuple[Any, Dialect]]:
-        """The registry's own connection (opened again after a failure), or, where the data
-        source gives no way to open one, one of its pool's for the beat only."""
+        """The registry's own connection, in autocommit mode (opened again after a failure),
+        or, where the data source gives no way to open one, one of its pool's for the beat
+        only."""
         if self._pooled is not None:
             with self._pooled() as conn:
                 try:
@@ -202,8 +205,8 @@ class Registration(threading.Thread):
             assert self._direct is not None
             conn = self._direct()
             try:
+                self.dialect(conn).set_autocommit(conn)  # the timeouts hold for the session
                 bound_statements(conn, TIMEOUT_S)
-                conn.commit()
             except BaseException:
                 with contextlib.suppress(Exception):
                     conn.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -19,7 +18,7 @@ from ._app import (
     _guarded,
     app,
     console,
-    err,
+    listed,
     refuse_mixed_tables,
 )
 from .jobs import _when
@@ -45,13 +44,8 @@ def workers(
     with _admin(database_url, job_table, archived_job_table) as operator:
         found = operator.read(admin.list_workers, queue=queue)
         where = str(operator.location)
-    if as_json:
-        err.print(_escape(where))
-        typer.echo(json.dumps([w.as_dict() for w in found], indent=2))
+    if listed(where, found, as_json, "no worker is connected"):
         return
-    console.print(_escape(where))
-    if not found:
-        console.print("no worker is connected")
     for w in found:
         state = f"[red]{w.state}[/]" if w.state == "stale" else w.state
         console.print(
