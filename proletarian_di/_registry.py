@@ -2,14 +2,15 @@
 `schema.workers_table`) saying who it is (host, pid, queue, threads), since when, and what
 each of its threads does now (the job a busy one runs, and for how long).
 
-The worker's `start()` writes the row; a thread of its own (`Registration`) refreshes it
-every `BEAT_S` from the in-memory state of its slots, and deletes it once the worker has
-stopped: one UPDATE of one row per beat, whatever the number of jobs, on a
-connection of its own with short timeouts (never one the worker threads need). A process
-that dies leaves its row behind, whose `seen_at` stops moving: readers call it stale after
-`STALE_AFTER_S` by the database's clock, and any worker's beat deletes it after
-`PRUNE_AFTER_S`. A beat that fails (the database down, the table missing on an older schema)
-is logged, once per run of failures, and the jobs go on: the registry is for the eyes only.
+The worker's `start()` writes the row before its threads start; a thread of its own
+(`Registration`) refreshes it every `BEAT_S` from the in-memory state of its slots, and
+deletes it once the worker has stopped: one UPDATE of one row per beat, whatever the number
+of jobs, on a connection of its own with short timeouts (never one the worker threads
+need). A process that dies leaves its row behind, whose `seen_at` stops moving: readers
+call it stale after `STALE_AFTER_S` by the database's clock, and any worker's beat deletes
+it after `PRUNE_AFTER_S`. A beat that fails (the database down, the table missing on an
+older schema) is logged, once per run of failures, and the jobs go on: the registry is for
+the eyes only.
 
 Times are the database's (`seen_at`, `started_at`); a thread's time in what it does is sent
 as seconds as of the beat (`for_s`), so hosts whose clocks disagree still show true durations.
@@ -101,15 +102,13 @@ class Registration(threading.Thread):
         try:
             while not self.done.wait(self.every_s):
                 self.beat()
-            self.leave()
         finally:
-            with self._lock:
-                self._close()
+            self.leave()
 
     def beat(self) -> None:
         """Refresh the row (write it, if it is not there), and now and then prune dead ones;
         nothing once the worker has left. The worker's `start()` runs the first beat, so
-        that a started worker is listed."""
+        that a worker is listed before it runs a job."""
         with self._lock:
             if not self._left:
                 self._beat()
@@ -158,10 +157,11 @@ class Registration(threading.Thread):
         )
 
     def leave(self) -> None:
-        """Delete the row: the worker has stopped."""
+        """Delete the row and close the connection: the worker has stopped."""
         with self._lock:
             self._left = True
             self._leave()
+            self._close()
 
     def _leave(self) -> None:
         try:

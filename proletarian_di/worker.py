@@ -201,10 +201,15 @@ class QueueWorker:
                 # Notified of every pause and resume, the worker reads the state seldom.
                 self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
             self._set_up_long_jobs()
-            self._helpers.append(self._registration())
+            registration = self._registered()
+            self._helpers.append(registration)
             for n in range(self.options.worker_threads):
                 self._threads.append(self._thread(f"{self.queue_worker_id}-{n}"))
+            registration.beat()  # listed before it runs a job
         except BaseException:
+            for helper in self._helpers:
+                if isinstance(helper, Registration):
+                    helper.leave()  # its row, if the beat wrote it, and its connection
             self._threads.clear()
             self._slots.clear()
             self._helpers.clear()
@@ -224,9 +229,6 @@ class QueueWorker:
                 helper.start()
             self._state = "running"
             self._cond.notify_all()
-        for helper in self._helpers:
-            if isinstance(helper, Registration):
-                helper.beat()
         return self
 
     def _set_up_long_jobs(self) -> None:
@@ -258,7 +260,7 @@ class QueueWorker:
                 )
             self._runner.claims = ClaimCounter(self._direct_connect, options.job_table)
 
-    def _registration(self) -> Registration:
+    def _registered(self) -> Registration:
         """The thread that keeps this worker's row among the live workers."""
         options = self.options
         identity = {
@@ -275,16 +277,19 @@ class QueueWorker:
             workers_table(options.job_table),
             identity,
             self._activity,
-            lambda: self._state,
+            lambda: "stopping" if self._stopping.is_set() else "running",
             self._finished,
             self._emit,
             f"{self.queue_worker_id}-registry",
         )
 
     def _activity(self) -> list[dict[str, Any]]:
-        """What each live worker thread does now, for the registry (memory only)."""
+        """What each worker thread does now, for the registry (memory only): those alive, and
+        those about to start (the first beat runs before they do)."""
         now = time.monotonic()
-        return [thread_activity(name, slot, now) for name, slot in self._live_threads()]
+        with self._cond:
+            threads = [t for t in self._threads if t.ident is None or t.is_alive()]
+            return [thread_activity(t.name, self._slots[t.name], now) for t in threads]
 
     def _thread(self, name: str) -> threading.Thread:
         slot = self._slots[name] = Slot()

@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_fixtures.cli_db import ARCHIVE as CLI_ARCHIVE
+from cli_fixtures.cli_db import JOB as CLI_JOB
+from cli_fixtures.cli_db import CliDB
+from test_cli_worker import WorkerProcess, started
 from typer.testing import CliRunner
 
 from proletarian_di import _registry, admin, create_queue_worker, process_next_job
@@ -48,6 +52,11 @@ def quick_beats(monkeypatch: pytest.MonkeyPatch) -> None:
 def workers(backend: Backend, **options: Any) -> list[admin.WorkerInfo]:
     with connection(backend) as conn:
         return admin.list_workers(conn, **options)
+
+
+def cli_workers(backend: Backend) -> list[admin.WorkerInfo]:
+    """The workers of the CLI tests' tables."""
+    return workers(backend, tables=admin.Tables(CLI_JOB, CLI_ARCHIVE))
 
 
 def beats_after(backend: Backend, worker_id: str, seen: Any) -> admin.WorkerInfo | None:
@@ -278,6 +287,12 @@ def test_the_processes_page_shows_the_workers_and_their_jobs(backend, pool, gate
 def test_the_processes_page_says_when_nothing_runs_or_the_table_is_missing(backend, pool):
     page = TestClient(dashboard(pool)).get("/processes")
     assert page.status_code == 200 and "No worker is connected" in page.text
+    guarded = TestClient(dashboard(pool, actions=True, auth=lambda r: r.headers.get("x-user")))
+    assert guarded.get("/processes").status_code == 401
+    with create_queue_worker(pool, lambda t, p: None):
+        page = guarded.get("/processes", headers={"x-user": "ops"})
+    assert page.status_code == 200 and "proletarian[default]" in page.text
+    assert "<form" not in page.text, "the page changes nothing, even with actions on"
     elsewhere = admin.Tables("proletarian.nothing_here", "proletarian.nothing_here_done")
     page = TestClient(dashboard(pool, tables=elsewhere)).get("/processes")
     assert page.status_code == 200
@@ -294,3 +309,23 @@ def test_the_workers_command_lists_them(backend):
     result = runner.invoke(cli_app, ["workers", "--json", *url])
     assert result.exit_code == 0, result.output
     assert '"pid": 4242' in result.output
+
+
+def test_the_cli_worker_registers_and_leaves_when_signalled(backend, tmp_path):
+    """`proletarian-di worker` runs QueueWorkers: its process is listed while it runs, and
+    gone from the list once SIGTERM has drained it."""
+    db = CliDB(backend)
+    db.enqueue(("sleep", {"n": 1, "seconds": 0.5}))
+    worker = WorkerProcess(db, tmp_path)
+    try:
+        worker.wait_for(lambda: started(tmp_path), "the job to start")
+        [listed] = cli_workers(backend)
+        assert (listed.pid, listed.queues, listed.state) == (
+            worker.proc.pid,
+            ("default",),
+            "running",
+        )
+    finally:
+        worker.signal(signal.SIGTERM)
+        assert worker.finish() == 0, worker.output
+    assert cli_workers(backend) == []
