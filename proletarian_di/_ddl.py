@@ -104,7 +104,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
-    UNIQUE INDEX {unique_index} (queue, unique_key),
+    -- the key first: a job with no key (NULL) never sits beside a key in it (see step 10)
+    UNIQUE INDEX {unique_index} (unique_key, queue),
     -- the claim's order; attempts and leased_by let the dashboard count without the rows
     INDEX {claim_index} (queue, priority_rank, process_at, attempts, leased_by)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
@@ -237,9 +238,10 @@ def _my_table(table: str) -> str:
     return f"EXISTS (SELECT 1 FROM information_schema.tables{_my_where(table)})"
 
 
-def _my_index(table: str, name: str, column: str | None = None) -> str:
-    """The index exists (and includes `column`)."""
+def _my_index(table: str, name: str, column: str | None = None, first: bool = False) -> str:
+    """The index exists (and includes `column`, as its first column if `first`)."""
     including = f" AND column_name = '{column}'" if column else ""
+    including += " AND seq_in_index = 1" if first else ""
     return (
         f"EXISTS (SELECT 1 FROM information_schema.statistics{_my_where(table)} "
         f"AND index_name = '{name}'{including})"
@@ -440,7 +442,20 @@ MYSQL_9 = _my_alter(
     ),
 )
 
-MYSQL_10 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
+# An enqueuer of a key checks for duplicates by locking the key's index entries and the
+# entry after them; with the queue first, that was the next queue's first job without a key,
+# perhaps one that another enqueuer's transaction had just written before it waited for the
+# key's turn (see MySQLDialect.try_insert_unique): a cycle InnoDB cannot see. With the key
+# first, jobs without one sort before every key.
+MYSQL_10 = _my_alter(
+    "job_table",
+    (
+        _my_index("job_table", "{unique_index}", "unique_key", first=True),
+        "DROP INDEX {unique_index}, ADD UNIQUE INDEX {unique_index} (unique_key, queue)",
+    ),
+)
+
+MYSQL_11 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
 
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
@@ -527,7 +542,12 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _my_index("archived_job_table", "{finished_index}"),
             ),
         ),
-        ("live_workers", MYSQL_10, (_my_table("workers_table"),)),
+        (
+            "unique_key_first",
+            MYSQL_10,
+            (_my_index("job_table", "{unique_index}", "unique_key", first=True),),
+        ),
+        ("live_workers", MYSQL_11, (_my_table("workers_table"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

@@ -6,18 +6,21 @@ What happens to one job, top to bottom: `run_leased` (the claim: the first job s
 the rest reserved) → `_start_leased` (a reserved job starts, its attempt counted) →
 `_run_leased` (decode, `Steps._run`, then `write`: the archive or `Steps.record_attempt`
 under the lease) → `_while_leased` (a lost connection is tried again for half the lease).
-See `_leases` for how leases live in the job row.
+A thread's last success of a claim is archived together with its next claim
+(`Dialect.archive_leased_and_claim`: one commit, and on PostgreSQL one statement), whose
+jobs `_run_claimed` runs next. See `_leases` for how leases live in the job row.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ._datasource import ConnectionFactory
-from ._dialects import Dialect, LeasedRow, is_transient
+from ._dialects import Dialect, LeaseClaim, LeasedRow, is_transient
 from ._dialects.base import died_running, reserved
 from ._leases import holding, lease_token
 from ._slot import Replaced, Slot
@@ -30,47 +33,107 @@ class LeaseMode(Steps):
     """Lease mode's path."""
 
     def run_leased(
-        self, connect: ConnectionFactory, slot: Slot | None = None, limit: int = 1
+        self,
+        connect: ConnectionFactory,
+        slot: Slot | None = None,
+        limit: int = 1,
+        going_on: Callable[[], bool] | None = None,
     ) -> list[bool]:
         """Lease mode: claim up to `limit` due jobs under a lease and commit; run each with
         no connection held, and write its outcome in a short transaction of its own, if
-        the lease is still ours. [] if none was due or the queue is paused."""
+        the lease is still ours. A worker thread that will call again (`going_on`, true
+        until it stops) has its next claim made in the transaction that archives its last
+        success, and runs it here. [] if none was due or the queue is paused."""
         if self.pauses.known_paused():
             return []
-        assert self.options.lease_ms is not None
-        token, frontier = lease_token(), self.frontier
+        claim = self._next_claim(slot, limit)
         with connect() as conn:
             dialect = self.dialect(conn)
-            start = None if frontier is None else frontier.start(slot)
-            lease_ms = self.options.lease_ms
-            rows = dialect.lease_claim(
-                conn, self.options.queue, self.clock(), limit, start, lease_ms, token
-            )
-            if rows and self.pauses.check(dialect.session(conn)):
-                dialect.give_back(conn, rows, token)  # a paused queue's jobs go back unrun
-                rows = []
+            rows = self._claimed(conn, dialect, dialect.lease_claim(conn, *claim), claim, slot)
             dialect.rollback(conn)
-        if not rows:
-            if frontier is not None:
-                frontier.missed(slot)
-            return []
-        self.on_claim()
-        if frontier is not None:
-            frontier.claimed(slot, max(dialect.position(row) for row in rows))
         outcomes: list[bool] = []
+        while rows:
+            rows, claim = self._run_claimed(connect, dialect, rows, claim, slot, outcomes, going_on)
+            if rows and going_on is not None and not going_on():
+                with connect() as conn:  # stopping: the jobs claimed ahead go back unrun
+                    self.dialect(conn).give_back(conn, rows, claim.token)
+                break
+        return outcomes
+
+    def _next_claim(self, slot: Slot | None, limit: int) -> LeaseClaim:
+        """A claim of up to `limit` jobs under a new lease, from the thread's frontier."""
+        assert self.options.lease_ms is not None
+        start = None if self.frontier is None else self.frontier.start(slot)
+        return LeaseClaim(
+            self.options.queue, self.clock(), limit, start, self.options.lease_ms, lease_token()
+        )
+
+    def _claim_ahead(
+        self, slot: Slot | None, limit: int, going_on: Callable[[], bool] | None
+    ) -> LeaseClaim | None:
+        """The claim a success's archive makes too: only after the last job of a claim, by a
+        thread that goes on (`going_on`), on a queue not known to be paused."""
+        if going_on is None or not going_on() or self.pauses.known_paused():
+            return None
+        if slot is not None and slot.abandoned:
+            return None
+        return self._next_claim(slot, limit)
+
+    def _claimed(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        rows: list[LeasedRow],
+        claim: LeaseClaim,
+        slot: Slot | None,
+    ) -> list[LeasedRow]:
+        """The rows `claim` took, unless the queue is paused (they go back unrun); the
+        frontier learns where the claim ended."""
+        if rows and self.pauses.check(dialect.session(conn)):
+            dialect.give_back(conn, rows, claim.token)
+            rows = []
+        if self.frontier is not None:
+            if rows:
+                self.frontier.claimed(slot, max(dialect.position(row) for row in rows))
+            else:
+                self.frontier.missed(slot)
+        if rows:
+            self.on_claim()
+        return rows
+
+    def _run_claimed(
+        self,
+        connect: ConnectionFactory,
+        dialect: Dialect,
+        rows: list[LeasedRow],
+        claim: LeaseClaim,
+        slot: Slot | None,
+        outcomes: list[bool],
+        going_on: Callable[[], bool] | None,
+    ) -> tuple[list[LeasedRow], LeaseClaim]:
+        """Run the jobs of one claim; the rows the last one's archive claimed next, if any,
+        with their claim."""
+        token = claim.token
+        ahead: tuple[list[LeasedRow], LeaseClaim] = ([], claim)
         with holding(self.leases, rows, token):
             for n, row in enumerate(rows):
                 if slot is not None:
                     slot.rest = list(rows[n + 1 :])
                 if not row[10] and not self._start_leased(connect, dialect, row, token):
                     continue
+
+                last = going_on if n == len(rows) - 1 else None
+                next_claim = functools.partial(self._claim_ahead, slot, claim.limit, last)
                 try:
-                    outcomes.append(self._run_leased(connect, dialect, row, token, slot))
+                    outcome, ahead = self._run_leased(
+                        connect, dialect, row, claim, slot, next_claim
+                    )
                 except Replaced:
                     with connect() as conn:
                         self.dialect(conn).give_back(conn, rows[n + 1 :], token)
                     raise
-        return outcomes
+                outcomes.append(outcome)
+        return ahead
 
     def _start_leased(
         self, connect: ConnectionFactory, dialect: Dialect, row: LeasedRow, token: str
@@ -93,11 +156,13 @@ class LeaseMode(Steps):
         connect: ConnectionFactory,
         dialect: Dialect,
         row: LeasedRow,
-        token: str,
+        claim: LeaseClaim,
         slot: Slot | None,
-    ) -> bool:
-        """Run one leased job and write its outcome; whether it succeeded."""
-        raw_id = row[0]
+        next_claim: Callable[[], LeaseClaim | None],
+    ) -> tuple[bool, tuple[list[LeasedRow], LeaseClaim]]:
+        """Run one leased job and write its outcome: whether it succeeded, and the rows its
+        archive claimed next (`next_claim`), with their claim."""
+        raw_id, token = row[0], claim.token
         job, undecodable = self._job(row, None, dialect)
         error: BaseException | None = undecodable
         stage, back = "handler", 1
@@ -118,24 +183,33 @@ class LeaseMode(Steps):
                 if slot is not None and not slot.abandoned:
                     slot.clear()
         failure = error
+        ahead: tuple[list[LeasedRow], LeaseClaim] = ([], claim)
 
         def write(conn: Any) -> bool:
+            nonlocal ahead
             dialect = self.dialect(conn)
             if failure is not None:
                 self.record_attempt(
                     conn, dialect, raw_id, job, failure, stage=stage, lease=token, back=back
                 )
                 return False
-            if not dialect.archive_leased(conn, raw_id, token, self.clock()):
+            following = next_claim()
+            if following is None:
+                archived = dialect.archive_leased(conn, raw_id, token, self.clock())
+            else:
+                archived, rows = dialect.archive_leased_and_claim(
+                    conn, raw_id, token, self.clock(), following
+                )
+                ahead = (self._claimed(conn, dialect, rows, following, slot), following)
+            if not archived:
                 self._lease_lost(job)
-                return False
-            return True
+            return archived
 
         if not self._while_leased(connect, write):
-            return False
+            return False, ahead
         self.stats.add("succeeded", job)
         self.emit("job_finished", job, status="success")
-        return True
+        return True, ahead
 
     def _while_leased(self, connect: ConnectionFactory, write: Callable[[Any], bool]) -> bool:
         """Write a leased job's outcome; a lost connection or a server away is tried again

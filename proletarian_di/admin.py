@@ -10,8 +10,10 @@ Table names are validated identifiers and every value is a query parameter.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -30,14 +32,21 @@ from .schema import UPGRADE_HINT, check_schema, periodic_table, workers_table
 from .serializers import Serializer, check_serializer
 
 __all__ = [
+    "BATCH_SIZE",
     "DEFAULT_TABLES",
+    "HEADLINE_CHARS",
     "MAX_EXAMINED",
     "MAX_LIMIT",
+    "SEARCH_FIELDS",
+    "SEARCH_ROWS",
     "STALE_AFTER",
     "STATES",
+    "ErrorGroup",
+    "ErrorGroups",
     "HourlyOutcomes",
     "JobInfo",
     "JobPage",
+    "JobSearch",
     "OverviewPage",
     "QueueOverview",
     "QueueStats",
@@ -48,7 +57,13 @@ __all__ = [
     "cancel_jobs",
     "check",
     "delete_archived",
+    "discard_failed",
+    "error_headline",
+    "failure_groups",
+    "find_jobs",
     "get_job",
+    "id_fragment",
+    "in_batches",
     "list_jobs",
     "list_jobs_page",
     "list_schedules",
@@ -92,6 +107,38 @@ _STATE_OF_STATUS = {status: state for state, status in _ARCHIVED.items()}
 _ORDER = "ORDER BY enqueued_at DESC, job_id DESC"
 _SCAN_BATCH = 200
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+HEADLINE_CHARS = 200
+"""The most characters of an error's first line that name its group (see `error_headline`)."""
+
+_HEADLINE = {
+    "postgresql": "LEFT(split_part(last_error, %s, 1), {n})",
+    "mysql": "LEFT(SUBSTRING_INDEX(last_error, %s, 1), {n})",
+}
+"""An error's headline in SQL; its `%s` is a line feed (a parameter: no escapes to agree on)."""
+
+
+def error_headline(error: str | None) -> str | None:
+    """An error's first line (`Type: message`, as a failed attempt stores it), cut to
+    `HEADLINE_CHARS` characters: what names its group in `failure_groups`, and what the
+    `error` filters match."""
+    return None if error is None else error.split("\n", 1)[0][:HEADLINE_CHARS]
+
+
+def _headline_sql(dialect: Dialect) -> str:
+    return _HEADLINE[dialect.name].format(n=HEADLINE_CHARS)
+
+
+def _check_error(error: Any) -> str | None:
+    """An `error` filter: a first line as `error_headline` gives it (None: any error)."""
+    if error is None:
+        return None
+    if not isinstance(error, str) or not error or "\n" in error or len(error) > HEADLINE_CHARS:
+        raise ConfigurationError(
+            f"error must be an error's first line (one line of 1 to {HEADLINE_CHARS} "
+            f"characters, as error_headline gives it), got {error!r}"
+        )
+    return error
 
 
 @dataclasses.dataclass
@@ -506,6 +553,11 @@ class JobInfo:
     payload_truncated: bool = False
 
     @property
+    def error_headline(self) -> str | None:
+        """The error's first line (`Type: message`), as `error_headline` gives it."""
+        return error_headline(self.error)
+
+    @property
     def cursor(self) -> str:
         """This job's place in `list_jobs`' order as text, for `before=` (an HTTP query, say):
         `<enqueued_at in microseconds since 1970>.<job_id>`."""
@@ -550,6 +602,17 @@ class _Where:
         """`clause` with its one parameter, unless the value is None."""
         return self if value is None else self.add(clause, value)
 
+    def headline(self, dialect: Dialect, error: str | None) -> _Where:
+        """Only jobs whose error's first line is `error` (None: any job)."""
+        if error is None:
+            return self
+        return self.add(f"{_headline_sql(dialect)} = %s", "\n", error)
+
+    def copy(self) -> _Where:
+        where = _Where(*self.clauses)
+        where.params = list(self.params)
+        return where
+
     def ids(self, dialect: Dialect, job_ids: Sequence[uuid.UUID] | None) -> _Where:
         """Only these jobs (None: any job)."""
         if job_ids is None:
@@ -575,6 +638,9 @@ class _Query:
     finished_since: datetime | None = None
     finished_until: datetime | None = None
     job_id: uuid.UUID | None = None
+    error: str | None = None
+    condition: tuple[str, tuple[Any, ...]] | None = None
+    """More SQL, with its parameters, that a row must match (a search's)."""
 
     def in_job_table(self) -> bool:
         """Whether waiting jobs can match (they have no finished_at)."""
@@ -598,14 +664,16 @@ def list_jobs(
     finished_since: datetime | None = None,
     finished_until: datetime | None = None,
     before: JobInfo | str | None = None,
+    error: str | None = None,
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | None = None,
 ) -> list[JobInfo]:
     """Jobs, waiting and archived, newest first (by enqueued_at, then job_id): at most
     `limit` (1 to `MAX_LIMIT`), of one `state` if given (see `STATES`).
 
-    Filters: queue, job type, `enqueued_since` <= enqueued_at < `enqueued_until`, and
-    `finished_since` <= finished_at < `finished_until` (archived jobs only). Pages: pass the
+    Filters: queue, job type, `enqueued_since` <= enqueued_at < `enqueued_until`,
+    `finished_since` <= finished_at < `finished_until` (archived jobs only), and `error`, the
+    (last) error's first line as `error_headline` gives it. Pages: pass the
     last job of a page, or its `cursor` string, as `before` to get the next one. "running"
     is a job whose row a worker holds locked now, probed without blocking anyone (see the
     admin docs for what each database does), or one under a live lease (`leased_by` set,
@@ -621,6 +689,7 @@ def list_jobs(
         _moment(enqueued_until, "enqueued_until"),
         _moment(finished_since, "finished_since"),
         _moment(finished_until, "finished_until"),
+        error=_check_error(error),
     )
     count, after = _check_limit(limit), _after(before)
     codec = check_serializer(serializer)
@@ -639,6 +708,7 @@ def list_jobs_page(
     before: JobInfo | str | None = None,
     max_examined: int = MAX_EXAMINED,
     payload_chars: int | None = None,
+    error: str | None = None,
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | None = None,
 ) -> JobPage:
@@ -649,8 +719,9 @@ def list_jobs_page(
 
     `payload_chars`: read only the first this many characters of each payload (in SQL); a
     longer payload is that text, undecoded, with `payload_truncated` set. None: whole payloads.
+    `error`: only jobs whose (last) error's first line is this (see `error_headline`).
     """
-    query = _Query(_check_state(state), queue, job_type)
+    query = _Query(_check_state(state), queue, job_type, error=_check_error(error))
     count, after = _check_limit(limit), _after(before)
     _check_positive(max_examined, "max_examined")
     if payload_chars is not None:
@@ -745,10 +816,12 @@ def _select(
     now: datetime,
     limit: int,
     payload_chars: int | None = None,
+    archive_query: _Query | None = None,
 ) -> tuple[str, list[Any]]:
     """The SELECT of the next `limit` rows after `after`, newest first, from the tables
-    `query` can find jobs in; each row ends with its `held` flag (1: maybe locked by a
-    running worker), its priority and its `leased` flag (1: under a live lease, running)."""
+    `query` can find jobs in (`archive_query`, when given, is the archive's); each row ends
+    with its `held` flag (1: maybe locked by a running worker), its priority and its
+    `leased` flag (1: under a live lease, running)."""
     columns = dialect.columns
     if payload_chars is not None:
         prefix = f"LEFT(payload, {int(payload_chars) + 1}) AS payload"
@@ -757,7 +830,10 @@ def _select(
     if query.in_job_table():
         branches.append(_job_rows(dialect, tables.job_table, query, held, after, now, columns))
     if query.in_archive():
-        branches.append(_archived_rows(dialect, tables.archived_job_table, query, after, columns))
+        archived = archive_query or query
+        branches.append(
+            _archived_rows(dialect, tables.archived_job_table, archived, after, columns)
+        )
     if len(branches) == 1:
         sql, params = branches[0]
         return f"{sql} {_ORDER} LIMIT %s", [*params, limit]
@@ -777,9 +853,12 @@ def _matching(dialect: Dialect, query: _Query, after: tuple[datetime, uuid.UUID]
         .given("job_id = %s", query.job_id and key(query.job_id))
         .given("queue = %s", query.queue)
         .given("job_type = %s", query.job_type)
+        .headline(dialect, query.error)
         .given("enqueued_at >= %s", query.enqueued_since and encode(query.enqueued_since))
         .given("enqueued_at < %s", query.enqueued_until and encode(query.enqueued_until))
     )
+    if query.condition is not None:
+        where.add(query.condition[0], *query.condition[1])
     if after is not None:
         at, job_id = encode(after[0]), key(after[1])
         where.add("(enqueued_at < %s OR (enqueued_at = %s AND job_id < %s))", at, at, job_id)
@@ -980,17 +1059,110 @@ def _failures(
     job_type: str | None,
     since: datetime | None,
     until: datetime | None,
+    error: str | None = None,
 ) -> _Where:
-    """Archived failures, by id and filters (`since` <= finished_at < `until`)."""
+    """Archived failures, by id and filters (`since` <= finished_at < `until`, the error's
+    first line)."""
     start, end = _moment(since, "since"), _moment(until, "until")
     return (
         _Where("status = 'failure'")
         .ids(dialect, job_ids)
         .given("queue = %s", queue)
         .given("job_type = %s", job_type)
+        .headline(dialect, _check_error(error))
         .given("finished_at >= %s", start and dialect.encode_time(start))
         .given("finished_at < %s", end and dialect.encode_time(end))
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bulk:
+    """What a bulk action acts on (the rows of `table` matching `where`) and how it moves
+    them: `move(conn, where_sql, params)` returns how many moved."""
+
+    dialect: Dialect
+    table: str
+    where: _Where
+    move: Callable[[Connection, str, list[Any]], int]
+
+    def count(self, conn: Connection) -> int:
+        return _count(conn, self.dialect, self.table, self.where)
+
+    def run(self, conn: Connection, where: _Where | None = None) -> int:
+        """Move the rows matching `where` (by default, all of them)."""
+        where = where or self.where
+        with self.dialect.admin_write(conn):
+            return self.move(conn, where.sql, where.params)
+
+    def batches(self, conn: Connection, size: int) -> Iterator[int]:
+        """One batch of at most `size` jobs per step, by id (a keyset over the primary key,
+        so that each job is taken once, a running one passed over included)."""
+        after: Any = None
+        while True:
+            where = self.where.copy()
+            if after is not None:
+                where.add("job_id > %s", after)
+            with self.dialect.admin_write(conn):
+                ids = [
+                    row[0]
+                    for row in self.dialect.fetchall(
+                        conn,
+                        f"SELECT job_id FROM {self.table} WHERE {where.sql} "
+                        "ORDER BY job_id LIMIT %s",
+                        [*where.params, size],
+                    )
+                ]
+                marks = ", ".join(["%s"] * len(ids))
+                taken = self.where.copy().add(f"job_id IN ({marks})", *ids)
+                moved = self.run(conn, taken) if ids else 0
+            yield moved
+            if len(ids) < size:
+                return
+            after = ids[-1]
+
+
+def _failed_plan(
+    conn: Connection,
+    job_ids: list[uuid.UUID] | None,
+    *,
+    requeue: bool,
+    queue: str | None = None,
+    job_type: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    error: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> _Bulk:
+    """Archived failures, to move back into the queue (`requeue`) or to delete."""
+    dialect = tables.dialect(conn)
+    where = _failures(dialect, job_ids, queue, job_type, since, until, error)
+    if not requeue:
+        return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived)
+    now = datetime.now(timezone.utc)
+    return _Bulk(
+        dialect,
+        tables.archived_job_table,
+        where,
+        lambda c, sql, params: dialect.requeue(c, sql, params, now),
+    )
+
+
+def _act(
+    conn: Connection,
+    plan: Callable[..., _Bulk],
+    job_ids: list[uuid.UUID] | None,
+    dry_run: bool,
+    **filters: Any,
+) -> int:
+    """Count (`dry_run`) or move the jobs of `plan` in one go; none for an empty id list."""
+    if job_ids == []:
+        return 0
+    bulk = plan(conn, job_ids, **filters)
+    return bulk.count(conn) if dry_run else bulk.run(conn)
+
+
+_retry_plan = functools.partial(_failed_plan, requeue=True)
+_discard_plan = functools.partial(_failed_plan, requeue=False)
 
 
 def retry_jobs(
@@ -1001,22 +1173,31 @@ def retry_jobs(
     job_type: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    error: str | None = None,
+    dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
     """Move failed jobs (archived as `failure`) back into the queue: same id and payload,
-    attempts reset to 0, last error kept, due now. Returns how many moved.
+    attempts reset to 0, last error kept, due now. Returns how many moved (or would move,
+    with `dry_run`).
 
-    By ids, by filters (queue, job type, `since` <= failed at < `until`), or both; with
-    neither, every failure. Only archived failures move: an id that names anything else
-    (waiting, succeeded, cancelled, unknown) is not counted. Commit to keep them.
+    By ids, by filters (queue, job type, `since` <= failed at < `until`, the `error`'s first
+    line as `error_headline` gives it), or both; with neither, every failure. Only archived
+    failures move: an id that names anything else (waiting, succeeded, cancelled, unknown)
+    is not counted. Commit to keep them. `in_batches` moves many in bounded transactions.
     """
-    dialect = tables.dialect(conn)
-    ids = _job_ids(job_ids)
-    if ids == []:
-        return 0
-    where = _failures(dialect, ids, queue, job_type, since, until)
-    with dialect.admin_write(conn):
-        return dialect.requeue(conn, where.sql, where.params, datetime.now(timezone.utc))
+    return _act(
+        conn,
+        _retry_plan,
+        _job_ids(job_ids),
+        dry_run,
+        queue=queue,
+        job_type=job_type,
+        since=since,
+        until=until,
+        error=error,
+        tables=tables,
+    )
 
 
 def retry_failed(
@@ -1034,26 +1215,29 @@ def retry_failed(
     Filters: queue, job type, and when the job failed (`since` <= finished_at < `until`).
     Returns how many jobs moved (or would move, with `dry_run`). Commit to keep them.
     """
-    if dry_run:
-        dialect = tables.dialect(conn)
-        where = _failures(dialect, None, queue, job_type, since, until)
-        return _count(conn, dialect, tables.archived_job_table, where)
-    return retry_jobs(conn, queue=queue, job_type=job_type, since=since, until=until, tables=tables)
+    return retry_jobs(
+        conn,
+        queue=queue,
+        job_type=job_type,
+        since=since,
+        until=until,
+        dry_run=dry_run,
+        tables=tables,
+    )
 
 
 def _selection(
     call: str,
     refused: str,
     job_ids: Iterable[uuid.UUID | str] | None,
-    queue: str | None,
-    job_type: str | None,
+    *filters: Any,
 ) -> list[uuid.UUID] | None:
     """The ids of a call that acts on jobs by ids, filters or both; with neither it is
     refused, so that no call acts on every job by accident."""
     ids = _job_ids(job_ids)
-    if ids is None and queue is None and job_type is None:
+    if ids is None and all(value is None for value in filters):
         raise ConfigurationError(
-            f"{call} needs job ids or a filter (queue, job_type); it does not {refused}"
+            f"{call} needs job ids or a filter (queue, job_type, error, ...); it does not {refused}"
         )
     return ids
 
@@ -1064,22 +1248,73 @@ def discard_failed(
     *,
     queue: str | None = None,
     job_type: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    error: str | None = None,
+    dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
-    """Delete failed jobs (archived as `failure`) for good; returns how many. Commit to keep it.
+    """Delete failed jobs (archived as `failure`) for good; returns how many (or would go,
+    with `dry_run`). Commit to keep it.
 
-    By ids, by filters (queue, job type), or both; at least one, so that no call discards
+    By ids, by filters (queue, job type, `since` <= failed at < `until`, the `error`'s first
+    line), or both; ids or a queue, job type or error at least, so that no call discards
     every failure by accident. Only archived failures go: an id naming a waiting, running,
     succeeded or cancelled job is not counted. It touches the archive only, so it never
     waits on a running job's locked row.
     """
-    ids = _selection("discard_failed", "discard every failure", job_ids, queue, job_type)
-    if ids == []:
-        return 0
+    ids = _selection("discard_failed", "discard every failure", job_ids, queue, job_type, error)
+    return _act(
+        conn,
+        _discard_plan,
+        ids,
+        dry_run,
+        queue=queue,
+        job_type=job_type,
+        since=since,
+        until=until,
+        error=error,
+        tables=tables,
+    )
+
+
+def _cancel_plan(
+    conn: Connection,
+    job_ids: list[uuid.UUID] | None,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    error: str | None = None,
+    enqueued_until: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> _Bulk:
+    if state not in (None, "queued", "scheduled", "retrying"):
+        raise ConfigurationError(
+            f"cancel_jobs cancels waiting jobs: state must be queued, scheduled or retrying, "
+            f"got {state!r}"
+        )
     dialect = tables.dialect(conn)
-    where = _failures(dialect, ids, queue, job_type, None, None)
-    with dialect.admin_write(conn):
-        return dialect.purge_archived(conn, where.sql, where.params)
+    now = datetime.now(timezone.utc)
+    at = dialect.encode_time(now)
+    end = _moment(enqueued_until, "enqueued_until")
+    where = (
+        _Where()
+        .ids(dialect, job_ids)
+        .given("queue = %s", queue)
+        .given("job_type = %s", job_type)
+        .headline(dialect, _check_error(error))
+        .given("enqueued_at < %s", end and dialect.encode_time(end))
+        .add(_NOT_LEASED, at)
+    )
+    if state is not None:
+        where.add(_WAITING[state], *[at] * _WAITING[state].count("%s"))
+    return _Bulk(
+        dialect,
+        tables.job_table,
+        where,
+        lambda c, sql, params: dialect.cancel_waiting(c, sql, params, now),
+    )
 
 
 def cancel_jobs(
@@ -1088,30 +1323,84 @@ def cancel_jobs(
     *,
     queue: str | None = None,
     job_type: str | None = None,
+    state: str | None = None,
+    error: str | None = None,
+    enqueued_until: datetime | None = None,
+    dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
     """Archive waiting jobs (queued, scheduled, retrying) as `cancelled`, finished now, their
-    attempts as they are. Returns how many were cancelled. Commit to keep it.
+    attempts as they are. Returns how many were cancelled (with `dry_run`, how many are
+    waiting and not under a live lease: a job running under a row lock is counted, though
+    it would be passed over). Commit to keep it.
 
-    By ids, by filters (queue, job type), or both; at least one of them, so that no call
-    cancels every job by accident. A running job (row locked, or under a live lease) is
-    never cancelled: it is passed over, neither waited for nor counted, and so is anything
-    already archived. A job whose lease ran out is waiting to be rescued: it is cancelled.
+    By ids, by filters (queue, job type, one waiting `state`, the last `error`'s first line,
+    enqueued_at < `enqueued_until`), or both; ids or a queue, job type, state or error at
+    least, so that no call cancels every job by accident. A running job (row locked, or
+    under a live lease) is never cancelled: it is passed over, neither waited for nor
+    counted, and so is anything already archived. A job whose lease ran out is waiting to
+    be rescued: it is cancelled.
     """
-    ids = _selection("cancel_jobs", "cancel every waiting job", job_ids, queue, job_type)
-    if ids == []:
-        return 0
-    dialect = tables.dialect(conn)
-    now = datetime.now(timezone.utc)
-    where = (
-        _Where()
-        .ids(dialect, ids)
-        .given("queue = %s", queue)
-        .given("job_type = %s", job_type)
-        .add(_NOT_LEASED, dialect.encode_time(now))
+    ids = _selection(
+        "cancel_jobs", "cancel every waiting job", job_ids, queue, job_type, state, error
     )
-    with dialect.admin_write(conn):
-        return dialect.cancel_waiting(conn, where.sql, where.params, now)
+    return _act(
+        conn,
+        _cancel_plan,
+        ids,
+        dry_run,
+        queue=queue,
+        job_type=job_type,
+        state=state,
+        error=error,
+        enqueued_until=enqueued_until,
+        tables=tables,
+    )
+
+
+BATCH_SIZE = 500
+"""How many jobs one step of `in_batches` acts on by default."""
+
+_PLANS: dict[Callable[..., int], Callable[..., _Bulk]] = {
+    retry_jobs: _retry_plan,
+    cancel_jobs: _cancel_plan,
+    discard_failed: _discard_plan,
+}
+
+
+def in_batches(
+    conn: Connection,
+    action: Callable[..., int],
+    job_ids: Iterable[uuid.UUID | str] | None = None,
+    *,
+    batch_size: int = BATCH_SIZE,
+    **filters: Any,
+) -> Iterator[int]:
+    """`action` (`retry_jobs`, `cancel_jobs` or `discard_failed`, with its ids and filters)
+    a batch of at most `batch_size` jobs at a time, in the caller's transaction; yields how
+    many each batch moved. Commit after each, so that no transaction holds the locks of
+    more than a batch however many jobs match:
+
+        for moved in admin.in_batches(conn, admin.retry_jobs, queue="email"):
+            conn.commit()
+
+    The batches go through the matching jobs once, by id: a job that comes to match later
+    (a newer failure) may or may not be taken; pass `until` (or `enqueued_until`) to leave
+    them out."""
+    plan = _PLANS.get(action)
+    if plan is None:
+        raise ConfigurationError(
+            f"in_batches runs retry_jobs, cancel_jobs or discard_failed, got {action!r}"
+        )
+    _check_positive(batch_size, "batch_size")
+    if action is not retry_jobs:
+        keys = ("queue", "job_type", "state", "error")
+        name = getattr(action, "__name__", "")
+        _selection(name, "act on every job", job_ids, *(filters.get(key) for key in keys))
+    ids = _job_ids(job_ids)
+    if ids == []:
+        return iter(())
+    return plan(conn, ids, **filters).batches(conn, batch_size)
 
 
 def pause_queue(conn: Connection, queue: str, *, tables: Tables = DEFAULT_TABLES) -> bool:
@@ -1266,6 +1555,203 @@ def list_schedules(
         upcoming = next_tick(cron, zone, max(last, now))
         schedules.append(Schedule(name, cron, zone, job_type, queue, last, upcoming, updated))
     return schedules
+
+
+SEARCH_ROWS = 10_000
+"""The most rows of each table that one `find_jobs` or `failure_groups` call reads where no
+index narrows them down (an id's end, a job type or payload substring; the failures grouped
+by error): the newest ones."""
+
+SEARCH_FIELDS = ("any", "id", "job_type", "payload")
+"""What `find_jobs` looks in: "any" is the id (when the text is hex), job type and payload."""
+
+_SEARCH_CHARS = 200
+_ID_TEXT = re.compile(r"[0-9a-f-]+")
+_ID_HEX = {
+    "postgresql": "replace(CAST(job_id AS text), '-', '')",
+    "mysql": "LOWER(HEX(job_id))",
+}
+"""A job id as 32 lower-case hex digits, in SQL."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorGroup:
+    """The failures whose error starts with the same line (`Type: message`, see
+    `error_headline`; None: failures with no error recorded): how many, the newest's time."""
+
+    error: str | None
+    count: int
+    newest: datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorGroups:
+    """What `failure_groups` found: its groups, most failures first; `examined`, the failures
+    it read; `partial` when it stopped at its bound, leaving older failures out."""
+
+    groups: list[ErrorGroup]
+    examined: int
+    partial: bool
+
+
+def failure_groups(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    max_examined: int = SEARCH_ROWS,
+    tables: Tables = DEFAULT_TABLES,
+) -> ErrorGroups:
+    """Failed jobs grouped by their error's first line: each group's count and newest
+    failure, most failures first. It reads the newest `max_examined` failures (of this queue
+    and job type) through the archive's `finished_at` index, and says when there were more;
+    `retry_jobs(error=...)` and the others count and act on a whole group."""
+    _check_positive(max_examined, "max_examined")
+    dialect = tables.dialect(conn)
+    where = _failures(dialect, None, queue, job_type, None, None)
+    sql = (
+        "SELECT headline, COUNT(*), MAX(finished_at) FROM ("
+        f"SELECT {_headline_sql(dialect)} AS headline, finished_at "
+        f"FROM {tables.archived_job_table} WHERE {where.sql} "
+        "ORDER BY finished_at DESC LIMIT %s) AS recent GROUP BY headline"
+    )
+    rows = dialect.fetchall(conn, sql, ["\n", *where.params, max_examined])
+    groups = [
+        ErrorGroup(error, int(count), _utc(dialect.decode_time(newest)))
+        for error, count, newest in rows
+    ]
+    groups.sort(key=lambda group: (-group.count, -group.newest.timestamp(), group.error or ""))
+    examined = sum(group.count for group in groups)
+    return ErrorGroups(groups, examined, examined >= max_examined)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSearch:
+    """What `find_jobs` found: its jobs, newest first; `more` when more matched than the
+    `limit` it returns; `cut_short` when the part of the search no index serves read only the
+    newest `searched` rows of a table, and older ones were not searched."""
+
+    jobs: list[JobInfo]
+    more: bool
+    cut_short: bool
+    searched: int
+
+
+def id_fragment(text: str) -> str | None:
+    """A job id, or its start or end, as lower-case hex digits without dashes: None when
+    `text` is not hex digits (dashes allowed between them), or has more than 32."""
+    text = text.strip().lower()
+    digits = text.replace("-", "")
+    if not _ID_TEXT.fullmatch(text) or not 1 <= len(digits) <= 32:
+        return None
+    return digits
+
+
+def find_jobs(
+    conn: Connection,
+    text: str,
+    *,
+    by: str = "any",
+    limit: int = 50,
+    max_examined: int = SEARCH_ROWS,
+    payload_chars: int | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> JobSearch:
+    """Jobs, waiting and archived, found by `text`: at most `limit`, newest first.
+
+    `by` (see `SEARCH_FIELDS`): "id" finds a whole id, or the jobs whose id starts or ends
+    with these hex digits (dashes ignored; anything else is refused); "job_type" and
+    "payload", the jobs whose job type or payload contains `text` (case-sensitive); "any",
+    all three (the id only when `text` is hex). A whole id and an id's start are found
+    through the primary key, however large the tables; the rest reads at most the newest
+    `max_examined` rows of each table, and the result says when it stopped there.
+    """
+    if by not in SEARCH_FIELDS:
+        raise ConfigurationError(f"by must be one of {', '.join(SEARCH_FIELDS)}, got {by!r}")
+    if not isinstance(text, str) or not text.strip() or len(text) > _SEARCH_CHARS:
+        raise ConfigurationError(
+            f"a search needs 1 to {_SEARCH_CHARS} characters of text, got {text!r}"
+        )
+    if "\x00" in text:
+        raise ConfigurationError(f"a search cannot contain a NUL character, got {text!r}")
+    digits = id_fragment(text) if by in ("any", "id") else None
+    if by == "id" and digits is None:
+        raise ConfigurationError(
+            f"{text!r} is not a job id nor the start or end of one: give 1 to 32 hex digits "
+            "(0-9, a-f), with or without dashes"
+        )
+    count = _check_limit(limit)
+    _check_positive(max_examined, "max_examined")
+    if payload_chars is not None:
+        _check_positive(payload_chars, "payload_chars")
+    codec = check_serializer(serializer)
+    dialect = tables.dialect(conn)
+    key = dialect.default_id_strategy.encode
+    indexed: list[tuple[str, list[Any]]] = []
+    scanned: list[tuple[str, list[Any]]] = []
+    if digits is not None and len(digits) == 32:
+        indexed.append(("job_id = %s", [key(uuid.UUID(digits))]))
+    elif digits is not None:
+        low, high = (uuid.UUID(digits.ljust(32, pad)) for pad in "0f")
+        indexed.append(("job_id >= %s AND job_id <= %s", [key(low), key(high)]))
+        scanned.append((f"{_ID_HEX[dialect.name]} LIKE %s", ["%" + digits]))
+    contains = "%" + re.sub(r"[!%_]", r"!\g<0>", text) + "%"
+    for field in ("job_type", "payload"):
+        if by in ("any", field):
+            scanned.append((f"{field} LIKE %s ESCAPE '!'", [contains]))
+    now = datetime.now(timezone.utc)
+    cut_short = False
+    queries = []
+    with dialect.admin_read(conn):
+        for table in (tables.job_table, tables.archived_job_table):
+            found, cut = _candidates(conn, dialect, table, indexed, scanned, count, max_examined)
+            cut_short = cut_short or cut
+            marks = ", ".join(["%s"] * len(found)) or "NULL"
+            queries.append(_Query(condition=(f"job_id IN ({marks})", tuple(found))))
+        held = dialect.held_rows(conn)
+        sql, params = _select(
+            dialect, tables, queries[0], held, None, now, count + 1, payload_chars, queries[1]
+        )
+        rows = dialect.fetchall(conn, sql, params)
+        infos = _infos(conn, dialect, rows, held, now, codec, payload_chars)
+    return JobSearch(infos[:count], len(infos) > count, cut_short, max_examined)
+
+
+def _candidates(
+    conn: Connection,
+    dialect: Dialect,
+    table: str,
+    indexed: list[tuple[str, list[Any]]],
+    scanned: list[tuple[str, list[Any]]],
+    limit: int,
+    max_examined: int,
+) -> tuple[list[Any], bool]:
+    """The ids (as stored) of up to `limit` + 1 rows of `table` per condition, newest first:
+    the `indexed` ones through the primary key, the `scanned` ones among the newest
+    `max_examined` rows; and whether there were older rows left unsearched."""
+    found: dict[Any, None] = {}
+    for condition, params in indexed:
+        sql = f"SELECT job_id FROM {table} WHERE {condition} ORDER BY job_id DESC LIMIT %s"
+        found.update(
+            dict.fromkeys(row[0] for row in dialect.fetchall(conn, sql, [*params, limit + 1]))
+        )
+    if not scanned:
+        return list(found), False
+    beyond = dialect.fetchall(
+        conn,
+        f"SELECT job_id FROM {table} ORDER BY job_id DESC LIMIT 1 OFFSET %s",
+        [max_examined],
+    )
+    where = _Where(f"({' OR '.join(condition for condition, _ in scanned)})")
+    where.params = [param for _, params in scanned for param in params]
+    if beyond:
+        where.add("job_id > %s", beyond[0][0])
+    sql = f"SELECT job_id FROM {table} WHERE {where.sql} ORDER BY job_id DESC LIMIT %s"
+    found.update(
+        dict.fromkeys(row[0] for row in dialect.fetchall(conn, sql, [*where.params, limit + 1]))
+    )
+    return list(found), bool(beyond)
 
 
 STALE_AFTER = timedelta(seconds=_registry.STALE_AFTER_S)

@@ -616,7 +616,9 @@ class QueueWorker:
             try:
                 self._emit("polling_for_jobs")
                 slot.mark("polling")
-                ran = self._runner.run_leased(self._connect, slot, self.options.batch_size)
+                ran = self._runner.run_leased(
+                    self._connect, slot, self.options.batch_size, self._going_on
+                )
                 backoff.reset()
                 if not ran:
                     self._idle(slot, interval)

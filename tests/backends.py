@@ -11,6 +11,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
+from psycopg_pool import ConnectionPool
+
 from proletarian_di import enqueue
 from proletarian_di.schema import workers_table
 from proletarian_di.testing import MySQLQueueDatabase, PostgresQueueDatabase, QueueDatabase
@@ -139,3 +142,68 @@ def write_effect(job: Any, note: str) -> None:
     cur = job.connection.cursor()
     cur.execute("INSERT INTO proletarian.effects VALUES (%s)", (note,))
     cur.close()
+
+
+class StatementLog:
+    """Every statement the server runs for the pool's connections (log_statement=all)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.statements: list[str] = []
+        self.executed: list[str] = []
+
+    def configure(self, conn: psycopg.Connection) -> None:
+        conn.execute("SET client_min_messages TO log")
+        conn.execute("SET log_statement TO 'all'")
+        conn.commit()
+        conn.add_notice_handler(self._notice)
+
+    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        message = diagnostic.message_primary or ""
+        with self.lock:
+            if message.startswith("statement: "):
+                self.statements.append(message.removeprefix("statement: "))
+            elif message.startswith("execute "):  # the extended protocol's, with parameters
+                self.executed.append(message.partition(": ")[2])
+
+    def about_jobs(self) -> list[str]:
+        with self.lock:
+            return [s for s in self.statements if "proletarian_" in s or s == "ROLLBACK"]
+
+
+@contextlib.contextmanager
+def logged_pool(url: str, log: StatementLog):
+    pool = ConnectionPool(url, min_size=1, max_size=2, configure=log.configure, open=True)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+COM_QUERY = 3
+
+
+class CountedConnections:
+    """New PyMySQL connections whose commands to the server are counted (a real connection,
+    its `_execute_command` watched)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.queries: list[str] = []
+        self.made: list[Any] = []
+        self.lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        conn = self.backend.connect()
+        conn.autocommit(True)
+        send = conn._execute_command
+
+        def counted(command: int, sql: Any) -> Any:
+            if command == COM_QUERY:
+                with self.lock:
+                    self.queries.append(sql.decode() if isinstance(sql, bytes) else sql)
+            return send(command, sql)
+
+        conn._execute_command = counted
+        self.made.append(conn)
+        return conn

@@ -1,4 +1,4 @@
-"""`proletarian-di jobs` (list, show, retry, cancel), the stats Running column and
+"""`proletarian-di jobs` (list, find, show, retry, cancel), the stats Running column and
 `retry-failed --dry-run`'s listing, against the real databases."""
 
 from __future__ import annotations
@@ -108,6 +108,37 @@ def test_list_bad_options_are_usage_errors(db, args, problem):
     assert result.exit_code == 2, result.output
     assert problem in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_find_by_an_ids_end_or_start_and_by_payload(db, pool):
+    [sent, other] = db.enqueue(("mail", {"to": "ada@example.com"}), ("report", 7), queue="a")
+    assert process(pool, fail, queue="a") is False  # the mail failed: it is in the archive
+    tail = sent.hex[-12:]
+    found = run("jobs", "find", tail, "-d", db.url)
+    assert found.exit_code == 0, found.output
+    assert str(sent) in found.stdout and str(other) not in found.stdout
+    as_json = run("jobs", "find", str(sent)[:13], "--by", "id", "--json", "-d", db.url)
+    assert as_json.exit_code == 0, as_json.output
+    assert str(sent) in [row["job_id"] for row in json.loads(as_json.stdout)]
+    payload = run("jobs", "find", "ada@example", "--by", "payload", "--json", "-d", db.url)
+    assert [(row["job_id"], row["state"]) for row in json.loads(payload.stdout)] == [
+        (str(sent), "failed")
+    ]
+    nothing = run("jobs", "find", "nobody", "-d", db.url)
+    assert nothing.exit_code == 0 and "no jobs" in nothing.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["zz-top", "--by", "id"], "is not a job id nor the start or end of one"),
+        (["x", "--by", "queue"], "by must be one of any, id, job_type, payload"),
+    ],
+)
+def test_find_bad_input_is_a_usage_error(db, args, problem):
+    result = run("jobs", "find", *args, "-d", db.url)
+    assert result.exit_code == 2, result.output
+    assert problem in one_line(result.stderr)
 
 
 def test_show_prints_payload_and_the_whole_error(db, pool):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import html
 import logging
 import os
 import re
@@ -99,6 +100,20 @@ def token(page: httpx.Response) -> str:
     match = CSRF.search(page.text)
     assert match, page.text
     return match.group(1)
+
+
+def confirm(client: TestClient, page: httpx.Response, **options: Any) -> httpx.Response:
+    """Send the confirmation form the page shows, as a browser does (every field as it is)."""
+    match = re.search(
+        r'<form class="confirm" method="post" action="([^"]+)">(.*?)</form>', page.text, re.S
+    )
+    assert match, page.text
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(
+        r'<input type="hidden" name="([^"]+)" value="([^"]*)">', match.group(2)
+    ):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return client.post(match.group(1), data=fields, **options)
 
 
 @pytest.fixture
@@ -415,9 +430,14 @@ def test_retry_and_cancel_by_filter(backend, pool, jobs, admin_client, events):
     assert "Retry every failed job of queue crm" in page.text
     assert "Cancel the waiting jobs of queue crm" in page.text
     form = {"csrf_token": token(page), "queue": "crm", "next": "/failed?queue=crm"}
-    assert admin_client.post("/cancel", data=form).status_code == 200
+    asked = admin_client.post("/cancel", data=form)
+    assert "Cancel 2 waiting jobs of queue crm?" in asked.text
+    assert [job_state(backend, job_id) for job_id in later] == ["queued", "queued"]
+    assert confirm(admin_client, asked).status_code == 200
     assert [job_state(backend, job_id) for job_id in later] == ["cancelled", "cancelled"]
-    assert admin_client.post("/retry", data=form).status_code == 200
+    asked = admin_client.post("/retry", data=form)
+    assert "Retry 2 failed jobs of queue crm?" in asked.text
+    assert confirm(admin_client, asked).status_code == 200
     with connection(backend) as conn:
         assert len(admin.list_jobs(conn, queue="crm", state="queued")) == 2
     assert job_state(backend, jobs.failed) == "failed"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from test_dashboard import confirm
 
 from proletarian_di import admin, enqueue_many
 from proletarian_di.contrib.dashboard import dashboard
@@ -160,7 +161,9 @@ def test_queue_names_that_differ_by_spaces_are_different_queues(backend, pool):
     [cancel] = forms(page.text, "/cancel")[:1]
     assert cancel["queue"] == "reports "
     assert "Cancel every waiting job of queue reports " in page.text
-    done = client.post("/cancel", data=cancel)
+    asked = client.post("/cancel", data=cancel)
+    assert "Cancel 1 waiting job of queue reports ?" in asked.text
+    done = confirm(client, asked)
     assert done.status_code == 200 and "1 job cancelled" in done.text
     with connection(backend) as conn:
         states = {

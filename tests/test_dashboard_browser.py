@@ -261,6 +261,42 @@ def test_retrying_a_failed_job_from_the_page_puts_it_back(site: Site, page: Page
     assert (logged["user"], logged["action"], logged["count"]) == (USER, "retry", 1)
 
 
+def test_selected_failures_are_retried_after_a_counted_confirmation(site: Site, page: Page) -> None:
+    jobs = make_jobs(site.backend, site.pool)
+    more = enqueue_committed(
+        site.backend, ("send_email", {"to": "bounce2@example.com"}), queue="crm"
+    )
+    assert process_next_job(site.pool, send, queue="crm") is False
+    [other] = enqueue_committed(
+        site.backend, ("send_email", {"to": "bounce3@example.com"}), queue="crm"
+    )
+    assert process_next_job(site.pool, send, queue="crm") is False
+    chosen = [jobs.failed, *more]
+    page.goto(f"{site.url}/admin/failed")
+    for job_id in chosen:
+        page.get_by_label(f"select job {job_id}").check()
+    page.wait_for_timeout(1_500)  # three refresh periods: a selection stops the refresh
+    for job_id in chosen:
+        expect(page.get_by_label(f"select job {job_id}")).to_be_checked()
+    page.get_by_role("button", name="Retry selected…").click()
+    expect(page.locator("h1.question")).to_have_text("Retry 2 failed jobs (of the 2 selected)?")
+    assert [job_state(site.backend, i) for i in chosen] == ["failed", "failed"]
+    page.get_by_role("button", name="Retry 2 jobs").click()
+    expect(page.locator(".flash")).to_have_text("2 jobs back in the queue")
+    assert [job_state(site.backend, i) for i in chosen] == ["queued", "queued"]
+    assert job_state(site.backend, other) == "failed"
+
+    page.goto(f"{site.url}/admin/failed/errors")
+    group = page.locator("table.errors tbody tr")
+    expect(group).to_have_count(1)
+    expect(group.locator('[data-count="failures"]')).to_have_text("1")
+    group.get_by_role("button", name="Discard all…").click()
+    expect(page.locator("h1.question")).to_contain_text("Discard 1 failed job with the error")
+    page.get_by_role("link", name="No, go back").click()
+    expect(page).to_have_url(f"{site.url}/admin/failed/errors")
+    assert job_state(site.backend, other) == "failed"
+
+
 def test_read_only_shows_no_action_and_refuses_a_forged_post(site: Site, page: Page) -> None:
     jobs = make_jobs(site.backend, site.pool)
     for path in ("/view/", "/view/failed", f"/view/jobs/{jobs.failed}"):
@@ -356,6 +392,8 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
     page.get_by_role("button", name="Filter").click()
     expect(page.locator(f'tr[data-job-id="{ids["reports "]}"]')).to_be_visible()
     page.get_by_role("button", name="Cancel every waiting job of queue reports").click()
+    expect(page.locator("h1.question")).to_have_text("Cancel 1 waiting job of queue reports ?")
+    page.get_by_role("button", name="Cancel 1 job").click()
     expect(page.locator(".flash")).to_have_text("1 job cancelled")
     assert states()["reports "] == "cancelled" and states()["reports"] == "queued"
 
@@ -369,6 +407,7 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
     expect(page.locator("table.jobs tbody tr")).to_have_count(1)
     expect(page.locator(f'tr[data-job-id="{lf_job}"]')).to_be_visible()
     page.get_by_role("button", name=re.compile("Cancel every waiting job of queue two")).click()
+    page.get_by_role("button", name="Cancel 1 job").click()
     expect(page.locator(".flash")).to_have_text("1 job cancelled")
     assert states() == {
         "billing": "queued",

@@ -14,31 +14,7 @@ from psycopg_pool import ConnectionPool
 from proletarian_di import create_queue_worker, process_next_job
 from proletarian_di._dialects import PostgresDialect
 
-from backends import Events, enqueue_committed, wait_until
-
-
-class StatementLog:
-    """Every statement the server runs for the pool's connections (log_statement=all)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.statements: list[str] = []
-
-    def configure(self, conn: psycopg.Connection) -> None:
-        conn.execute("SET client_min_messages TO log")
-        conn.execute("SET log_statement TO 'all'")
-        conn.commit()
-        conn.add_notice_handler(self._notice)
-
-    def _notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
-        message = diagnostic.message_primary or ""
-        if message.startswith("statement: "):
-            with self.lock:
-                self.statements.append(message.removeprefix("statement: "))
-
-    def about_jobs(self) -> list[str]:
-        with self.lock:
-            return [s for s in self.statements if "proletarian_" in s or s == "ROLLBACK"]
+from backends import Events, StatementLog, enqueue_committed, logged_pool, wait_until
 
 
 @pytest.fixture
@@ -46,15 +22,6 @@ def pg_pool(pg):
     pool = pg.pool(4)
     yield pool
     pool.close()
-
-
-@contextlib.contextmanager
-def logged_pool(url: str, log: StatementLog):
-    pool = ConnectionPool(url, min_size=1, max_size=2, configure=log.configure, open=True)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def test_each_job_takes_one_round_trip_of_prepared_statements(pg):

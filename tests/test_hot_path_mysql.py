@@ -13,43 +13,15 @@ import pytest
 
 from proletarian_di import create_queue_worker
 from proletarian_di._dialects import MySQLDialect
-from proletarian_di._dialects.base import unwrap_connection
+from proletarian_di._dialects.base import running_slots, unwrap_connection
 
-from backends import enqueue_committed, wait_until
-
-COM_QUERY = 3
+from backends import CountedConnections, enqueue_committed, wait_until
 
 
 @pytest.fixture
 def my(mysql_backend):
     mysql_backend.reset()
     return mysql_backend
-
-
-class CountedConnections:
-    """New PyMySQL connections whose commands to the server are counted (a real connection,
-    its `_execute_command` watched)."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.queries: list[str] = []
-        self.made: list[Any] = []
-        self.lock = threading.Lock()
-
-    def __call__(self) -> Any:
-        conn = self.backend.connect()
-        conn.autocommit(True)
-        send = conn._execute_command
-
-        def counted(command: int, sql: Any) -> Any:
-            if command == COM_QUERY:
-                with self.lock:
-                    self.queries.append(sql.decode() if isinstance(sql, bytes) else sql)
-            return send(command, sql)
-
-        conn._execute_command = counted
-        self.made.append(conn)
-        return conn
 
 
 def held_connection(worker: Any) -> Any:
@@ -86,6 +58,60 @@ def test_each_job_takes_one_round_trip(my):
         assert "FOR UPDATE SKIP LOCKED" in query
     assert sorted(my.archived()) == [("noop", "success", 1)] * 5
     assert my.jobs() == []
+
+
+def test_with_max_running_each_job_still_takes_one_round_trip(my):
+    """With `max_running`, the slot's release after the COMMIT and the next slot's GET_LOCK
+    ride on the archive's query too: one query per job, never more running than the cap,
+    and no slot left taken once the worker stopped."""
+    enqueue_committed(my, *[("noop", i) for i in range(12)])
+    connections = CountedConnections(my)
+    running, most, lock = [0], [0], threading.Lock()
+
+    def handler(job_type: str, payload: Any) -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.01)
+        with lock:
+            running[0] -= 1
+
+    worker = create_queue_worker(
+        connections, handler, worker_threads=3, max_running=2, polling_interval_ms=10
+    )
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 12)
+    archives = [
+        q for q in connections.queries if q.startswith("INSERT INTO proletarian.archived_job")
+    ]
+    assert len(archives) == 12
+    ahead = [q for q in archives if "; START TRANSACTION; SELECT " in q]
+    assert ahead, "the next claims rode on the archives"
+    for query in ahead:
+        assert "; COMMIT; DO RELEASE_LOCK(" in query and "GET_LOCK(" in query
+    assert most[0] == 2
+    slots = running_slots(my.job_table, "default", 2)
+    names = [f"{slots.prefix}{n}" for n in (1, 2)]
+    assert my.query("SELECT IS_USED_LOCK(%s), IS_USED_LOCK(%s)", names) == [(None, None)]
+    assert sorted(my.archived()) == [("noop", "success", 1)] * 12
+
+
+def test_a_running_slot_never_goes_back_to_the_pool_with_its_connection(my):
+    """A slot still held when the worker lets its connection go (its claim ahead found
+    nothing, or the worker stopped right after it) is given back first: a GET_LOCK lock
+    belongs to the session, and would go on holding the slot from the pool."""
+    slots = running_slots(my.job_table, "default", 1)
+    dialect = MySQLDialect(my.job_table, my.archived_job_table)
+    conn = my.connect()
+    try:
+        with dialect.attached(conn, exclusive=True) as session:
+            assert session.claim_in_slot(slots, "default", datetime.now(timezone.utc)) == []
+            assert session.slot == f"{slots.prefix}1"
+            held = my.query("SELECT IS_USED_LOCK(%s)", (session.slot,))
+            assert held == [(conn.thread_id(),)]
+        assert my.query("SELECT IS_USED_LOCK(%s)", (f"{slots.prefix}1",)) == [(None,)]
+    finally:
+        conn.close()
 
 
 def test_the_connection_goes_back_without_multi_statements(my):

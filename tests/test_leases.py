@@ -17,13 +17,17 @@ import long_job_process
 import pytest
 
 from proletarian_di import ConfigurationError, QueueWorker, admin, create_queue_worker
+from proletarian_di._dialects import MySQLDialect, PostgresDialect
 
 from backends import (
     Backend,
+    CountedConnections,
     Events,
+    StatementLog,
     archive_by_id,
     as_uuid,
     enqueue_committed,
+    logged_pool,
     wait_until,
     write_effect,
 )
@@ -180,6 +184,71 @@ def test_the_held_mode_holds_a_lock_and_a_transaction(backend: Backend) -> None:
         assert len(lasting_transactions(backend)) == 1
         release.set()
         wait_until(lambda: archived_row(backend, job_id), description="the job archived")
+
+
+def test_a_thread_archives_each_success_with_its_next_claim(backend: Backend) -> None:
+    """One commit per leased job: a thread's success is archived in the transaction that
+    claims its next job (on PostgreSQL in one statement), so n jobs take n + 1 claims'
+    commits, not 2n; the jobs all run, once each, and are archived."""
+    n = 5
+    ids = enqueue_committed(backend, *[("t", i) for i in range(n)])
+    ran: list[int] = []
+    options = {"lease_ms": 60_000, "polling_interval_ms": 10, "log": lambda e, d: None}
+    if backend.name == "postgresql":
+        log = StatementLog()
+        with logged_pool(backend.url, log) as pool:
+            worker = create_queue_worker(pool, lambda t, p: ran.append(p), **options)
+            with worker:
+                wait_until(lambda: worker.summary()["succeeded"] == n)
+        archives = [s for s in log.executed if s.startswith("WITH done AS")]
+        assert len(archives) == n
+        assert all("leased AS (" in s for s in archives), "each archive claims the next job"
+    else:
+        counted = CountedConnections(backend)
+        worker = create_queue_worker(counted, lambda t, p: ran.append(p), **options)
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == n)
+        commits = [q for q in counted.queries if q.strip().upper() == "COMMIT"]
+        assert n <= len(commits) <= n + 2, counted.queries  # 2n when each had its own
+    assert sorted(ran) == list(range(n))
+    assert archive_by_id(backend) == {as_uuid(i): ("success", 1) for i in ids}
+
+
+def test_a_job_claimed_with_an_archive_goes_back_when_the_worker_stops_meanwhile(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread told to stop just after its archive claimed the next job gives that job back
+    unrun: no attempt charged, no lease left on it."""
+    first, second = enqueue_committed(backend, ("t", 1), ("t", 2))
+    ran: list[int] = []
+    source = backend.pool(4)
+    worker = create_queue_worker(
+        source, lambda t, p: ran.append(p), lease_ms=60_000, log=lambda e, d: None
+    )
+    dialect_class = PostgresDialect if backend.name == "postgresql" else MySQLDialect
+    original = dialect_class.archive_leased_and_claim
+    stopping: list[threading.Thread] = []
+
+    def archive_then_stop(self: Any, *args: Any) -> Any:
+        result = original(self, *args)
+        if not stopping:
+            stopper = threading.Thread(target=worker.stop)
+            stopper.start()
+            stopping.append(stopper)
+            wait_until(worker._stopping.is_set, description="stop() has begun")
+        return result
+
+    monkeypatch.setattr(dialect_class, "archive_leased_and_claim", archive_then_stop)
+    try:
+        worker.start()
+        wait_until(lambda: stopping, description="the first archive")
+        stopping[0].join(30)
+    finally:
+        source.close()
+    assert ran == [1]
+    assert archive_by_id(backend) == {as_uuid(first): ("success", 1)}
+    lease = lease_of(backend, second)
+    assert lease is not None and lease[:2] == (None, 0)
 
 
 # 2. The heartbeat --------------------------------------------------------------------------

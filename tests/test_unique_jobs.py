@@ -23,7 +23,7 @@ from proletarian_di import (
     process_next_job,
 )
 
-from backends import Backend, as_uuid
+from backends import Backend, as_uuid, wait_until
 
 
 def rows(backend: Backend, key: str = "invoice:42") -> list[tuple[Any, ...]]:
@@ -362,3 +362,61 @@ def test_mysql_a_turn_at_a_key_not_had_in_time_is_a_lock_wait_timeout_the_transa
     assert sorted((as_uuid(job_id), job_type) for job_id, job_type in jobs) == sorted(
         [(holder, "invoice"), (other, "other")]
     )
+
+
+def test_mysql_an_enqueuer_of_a_key_never_waits_for_a_job_without_one(
+    mysql_backend: Backend,
+) -> None:
+    """Seen in CI as a lock wait timeout: enqueuer B wrote a job with no key first (queue
+    "elsewhere"), then enqueued a key and waited for its turn; enqueuer A, at its turn, met
+    the key's holder just archived (its index entry still there, delete-marked), and its
+    duplicate check locked the entry after the key's: B's job, when the index put the queue
+    first. A waited for B, B for the turn: a cycle InnoDB cannot see, until A's lock wait
+    timed out (1205). With the key first in the index, A's check never meets B's job."""
+    mysql_backend.reset()
+    table = mysql_backend.job_table
+    with contextlib.closing(mysql_backend.connect()) as conn:
+        holder = enqueue(conn, "invoice", 0, unique_key="invoice:42")
+        conn.commit()
+    a, b = mysql_backend.connect(), mysql_backend.connect()
+    for conn in (a, b):
+        conn.cursor().execute("SET SESSION innodb_lock_wait_timeout = 6")
+    snapshot = mysql_backend.connect()  # keeps the holder's deleted entry from purge
+    snapshot.cursor().execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    # as the worker's archive does: the entry stays, delete-marked, until purged
+    mysql_backend.execute(f"DELETE FROM {table} WHERE job_id = %s", (holder.bytes,))
+    enqueue(b, "elsewhere", 1, queue="elsewhere")
+    a_got: list[Any] = []
+    a_errors: list[BaseException] = []
+
+    def enqueue_a() -> None:
+        try:
+            a_got.append(enqueue(a, "invoice", 2, unique_key="invoice:42"))
+            a.commit()
+        except BaseException as exc:
+            a_errors.append(exc)
+
+    def a_waits_in_its_insert() -> bool:
+        rows = mysql_backend.query(
+            "SELECT trx_state FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = %s",
+            (a.thread_id(),),
+        )
+        return rows == [("LOCK WAIT",)]
+
+    a_thread = threading.Thread(target=enqueue_a)
+    try:
+        a_thread.start()
+        wait_until(
+            lambda: a_got or a_errors or a_waits_in_its_insert(),
+            description="A enqueued, or waits in its INSERT",
+        )
+        b_got = enqueue(b, "invoice", 1, unique_key="invoice:42")
+        b.commit()
+        a_thread.join(15)
+    finally:
+        b.close()
+        snapshot.close()
+    a.close()
+    assert a_errors == []
+    assert a_got == [b_got] and b_got != holder, "A took the key; B found A's job"
+    assert [as_uuid(r[0]) for r in rows(mysql_backend)] == [b_got]

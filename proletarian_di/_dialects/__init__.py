@@ -13,6 +13,7 @@ from . import mysql
 from .base import (
     Dialect,
     JobRow,
+    LeaseClaim,
     LeasedRow,
     Session,
     TransactionLost,
@@ -28,6 +29,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "Dialect",
     "JobRow",
+    "LeaseClaim",
     "LeasedRow",
     "MySQLDialect",
     "PostgresDialect",

@@ -39,6 +39,18 @@ yet; their attempt is counted only when they start (`Dialect.start_leased`), so 
 worker dies leaves its unstarted jobs to run again with no attempt charged."""
 
 
+class LeaseClaim(NamedTuple):
+    """A lease mode claim: up to `limit` due jobs of `queue` at `now`, from position `start`,
+    under the lease `token` for `lease_ms` (`Dialect.lease_claim`'s arguments, in order)."""
+
+    queue: str
+    now: datetime
+    limit: int
+    start: Any
+    lease_ms: int
+    token: str
+
+
 def reserved(token: str) -> str:
     """The lease of a job its claim took but has not started yet."""
     return RESERVED + token
@@ -524,20 +536,39 @@ class Dialect:
         and so does a job whose earlier run died (its dead attempt is recorded next); the
         rest are reserved until they start."""
         self.begin(conn)
-        params = self.claim_params(queue, start, now, limit)
+        rows = self._lease(conn, LeaseClaim(queue, now, limit, start, lease_ms, token))
+        self.commit(conn)
+        return rows
+
+    def _lease(self, conn: Any, claim: LeaseClaim) -> list[LeasedRow]:
+        """`lease_claim`'s statements, in the transaction open on `conn`."""
+        params = self.claim_params(claim.queue, claim.start, claim.now, claim.limit)
         claimed = self.fetchall(conn, self.lease_select_sql, params)
         sql = (
             f"UPDATE {self.job_table} SET attempts = attempts + %s, "
             f"process_at = {self.lease_end}, leased_by = %s WHERE job_id = %s"
         )
+        lease_s = self.lease_seconds(claim.lease_ms)
         rows: list[LeasedRow] = []
         for n, row in enumerate(claimed):
             started = n == 0 or died_running(row[9])
-            lease = token if started else reserved(token)
-            self.execute(conn, sql, (int(started), self.lease_seconds(lease_ms), lease, row[0]))
+            lease = claim.token if started else reserved(claim.token)
+            self.execute(conn, sql, (int(started), lease_s, lease, row[0]))
             rows.append((*row[:10], started, row[10]))
-        self.commit(conn)
         return rows
+
+    def archive_leased_and_claim(
+        self, conn: Any, job_id: Any, token: str, finished_at: datetime, claim: LeaseClaim
+    ) -> tuple[bool, list[LeasedRow]]:
+        """`archive_leased`, then `lease_claim` of the next jobs, in one transaction (one
+        commit): (whether it was archived, the rows claimed). A lost lease archives nothing
+        and the claim goes on."""
+        if not self.settle(conn, job_id, token):
+            return False, self.lease_claim(conn, *claim)
+        self.archive(conn, [job_id], "success", finished_at)
+        rows = self._lease(conn, claim)
+        self.commit(conn)
+        return True, rows
 
     def start_leased(self, conn: Any, job_id: Any, token: str, lease_ms: int) -> bool:
         """Start a job its claim reserved: count its attempt, and commit. False if the

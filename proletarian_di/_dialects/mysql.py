@@ -67,6 +67,7 @@ class MySQLDialect(Dialect):
         self._delete_many: dict[int, str] = {}
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
         self.unique_index = f"{job.rpartition('.')[2]}_queue_unique_key"
+        self.slot_claim_sql = self.claim_statement(f"{_SLOT_VARIABLE} IS NOT NULL AND ")
         self._packet_limits: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._held_keys: weakref.WeakKeyDictionary[Any, tuple[Any, set[tuple[str, str]]]] = (
             weakref.WeakKeyDictionary()
@@ -109,6 +110,9 @@ class MySQLDialect(Dialect):
             yield session
         finally:
             if not self.is_closed(conn):
+                if session.slot is not None:  # a running slot never goes back to the pool
+                    session.drop_ahead()
+                    session.release_slot()
                 if session.multi:
                     _multi_statements(conn, False)
                 restore_session(conn, saved)
@@ -177,15 +181,14 @@ class MySQLDialect(Dialect):
             return int(cursor.lastrowid or 1)
 
     def take_slot(self, conn: Any, slots: RunningSlots, read_committed: bool) -> str | None:
-        """Begin the claim's transaction and lock the first free slot with GET_LOCK: its name,
-        or None. A GET_LOCK lock belongs to the session, not the transaction: `release` gives
-        it back (and a dropped connection, with the server)."""
+        """Begin the claim's transaction and lock the first free slot with GET_LOCK, in one
+        statement (CASE tries them in order and stops at the first it gets): its name, or
+        None. A GET_LOCK lock belongs to the session, not the transaction: `release` gives it
+        back (and a dropped connection, with the server)."""
         self.begin(conn, read_committed)
-        for n in range(1, slots.size + 1):
-            name = f"{slots.prefix}{n}"
-            if self.fetchone(conn, "SELECT GET_LOCK(%s, 0)", (name,))[0] == 1:
-                return name
-        return None
+        names = [f"{slots.prefix}{n}" for n in range(1, slots.size + 1)]
+        (taken,) = self.fetchone(conn, _take_slot_sql(slots.size), names)
+        return None if taken is None else names[int(taken) - 1]
 
     def release(self, conn: Any, name: str) -> None:
         """Release a slot; a connection that cannot is closed, so that its lock goes too."""
@@ -603,9 +606,8 @@ class MySQLSession(Session):
         """Multi-statements are on (`MySQLDialect.attached` with `exclusive`)."""
 
     def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
-        """With multi-statements on, and no running slot to take: a GET_LOCK slot is the
-        session's, given back after the commit, so its claim keeps its own round trips."""
-        return self.multi and slots is None and bool(job_ids)
+        """With multi-statements on."""
+        return self.multi and bool(job_ids)
 
     def _archive_then_claim(
         self,
@@ -617,28 +619,71 @@ class MySQLSession(Session):
         slots: RunningSlots | None,
     ) -> list[JobRow] | None:
         """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim as
-        one multi-statement query. The server stops at the first statement that fails: an
-        error up to the COMMIT is raised (nothing more ran); a later one is None."""
+        one multi-statement query; with `slots`, the running slot is given back after the
+        COMMIT and the first free one taken before the claim, which claims nothing without
+        it. The server stops at the first statement that fails: an error up to the COMMIT
+        is raised (nothing more ran); a later one is None."""
         dialect = self.dialect
         with dialect.cursor(self.conn) as cursor:
-            claim = dialect.claim_params(queue, start, finished_at, limit)
-            text = "; ".join(
-                (
-                    *dialect.archive_statements(cursor, job_ids, "success", finished_at),
-                    "COMMIT",
-                    "START TRANSACTION",
-                    cursor.mogrify(dialect.claim_sql, claim),
-                )
+            claim = cursor.mogrify(
+                dialect.claim_sql if slots is None else dialect.slot_claim_sql,
+                dialect.claim_params(queue, start, finished_at, limit),
             )
-            cursor.execute(text)
+            statements = [
+                *dialect.archive_statements(cursor, job_ids, "success", finished_at),
+                "COMMIT",
+            ]
+            if slots is not None:
+                statements += self._slot_statements(cursor, slots)
+            statements += ["START TRANSACTION", claim]
+            if slots is not None:
+                statements.append(f"SELECT {_SLOT_VARIABLE}")
+            cursor.execute("; ".join(statements))
             for _ in range(_ARCHIVE_RESULTS - 1):
                 cursor.nextset()
+            if slots is not None:
+                self.slot = None  # given back after the COMMIT
             try:
-                cursor.nextset()  # START TRANSACTION
-                cursor.nextset()
-                return list(cursor.fetchall())
+                for _ in range(len(statements) - _ARCHIVE_RESULTS - (slots is not None)):
+                    cursor.nextset()  # up to the claim
+                rows = list(cursor.fetchall())
+                if slots is not None:
+                    cursor.nextset()
+                    (taken,) = cursor.fetchone()
+                    self.slot = None if taken is None else f"{slots.prefix}{int(taken)}"
             except Exception:
+                if slots is not None:
+                    self._release_taken(slots)
                 return None
+            return rows
+
+    def _slot_statements(self, cursor: Any, slots: RunningSlots) -> list[str]:
+        """Give back the slot held (the COMMIT before ended its job), then take the first
+        free one: its number (1-based) in `_SLOT_VARIABLE`, else NULL."""
+        held = self.slot
+        names = [f"{slots.prefix}{n}" for n in range(1, slots.size + 1)]
+        take = cursor.mogrify(f"SET {_SLOT_VARIABLE} = ({_take_slot_sql(slots.size)})", names)
+        if held is None:
+            return [take]
+        return [cursor.mogrify("DO RELEASE_LOCK(%s)", (held,)), take]
+
+    def _release_taken(self, slots: RunningSlots) -> None:
+        """After a claim ahead that failed past its COMMIT: give back the slot it may have
+        taken (a connection that cannot is closed, which gives it back)."""
+        try:
+            (taken,) = self.dialect.fetchone(self.conn, f"SELECT {_SLOT_VARIABLE}")
+            if taken is not None:
+                self.dialect.release(self.conn, f"{slots.prefix}{int(taken)}")
+        except Exception:
+            with contextlib.suppress(Exception):
+                unwrap_connection(self.conn).close()
+
+    def drop_ahead(self) -> None:
+        """Give the rows claimed ahead back unrun, and the running slot they were claimed in."""
+        ahead = self.ahead is not None
+        super().drop_ahead()
+        if ahead:
+            self.release_slot()
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         return self.dialect.claim(self.conn, queue, now, limit, start, self.read_committed)
@@ -657,7 +702,8 @@ class MySQLSession(Session):
         return self.slot is not None
 
     def release_slot(self) -> None:
-        if self.slot is not None:
+        """Give back the running slot, unless it is the one rows claimed ahead run in."""
+        if self.slot is not None and self.ahead is None:
             name, self.slot = self.slot, None
             self.dialect.release(self.conn, name)
 
@@ -670,6 +716,8 @@ def _tuple_cursor() -> type:
     return Cursor
 
 
+_SLOT_VARIABLE = "@proletarian_slot"
+"""The session variable that names the running slot a claim ahead took (NULL: none)."""
 _ARCHIVE_RESULTS = 3
 """The results of a multi-statement archive up to its COMMIT: INSERT, DELETE, COMMIT."""
 _SET_OPTION = 27  # COM_SET_OPTION: MYSQL_OPTION_MULTI_STATEMENTS_ON (0) or _OFF (1)
@@ -689,6 +737,15 @@ def _multi_statements(conn: Any, on: bool) -> bool:
 
 
 _IN_TRANSACTION = 1  # SERVER_STATUS_IN_TRANS in the server's status flags
+
+
+@functools.cache
+def _take_slot_sql(size: int) -> str:
+    """The first of `size` named locks free now, taken: its number (1-based), or NULL."""
+    tries = " ".join(f"WHEN GET_LOCK(%s, 0) THEN {n}" for n in range(1, size + 1))
+    return f"SELECT CASE {tries} END"
+
+
 _TAKE_KEY_LOCK = "SELECT GET_LOCK(%s, @@innodb_lock_wait_timeout)"
 _GIVE_KEY_LOCK = "DO RELEASE_LOCK(%s)"
 _NEXT_READ_COMMITTED = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"

@@ -1,4 +1,5 @@
-"""`proletarian-di jobs`: list, show, retry and cancel jobs, through `proletarian_di.admin`."""
+"""`proletarian-di jobs`: list, find, show, retry and cancel jobs, through
+`proletarian_di.admin`."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ._app import (
     _guarded,
     command_group,
     console,
+    err,
     failed_window,
     listed,
     refuse_mixed_tables,
@@ -35,7 +37,7 @@ from ._app import (
 )
 
 jobs_app = command_group(
-    "jobs", "List, show, retry and cancel jobs, waiting or archived.", "Operate"
+    "jobs", "List, find, show, retry and cancel jobs, waiting or archived.", "Operate"
 )
 
 JobIds = Annotated[
@@ -129,6 +131,57 @@ def list_jobs(
         console.print(line)
     if len(jobs) == limit:
         console.print(f"next page: --before {_escape(jobs[-1].cursor)}")
+
+
+@jobs_app.command("find")
+@_guarded
+def find_jobs(
+    ctx: typer.Context,
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="A job id, or its first or last hex digits (dashes optional); or text in a "
+            "job type or payload.",
+            show_default=False,
+        ),
+    ],
+    by: Annotated[
+        str,
+        typer.Option("--by", help=f"Where to look: {', '.join(admin.SEARCH_FIELDS)}."),
+    ] = "any",
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", help="At most this many jobs.", min=1, max=1000)
+    ] = 20,
+    as_json: AsJSON = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Jobs found by id (whole, its start or its end), job type or payload, newest first.
+
+    An id's end and text are searched in the newest rows of each table only; the output
+    says when there were more.
+    """
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        found = operator.read(admin.find_jobs, text, by=by, limit=limit)
+        where = str(operator.location)
+    notes = []
+    if found.cut_short:
+        notes.append(f"cut short: searched the newest {found.searched:,} jobs of each table")
+    if found.more:
+        notes.append(f"more jobs match: the first {limit} are shown")
+    if as_json:
+        err.print(_escape(where))
+        for note in notes:
+            err.print(note)
+        typer.echo(json.dumps([job.as_dict() for job in found.jobs], indent=2, default=str))
+        return
+    console.print(_escape(where))
+    for line in job_lines(found.jobs):
+        console.print(line)
+    for note in notes:
+        console.print(note)
 
 
 @jobs_app.command("show")

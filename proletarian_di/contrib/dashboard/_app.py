@@ -1,8 +1,10 @@
 """The dashboard's routes: pages that read through `proletarian_di.admin`, and the actions
-(retry, cancel, pause, resume) that change data once enabled for an authenticated user."""
+(retry, cancel, discard, pause, resume) that change data once enabled for an authenticated
+user; an action on more than one job first shows what it would do, counted."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import numbers
@@ -41,6 +43,13 @@ WAITING = ("queued", "scheduled", "retrying")
 PREVIEW = 120
 PAYLOAD_CHARS = 1000
 """The most characters of a payload a listing reads (the job's own page reads all of it)."""
+ID_CHARS = 12
+"""The hex digits of a job id a listing shows: its last ones, which tell apart the jobs of one
+millisecond (the first ones are its time); the whole id is the link's title."""
+GROUPS_SHOWN = 200
+"""The most error groups the failures page lists."""
+SEARCH_RESULTS = 100
+"""The most jobs the search page lists."""
 EXACT = "_exact"
 """The suffix of the hidden field beside a form field that carries its exact value as JSON:
 a form field cannot hold a CR or LF as it is (a text input drops them, a browser sends
@@ -152,11 +161,14 @@ class _Dashboard:
             Route("/jobs", self.jobs, name="jobs"),
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
+            Route("/failed/errors", self.errors, name="errors"),
+            Route("/search", self.search, name="search"),
             Route("/schedules", self.schedules, name="schedules"),
             Route("/processes", self.processes, name="processes"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
             Route("/cancel", self.cancel, methods=["POST"]),
+            Route("/discard", self.discard, methods=["POST"]),
             Route("/pause", self.pause, methods=["POST"]),
             Route("/resume", self.resume, methods=["POST"]),
         ]
@@ -232,6 +244,7 @@ class _Dashboard:
             "queue": _value(params, "queue"),
             "job_type": _value(params, "job_type"),
             "state": "failed" if section == "failed" else _state(_value(params, "state")),
+            "error": _value(params, "error"),
         }
         limit, before = _limit(_value(params, "limit")), _value(params, "before")
         page = await self.read(
@@ -243,6 +256,7 @@ class _Dashboard:
                 limit=limit,
                 before=before,
                 payload_chars=PAYLOAD_CHARS,
+                error=filters["error"],
                 tables=self.tables,
             )
         )
@@ -265,6 +279,65 @@ class _Dashboard:
             partial=page.partial,
             examined=page.examined,
             first_page=_url(f"{_base(request)}/{section}", **shown) if before else None,
+        )
+
+    async def errors(self, request: Request) -> Response:
+        """The failures grouped by their error's first line, each group a link to its jobs."""
+        user = await authenticated(self.auth, request)
+        params = request.query_params
+        filters = {"queue": _value(params, "queue"), "job_type": _value(params, "job_type")}
+        found = await self.read(
+            lambda conn: admin.failure_groups(
+                conn, queue=filters["queue"], job_type=filters["job_type"], tables=self.tables
+            )
+        )
+        return self.render(
+            request,
+            user,
+            "errors.html",
+            section="failed",
+            filters=filters,
+            found=found,
+            groups=found.groups[:GROUPS_SHOWN],
+            hidden_groups=max(0, len(found.groups) - GROUPS_SHOWN),
+        )
+
+    async def search(self, request: Request) -> Response:
+        """Jobs found by id (whole, its start or its end), job type or payload."""
+        user = await authenticated(self.auth, request)
+        params = request.query_params
+        text, by = _value(params, "q"), _value(params, "by") or "any"
+        if by not in admin.SEARCH_FIELDS:
+            raise HTTPException(
+                400, f"by {by!r}: search by one of {', '.join(admin.SEARCH_FIELDS)}"
+            )
+        found = None
+        if text is not None:
+            query = text
+            found = await self.read(
+                lambda conn: admin.find_jobs(
+                    conn,
+                    query,
+                    by=by,
+                    limit=SEARCH_RESULTS,
+                    max_examined=admin.SEARCH_ROWS,
+                    payload_chars=PAYLOAD_CHARS,
+                    tables=self.tables,
+                )
+            )
+            digits = admin.id_fragment(text) if by in ("any", "id") else None
+            whole = digits is not None and len(digits) == 32
+            if whole and found and [job.job_id.hex for job in found.jobs] == [digits]:
+                return RedirectResponse(f"{_base(request)}/jobs/{found.jobs[0].job_id}", 303)
+        return self.render(
+            request,
+            user,
+            "search.html",
+            section="search",
+            text=text or "",
+            by=by,
+            found=found,
+            rows=[(job, self.preview(job)) for job in found.jobs] if found else [],
         )
 
     async def job(self, request: Request) -> Response:
@@ -342,22 +415,69 @@ class _Dashboard:
         return user or "", form
 
     async def retry(self, request: Request) -> Response:
-        return await self._on_jobs(request, admin.retry_jobs, "retry", "back in the queue")
+        return await self._on_jobs(request, "retry")
 
     async def cancel(self, request: Request) -> Response:
-        return await self._on_jobs(request, admin.cancel_jobs, "cancel", "cancelled")
+        return await self._on_jobs(request, "cancel")
 
-    async def _on_jobs(
-        self, request: Request, change: Callable[..., int], action: str, outcome: str
-    ) -> Response:
-        """Retry or cancel the jobs the form names: by id, or by queue and job type."""
+    async def discard(self, request: Request) -> Response:
+        return await self._on_jobs(request, "discard")
+
+    async def _on_jobs(self, request: Request, action: str) -> Response:
+        """Retry, cancel or discard the jobs the form names: by ids, or by queue, job type,
+        state and error. One job is retried or cancelled at once; anything else is counted
+        first, as of now, and done once the user confirms that count: then only what was
+        there when counted (later failures and jobs are left out), a batch per transaction,
+        and the message says so when fewer changed than were counted."""
         user, form = await self.actor(request)
-        ids, queue, job_type = _selection(form)
-        count = await self.write(
-            lambda conn: change(conn, ids, queue=queue, job_type=job_type, tables=self.tables)
-        )
-        said = f"{_jobs(count)} {outcome}"
-        return self.done(request, form, user, action, _filter(ids, queue, job_type), count, said)
+        chosen = _Chosen.of(form, action)
+        change = _ACTIONS[action].change
+        expected, until = _confirmed(form)
+        if expected is None and not chosen.at_once(action):
+            now = datetime.now(timezone.utc)
+            count = await self.read(
+                lambda conn: change(
+                    conn,
+                    chosen.ids,
+                    **chosen.options(action, now),
+                    dry_run=True,
+                    tables=self.tables,
+                )
+            )
+            return self.render(
+                request,
+                user,
+                "confirm.html",
+                refresh=False,
+                section=None,
+                action=action,
+                verb=_ACTIONS[action].verb,
+                question=chosen.question(action, count),
+                count=count,
+                chosen=chosen,
+                fields=chosen.fields(),
+                until=now.isoformat(),
+                counted_at=now,
+                back=_back(form),
+            )
+
+        def run(conn: Any) -> int:
+            done = 0
+            options = chosen.options(action, until)
+            steps = admin.in_batches(
+                conn, change, chosen.ids, batch_size=BATCH_SIZE, tables=self.tables, **options
+            )
+            for moved in steps:
+                conn.commit()
+                done += moved
+            return done
+
+        count = await self.write(run)
+        said = f"{_jobs(count)} {_ACTIONS[action].outcome}"
+        if expected is not None and count != expected:
+            said += f", of the {expected:,} counted: the others changed in the meantime"
+        selection = chosen.logged(expected)
+        return self.done(request, form, user, action, selection, count, said)
 
     async def pause(self, request: Request) -> Response:
         return await self._pause_or_resume(request, admin.pause_queue, "pause", "paused")
@@ -394,10 +514,7 @@ class _Dashboard:
             _logger.exception("the dashboard's log function failed")
             default_log("dashboard_action", data)
         base = _base(request)
-        back = _value(form, "next") or "/"
-        if not back.startswith("/") or back.startswith("//") or "\\" in back:
-            back = "/"
-        response = RedirectResponse(base + back, 303)
+        response = RedirectResponse(base + _back(form), 303)
         response.set_cookie(
             FLASH_COOKIE,
             self.signer.sign(message),
@@ -416,6 +533,7 @@ class _Dashboard:
         template: str,
         status: int = 200,
         headers: Mapping[str, str] | None = None,
+        refresh: bool = True,
         **context: Any,
     ) -> HTMLResponse:
         """A page, with the CSRF cookie set when the browser has none, and the flash message
@@ -431,7 +549,7 @@ class _Dashboard:
             user=user,
             csrf_field=CSRF_FIELD,
             csrf=self.signer.csrf_token(nonce, user),
-            refresh_s=self.refresh_s,
+            refresh_s=self.refresh_s if refresh else 0,
             flash=flash_cookie and self.signer.unsign(flash_cookie),
             now=datetime.now(timezone.utc),
             **context,
@@ -541,19 +659,130 @@ def _limit(text: str | None) -> int:
     return int(text)
 
 
-def _selection(form: FormData) -> tuple[list[uuid.UUID] | None, str | None, str | None]:
-    """An action's jobs: one id, or a queue and job type filter."""
-    job_id = _value(form, "job_id")
-    ids = None if job_id is None else [_job_id(job_id.strip())]
-    return ids, _value(form, "queue"), _value(form, "job_type")
+@dataclasses.dataclass(frozen=True)
+class _Action:
+    change: Callable[..., int]
+    verb: str
+    outcome: str
 
 
-def _filter(ids: list[uuid.UUID] | None, queue: str | None, job_type: str | None) -> dict[str, Any]:
-    return {"job_ids": ids and [str(i) for i in ids], "queue": queue, "job_type": job_type}
+_ACTIONS = {
+    "retry": _Action(admin.retry_jobs, "Retry", "back in the queue"),
+    "cancel": _Action(admin.cancel_jobs, "Cancel", "cancelled"),
+    "discard": _Action(admin.discard_failed, "Discard", "discarded"),
+}
+BATCH_SIZE = admin.BATCH_SIZE
+MAX_SELECTED = admin.MAX_LIMIT
+
+
+@dataclasses.dataclass(frozen=True)
+class _Chosen:
+    """The jobs a form acts on: its ids (None: no ids), and its filters."""
+
+    ids: list[uuid.UUID] | None
+    queue: str | None
+    job_type: str | None
+    state: str | None
+    error: str | None
+
+    @classmethod
+    def of(cls, form: FormData, action: str) -> _Chosen:
+        texts = [text for text in form.getlist("job_id") if isinstance(text, str) and text]
+        if len(texts) > MAX_SELECTED:
+            raise HTTPException(400, f"select at most {MAX_SELECTED} jobs, got {len(texts)}")
+        ids = list(dict.fromkeys(_job_id(text.strip()) for text in texts)) if texts else None
+        if ids is None and _value(form, "selected") is not None:
+            raise HTTPException(400, f"no job selected to {action}: tick the jobs first")
+        state = _state(_value(form, "state"))
+        if action == "cancel" and state not in (None, *WAITING):
+            raise HTTPException(
+                400, f"cancel acts on waiting jobs (queued, scheduled, retrying), not {state}"
+            )
+        if action != "cancel" and state not in (None, "failed"):
+            raise HTTPException(400, f"{action} acts on failed jobs, not {state}")
+        return cls(
+            ids, _value(form, "queue"), _value(form, "job_type"), state, _value(form, "error")
+        )
+
+    def at_once(self, action: str) -> bool:
+        """Whether to act without a confirmation: a retry or cancel of one job by its id."""
+        one = self.ids is not None and len(self.ids) == 1
+        filters = (self.queue, self.job_type, self.state, self.error)
+        return one and all(value is None for value in filters) and action != "discard"
+
+    def options(self, action: str, until: datetime | None) -> dict[str, Any]:
+        """The filters as the admin function of `action` takes them, as of `until`."""
+        options: dict[str, Any] = {
+            "queue": self.queue,
+            "job_type": self.job_type,
+            "error": self.error,
+        }
+        if action == "cancel":
+            return {**options, "state": self.state, "enqueued_until": until}
+        return {**options, "until": until}
+
+    def fields(self) -> dict[str, str | None]:
+        """The filters as form fields (the ids go apart, one field each)."""
+        return {
+            "queue": self.queue,
+            "job_type": self.job_type,
+            "state": self.state,
+            "error": self.error,
+        }
+
+    def question(self, action: str, count: int) -> str:
+        """`Retry 1,234 failed jobs of queue email?`"""
+        kind = (self.state or "waiting") if action == "cancel" else "failed"
+        noun = f"{kind} job{'' if count == 1 else 's'}"
+        scope = [
+            f"of queue {self.queue}" if self.queue is not None else "",
+            f"of type {self.job_type}" if self.job_type is not None else "",
+            f"with the error “{self.error}”" if self.error is not None else "",
+        ]
+        if self.ids is not None:
+            scope.append(f"(of the {len(self.ids):,} selected)")
+        said = "".join(f" {part}" for part in scope if part)
+        if not count:
+            return f"There are no {kind} jobs{said} to {action} now."
+        return f"{_ACTIONS[action].verb} {count:,} {noun}{said}?"
+
+    def logged(self, expected: int | None) -> dict[str, Any]:
+        """What the action log says of the jobs (the filters set, and the count confirmed)."""
+        data: dict[str, Any] = {
+            "job_ids": self.ids and [str(i) for i in self.ids],
+            "queue": self.queue,
+            "job_type": self.job_type,
+        }
+        extra = {"state": self.state, "error": self.error, "confirmed": expected}
+        return {**data, **{key: value for key, value in extra.items() if value is not None}}
+
+
+def _confirmed(form: FormData) -> tuple[int | None, datetime | None]:
+    """The count a confirmation showed, and as of when (None, None: not confirmed yet)."""
+    count, until = _value(form, "confirmed"), _value(form, "until")
+    if count is None:
+        return None, None
+    if not (count.isascii() and count.isdigit()) or until is None:
+        raise HTTPException(400, f"confirmed {count!r} needs a count and the time it was made")
+    try:
+        at = datetime.fromisoformat(until)
+    except ValueError:
+        raise HTTPException(400, f"until {until!r} is not an ISO 8601 time") from None
+    if at.tzinfo is None:
+        raise HTTPException(400, f"until {until!r} needs its time zone")
+    return int(count), at
+
+
+def _back(form: FormData) -> str:
+    """Where an action sends the browser back to: a path of this dashboard, else its root."""
+    back = _value(form, "next") or "/"
+    if not back.startswith("/") or back.startswith("//") or "\\" in back:
+        return "/"
+    return back
 
 
 def _jobs(count: int) -> str:
-    return f"{count} job{'' if count == 1 else 's'}"
+    return f"{count:,} job{'' if count == 1 else 's'}"
 
 
 def _preview(text: str) -> str:
@@ -594,11 +823,18 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ago=_ago, utc=_utc, span=_span, exact=_exact, attr=_attribute)
+    env.filters.update(
+        ago=_ago, utc=_utc, span=_span, exact=_exact, attr=_attribute, short_id=_short_id
+    )
     env.globals.update(
         url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
     )
     return env
+
+
+def _short_id(job_id: uuid.UUID) -> str:
+    """The last `ID_CHARS` hex digits of a job id: the part that tells one job from another."""
+    return "…" + job_id.hex[-ID_CHARS:]
 
 
 def _utc(moment: datetime | None) -> str:

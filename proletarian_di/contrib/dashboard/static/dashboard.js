@@ -1,12 +1,14 @@
 // Keeps the page current: every data-refresh seconds, fetch this URL again and swap its <main>
-// in, unless the user is typing in a field. Without JavaScript the page is still complete.
+// in, unless the user is typing in a field or has selected jobs. Without JavaScript the page is still complete.
 (function () {
   "use strict";
   const seconds = Number(document.body.dataset.refresh);
   if (!seconds) return;
+  // Typing in a field, or jobs selected for an action: a new page would lose them.
   const typing = () => {
     const field = document.activeElement;
-    return field !== null && field.matches("input, select, textarea");
+    const busy = field !== null && field.matches("input, select, textarea");
+    return busy || document.querySelector("input[type=checkbox]:checked") !== null;
   };
   async function refresh() {
     if (document.hidden || typing()) return;

@@ -1,4 +1,4 @@
--- proletarian-di schema, step 10 (live workers) for MySQL 8.0.1+ and MariaDB 10.6+.
+-- proletarian-di schema, step 11 (live workers) for MySQL 8.0.1+ and MariaDB 10.6+.
 -- Run the steps in order; `proletarian-di schema upgrade` does it for you and
 -- records the version. A step makes only the changes it finds missing, so one
 -- interrupted half-way is finished by running it again.
