@@ -124,11 +124,10 @@ class Registration(threading.Thread):
                 )
                 if not dialect.execute_count(conn, sql, params):
                     self._insert(conn, dialect, params[0], row)
-                conn.commit()
-                if self.beats % PRUNE_EVERY == 0:
-                    with dialect.admin_write(conn):  # MySQL: locks only the rows it deletes
-                        prune(conn, dialect, self.table, PRUNE_AFTER_S)
-                    conn.commit()
+                self._commit(conn)
+                if self.beats % PRUNE_EVERY == 0:  # a statement of its own: brief locks
+                    prune(conn, dialect, self.table, PRUNE_AFTER_S)
+                    self._commit(conn)
         except Exception as exc:
             self._failed(exc)
             return
@@ -168,7 +167,7 @@ class Registration(threading.Thread):
             with self._connection() as (conn, dialect):
                 sql = f"DELETE FROM {self.table} WHERE worker_id = %s"
                 dialect.execute(conn, sql, (self.identity["worker_id"],))
-                conn.commit()
+                self._commit(conn)
         except Exception as exc:
             self._failed(exc)
 
@@ -213,6 +212,12 @@ class Registration(threading.Thread):
                 raise
             self._conn = conn
         yield self._conn, self.dialect(self._conn)
+
+    def _commit(self, conn: Any) -> None:
+        """Commit a pool's connection; the registry's own commits each statement by itself
+        (no COMMIT round trip)."""
+        if self._pooled is not None:
+            conn.commit()
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None
