@@ -61,6 +61,7 @@ SCREENS = (
     Screen("dashboard-search", "/search?q=cus_003"),
     Screen("dashboard-timings", "/timings"),
     Screen("dashboard-schedules", "/schedules"),
+    Screen("dashboard-processes", "/processes"),
     Screen("dashboard-confirm", "/failed", press="Retry every failed job…"),
 )
 

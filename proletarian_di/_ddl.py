@@ -2,11 +2,11 @@
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
-{claims_table}, {attempt_table}, {attempt_index}, each table's name without its schema
-({job_table_name}, ...) and, on MySQL,
-{db} (the tables' database as an SQL value) and {collation} (a `COLLATE` clause that each
-server reads for itself). Step 1 is Proletarian's own schema, exactly as its docs give it, so
-a database created by Proletarian (Clojure) is at version 1.
+{claims_table}, {attempt_table}, {attempt_index}, {workers_table}, each table's name
+without its schema ({job_table_name}, ...) and, on MySQL, {db} (the tables' database as an SQL
+value) and {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
+Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
+(Clojure) is at version 1.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ CREATE TABLE IF NOT EXISTS {claims_table} (
     job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
 );
+
 CREATE TABLE IF NOT EXISTS {attempt_table} (
     id          BIGSERIAL PRIMARY KEY,
     job_id      UUID NOT NULL,        -- a job's failed attempts; its success is in the archive
@@ -86,6 +87,19 @@ CREATE TABLE IF NOT EXISTS {attempt_table} (
 );
 
 CREATE INDEX IF NOT EXISTS {attempt_index} ON {attempt_table} (job_id);
+
+CREATE TABLE IF NOT EXISTS {workers_table} (
+    worker_id   TEXT PRIMARY KEY,     -- one running QueueWorker (host:pid:random)
+    queue       TEXT NOT NULL,
+    queue_worker_id TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,     -- its worker_threads
+    state       TEXT NOT NULL,        -- running / stopping
+    started_at  TIMESTAMPTZ NOT NULL, -- by the database's clock
+    seen_at     TIMESTAMPTZ NOT NULL, -- its last heartbeat, by the database's clock
+    activity    TEXT NOT NULL         -- JSON: what each thread does (its job), for how long
+);
 """
 
 MYSQL = """\
@@ -147,6 +161,7 @@ CREATE TABLE IF NOT EXISTS {claims_table} (
     job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
 ) ENGINE=InnoDB;
+
 CREATE TABLE IF NOT EXISTS {attempt_table} (
     id          BIGINT AUTO_INCREMENT PRIMARY KEY,
     job_id      BINARY(16) NOT NULL,      -- a job's failed attempts; its success is in the archive
@@ -156,6 +171,19 @@ CREATE TABLE IF NOT EXISTS {attempt_table} (
     worker      VARCHAR(255) NULL,        -- who ran it: host:pid thread
     error       TEXT NULL,                -- its error (type, message, trace)
     INDEX {attempt_index} (job_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {workers_table} (
+    worker_id   VARCHAR(255) PRIMARY KEY, -- one running QueueWorker (host:pid:random)
+    queue       VARCHAR(255) NOT NULL,
+    queue_worker_id VARCHAR(255) NOT NULL,
+    host        VARCHAR(255) NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,         -- its worker_threads
+    state       VARCHAR(16) NOT NULL,     -- running / stopping
+    started_at  DATETIME(6) NOT NULL,     -- UTC, by the database's clock
+    seen_at     DATETIME(6) NOT NULL,     -- UTC; its last heartbeat, by the database's clock
+    activity    MEDIUMTEXT NOT NULL       -- JSON: what each thread does (its job), for how long
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -331,6 +359,9 @@ POSTGRESQL_9 = (
     + _statement(POSTGRESQL, "CREATE INDEX IF NOT EXISTS {attempt_index}")
 )
 
+# Live workers: one row per running QueueWorker, refreshed by its heartbeat (see _registry).
+POSTGRESQL_10 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -467,6 +498,9 @@ MYSQL_11 = _my_alter(
     (_my_column("archived_job_table", "worker"), "ADD COLUMN worker VARCHAR(255) NULL"),
 ) + _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {attempt_table}")
 
+# Live workers: one row per running QueueWorker, refreshed by its heartbeat (see _registry).
+MYSQL_12 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -524,6 +558,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _pg_index("attempt_table", "{attempt_index}"),
             ),
         ),
+        ("live_workers", POSTGRESQL_10, (_pg_table("workers_table"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -574,6 +609,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _my_index("attempt_table", "{attempt_index}"),
             ),
         ),
+        ("live_workers", MYSQL_12, (_my_table("workers_table"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

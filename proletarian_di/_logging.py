@@ -38,6 +38,8 @@ _LEVELS = {
     "lease_expired": logging.WARNING,
     "lease_lost": logging.WARNING,
     "heartbeat_error": logging.WARNING,
+    "registry_error": logging.WARNING,
+    "registry_restored": logging.INFO,
     "crash_loop": logging.ERROR,
     "worker_thread_died": logging.CRITICAL,
     "on_shutdown_error": logging.ERROR,

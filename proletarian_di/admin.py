@@ -1,6 +1,6 @@
 """Operator queries on any connection of either database: queue statistics, listing and
 inspecting jobs, retrying failed jobs, cancelling waiting ones, pruning the archive, listing
-periodic schedules, pausing and resuming queues, schema checks.
+periodic schedules and live workers, pausing and resuming queues, schema checks.
 
 The CLI uses them, and so can your own tools. Like `enqueue`, none of them commits:
 they run in the caller's transaction, and the caller commits (or rolls back a read).
@@ -17,18 +17,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from . import _pauses, _timings
+from . import _pauses, _registry, _timings
 from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows, attempt_table_of
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._outcomes import DAY_HOURS as _DAY_HOURS
 from ._outcomes import HOUR as _HOUR
 from ._outcomes import HourlyOutcomes, first_hour
+from ._registry import WorkerInfo, WorkerThread
 from ._timings import MAX_HOURS, Timing
 from ._types import Connection
 from .errors import ArgumentTypeError, ConfigurationError, SchemaError
 from .periodic import Schedule, next_tick
-from .schema import UPGRADE_HINT, check_schema, periodic_table
+from .schema import UPGRADE_HINT, check_schema, periodic_table, workers_table
 from .serializers import Serializer, check_serializer
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_LIMIT",
     "SEARCH_FIELDS",
     "SEARCH_ROWS",
+    "STALE_AFTER",
     "STATES",
     "Attempt",
     "ErrorGroup",
@@ -53,6 +55,8 @@ __all__ = [
     "Tables",
     "ThroughputBucket",
     "Timing",
+    "WorkerInfo",
+    "WorkerThread",
     "cancel_jobs",
     "check",
     "delete_archived",
@@ -66,9 +70,11 @@ __all__ = [
     "list_jobs",
     "list_jobs_page",
     "list_schedules",
+    "list_workers",
     "missing_columns",
     "overview",
     "overview_page",
+    "prune_workers",
     "purge_archive",
     "queue_stats",
     "recent_failures",
@@ -1842,3 +1848,49 @@ def _candidates(
         dict.fromkeys(row[0] for row in dialect.fetchall(conn, sql, [*where.params, limit + 1]))
     )
     return list(found), bool(beyond)
+
+
+STALE_AFTER = timedelta(seconds=_registry.STALE_AFTER_S)
+"""A worker whose row was not refreshed for this long is "stale": its process is gone."""
+
+
+def _registry_table(conn: Connection, tables: Tables) -> tuple[Dialect, str]:
+    dialect = tables.dialect(conn)
+    table = workers_table(tables.job_table)
+    if not dialect.table_columns(conn, table):
+        raise SchemaError(f"there is no {table} table for the live workers: " + UPGRADE_HINT)
+    return dialect, table
+
+
+def list_workers(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    stale_after: timedelta = STALE_AFTER,
+    tables: Tables = DEFAULT_TABLES,
+) -> list[WorkerInfo]:
+    """The running workers (each `QueueWorker`, in every process) of these tables, or of
+    `queue`: host, pid, threads and what each runs, by queue, host and pid. A worker whose
+    heartbeat stopped more than `stale_after` ago (by the database's clock) is listed with
+    state "stale" until pruned (`prune_workers`, or any worker's heartbeat, after
+    15 minutes). `SchemaError` if the tables predate the live workers' table."""
+    if not isinstance(stale_after, timedelta) or stale_after <= timedelta(0):
+        raise ConfigurationError(f"stale_after must be a positive timedelta, got {stale_after!r}")
+    dialect, table = _registry_table(conn, tables)
+    return _registry.read_workers(conn, dialect, table, queue, stale_after)
+
+
+def prune_workers(
+    conn: Connection,
+    *,
+    older_than: timedelta = STALE_AFTER,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """Delete the rows of workers not seen for `older_than` (stale by default): processes
+    that died without a word. Returns how many. Commit to keep it. A live worker pruned by
+    a bound shorter than its beat writes its row again at its next beat."""
+    if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
+        raise ConfigurationError(f"older_than must be a positive timedelta, got {older_than!r}")
+    dialect, table = _registry_table(conn, tables)
+    with dialect.admin_write(conn):
+        return _registry.prune(conn, dialect, table, older_than.total_seconds())

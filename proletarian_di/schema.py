@@ -39,6 +39,7 @@ to keep)."""
 VERSION_TABLE_SUFFIX = "_schema_version"
 PERIODIC_TABLE_SUFFIX = "_periodic"
 PAUSED_TABLE_SUFFIX = "_paused"
+WORKERS_TABLE_SUFFIX = "_workers"
 UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
@@ -110,6 +111,7 @@ def _render(
         "paused_table": paused_table(job_table),
         "claims_table": claims_table(job_table),
         "attempt_table": attempt_table(job_table),
+        "workers_table": workers_table(job_table),
     }
     sql = template.format(
         schema=schema or "public",
@@ -159,6 +161,11 @@ def claims_table(job_table: str) -> str:
 def attempt_table(job_table: str) -> str:
     """Where a job's failed attempts are kept: `<job table>_attempt`."""
     return attempt_table_of(job_table)
+
+
+def workers_table(job_table: str) -> str:
+    """Where the running workers of these tables register: `<job table>_workers`."""
+    return f"{job_table}{WORKERS_TABLE_SUFFIX}"
 
 
 def version_table(job_table: str) -> str:

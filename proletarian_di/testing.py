@@ -25,6 +25,7 @@ from .schema import (
     paused_table,
     periodic_table,
     version_table,
+    workers_table,
 )
 from .serializers import Serializer
 
@@ -249,6 +250,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {paused_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {claims_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {attempt_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {workers_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 

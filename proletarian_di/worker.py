@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
 import time
@@ -18,6 +19,8 @@ from ._leases import Heartbeat, Leases
 from ._logging import describe, safe_log, wanted
 from ._options import WorkerSettings, worker_settings
 from ._pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
+from ._registry import TIMEOUT_S as REGISTRY_TIMEOUT_S
+from ._registry import Registration, new_worker_id, thread_activity
 from ._runner import Checkout, JobRunner, Replaced, Slot, Stats
 from ._signals import ShutdownHook
 from ._types import DataSource, Handler, WorkerOptions
@@ -26,7 +29,7 @@ from ._watchdog import Watchdog
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
 from .jobs import Job
 from .observers import observers_everywhere
-from .schema import check_schema
+from .schema import check_schema, workers_table
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -81,7 +84,9 @@ class QueueWorker:
         """Set once the drain is over: the heartbeat and the watchdog end."""
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
-        self._helpers: list[Heartbeat | Watchdog] = []
+        self._helpers: list[Heartbeat | Watchdog | Registration] = []
+        self.worker_id = new_worker_id()
+        """This worker's name in the live workers' table (`admin.list_workers`)."""
         self._numbered = options.worker_threads
         self._state = "new"
         self._stopper: threading.Thread | None = None
@@ -121,9 +126,13 @@ class QueueWorker:
         """Each worker thread as (name, activity, seconds in it): "connecting" or "polling"
         (waiting on the database), "idle", "running" (a handler) or "backing_off"."""
         now = time.monotonic()
+        return [
+            (name, slot.activity, max(0.0, now - slot.since)) for name, slot in self._live_threads()
+        ]
+
+    def _live_threads(self) -> list[tuple[str, Slot]]:
         with self._cond:
-            threads = [(t.name, self._slots[t.name]) for t in self._threads if t.is_alive()]
-        return [(name, slot.activity, max(0.0, now - slot.since)) for name, slot in threads]
+            return [(t.name, self._slots[t.name]) for t in self._threads if t.is_alive()]
 
     def ping(self) -> None:
         """Run `SELECT 1` on a new connection beside the pool, whose connections the worker's
@@ -192,9 +201,15 @@ class QueueWorker:
                 # Notified of every pause and resume, the worker reads the state seldom.
                 self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
             self._set_up_long_jobs()
+            registration = self._registered()
+            self._helpers.append(registration)
             for n in range(self.options.worker_threads):
                 self._threads.append(self._thread(f"{self.queue_worker_id}-{n}"))
+            registration.beat()  # listed before it runs a job
         except BaseException:
+            for helper in self._helpers:
+                if isinstance(helper, Registration):
+                    helper.leave()  # its row, if the beat wrote it, and its connection
             self._threads.clear()
             self._slots.clear()
             self._helpers.clear()
@@ -244,6 +259,37 @@ class QueueWorker:
                     "that can open one (a psycopg_pool pool, a MySQLDataSource, or a callable)"
                 )
             self._runner.claims = ClaimCounter(self._direct_connect, options.job_table)
+
+    def _registered(self) -> Registration:
+        """The thread that keeps this worker's row among the live workers."""
+        options = self.options
+        identity = {
+            "worker_id": self.worker_id,
+            "queue": options.queue,
+            "queue_worker_id": self.queue_worker_id,
+            "host": self.worker_id.rsplit(":", 2)[0],
+            "pid": os.getpid(),
+            "threads": options.worker_threads,
+        }
+        return Registration(
+            self.data_source,
+            self._runner.dialect,
+            workers_table(options.job_table),
+            identity,
+            self._activity,
+            lambda: "stopping" if self._stopping.is_set() else "running",
+            self._finished,
+            self._emit,
+            f"{self.queue_worker_id}-registry",
+        )
+
+    def _activity(self) -> list[dict[str, Any]]:
+        """What each worker thread does now, for the registry (memory only): those alive, and
+        those about to start (the first beat runs before they do)."""
+        now = time.monotonic()
+        with self._cond:
+            threads = [t for t in self._threads if t.ident is None or t.is_alive()]
+            return [thread_activity(t.name, self._slots[t.name], now) for t in threads]
 
     def _thread(self, name: str) -> threading.Thread:
         slot = self._slots[name] = Slot()
@@ -423,7 +469,7 @@ class QueueWorker:
             self._record(*held)
         self._finished.set()
         for helper in self._helpers:
-            helper.join(1.0)
+            helper.join(REGISTRY_TIMEOUT_S * 2 if isinstance(helper, Registration) else 1.0)
         if self._runner.claims is not None:
             self._runner.claims.close()
         self._runner.loops.close()

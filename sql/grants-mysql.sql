@@ -6,7 +6,8 @@
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
 --                         INSERT into the archive (INSERT ... SELECT reads the job row),
 --                         SELECT on the paused queues, counts claims in job_claims
---                         (max_crashes). (`max_running` takes GET_LOCK
+--                         (max_crashes), keeps its row among the live workers
+--                         (job_workers, and prunes the rows of dead ones). (`max_running` takes GET_LOCK
 --                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
@@ -34,6 +35,7 @@ GRANT SELECT, UPDATE, DELETE ON proletarian.job TO proletarian_worker;
 GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT (job_id, queue, unique_key) ON proletarian.job TO proletarian_enqueuer;

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 11) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 12) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS proletarian.job_claims (
     job_id      BINARY(16) PRIMARY KEY,   -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL          -- its claims, committed apart from its transaction
 ) ENGINE=InnoDB;
+
 CREATE TABLE IF NOT EXISTS proletarian.job_attempt (
     id          BIGINT AUTO_INCREMENT PRIMARY KEY,
     job_id      BINARY(16) NOT NULL,      -- a job's failed attempts; its success is in the archive
@@ -72,6 +73,19 @@ CREATE TABLE IF NOT EXISTS proletarian.job_attempt (
     worker      VARCHAR(255) NULL,        -- who ran it: host:pid thread
     error       TEXT NULL,                -- its error (type, message, trace)
     INDEX job_attempt_job_id (job_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_workers (
+    worker_id   VARCHAR(255) PRIMARY KEY, -- one running QueueWorker (host:pid:random)
+    queue       VARCHAR(255) NOT NULL,
+    queue_worker_id VARCHAR(255) NOT NULL,
+    host        VARCHAR(255) NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,         -- its worker_threads
+    state       VARCHAR(16) NOT NULL,     -- running / stopping
+    started_at  DATETIME(6) NOT NULL,     -- UTC, by the database's clock
+    seen_at     DATETIME(6) NOT NULL,     -- UTC; its last heartbeat, by the database's clock
+    activity    MEDIUMTEXT NOT NULL       -- JSON: what each thread does (its job), for how long
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 9) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 10) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS proletarian.job_claims (
     job_id      UUID PRIMARY KEY,     -- a job claimed by a worker with max_crashes set
     claims      INTEGER NOT NULL      -- its claims, committed apart from its transaction
 );
+
 CREATE TABLE IF NOT EXISTS proletarian.job_attempt (
     id          BIGSERIAL PRIMARY KEY,
     job_id      UUID NOT NULL,        -- a job's failed attempts; its success is in the archive
@@ -74,6 +75,19 @@ CREATE TABLE IF NOT EXISTS proletarian.job_attempt (
 );
 
 CREATE INDEX IF NOT EXISTS job_attempt_job_id ON proletarian.job_attempt (job_id);
+
+CREATE TABLE IF NOT EXISTS proletarian.job_workers (
+    worker_id   TEXT PRIMARY KEY,     -- one running QueueWorker (host:pid:random)
+    queue       TEXT NOT NULL,
+    queue_worker_id TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    threads     INTEGER NOT NULL,     -- its worker_threads
+    state       TEXT NOT NULL,        -- running / stopping
+    started_at  TIMESTAMPTZ NOT NULL, -- by the database's clock
+    seen_at     TIMESTAMPTZ NOT NULL, -- its last heartbeat, by the database's clock
+    activity    TEXT NOT NULL         -- JSON: what each thread does (its job), for how long
+);
 
 -- the schema's version, recorded on upgrade
 CREATE TABLE IF NOT EXISTS proletarian.job_schema_version (job_table TEXT PRIMARY KEY, version INTEGER NOT NULL, upgraded_at TIMESTAMPTZ NOT NULL DEFAULT now());

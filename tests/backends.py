@@ -15,6 +15,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import enqueue
+from proletarian_di.schema import workers_table
 from proletarian_di.testing import MySQLQueueDatabase, PostgresQueueDatabase, QueueDatabase
 
 MYSQL_URL = os.environ.get("MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
@@ -33,8 +34,9 @@ class Backend(QueueDatabase):
             ).install()
 
     def reset(self) -> None:
-        """Empty both tables before a test."""
+        """Empty both tables, and the live workers' table (rows a killed process left)."""
         self.clear()
+        self.execute(f"DELETE FROM {workers_table(self.job_table)}")
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess that should use this database."""

@@ -24,7 +24,7 @@ from proletarian_di.schema import (
     version_table,
 )
 
-from backends import enqueue_committed, wait_until
+from backends import Events, enqueue_committed, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD, FRESH, REFERENCE = "proletarian_old", "proletarian_fresh", "proletarian_ref"
@@ -290,6 +290,8 @@ def test_a_fresh_install_interrupted_after_any_statement_is_finished_by_the_next
 
 
 def test_the_version_is_that_of_the_steps_applied_in_full(scratch):
+    """The last step that an interruption can leave applied in part (of more than one
+    statement), interrupted after its first."""
     backend = scratch
     steps = MIGRATIONS[backend.name]
     *_, last = [m for m in steps if len(interruptions(statements(m.sql(**tables(OLD))))) > 2]
@@ -470,6 +472,28 @@ def test_enqueue_needs_no_step_it_does_not_use_and_workers_need_every_step_to_th
     finally:
         source.close()
     assert ran == [1]
+
+
+def test_a_worker_on_a_schema_without_the_live_workers_table_runs_its_jobs(scratch):
+    """The live workers' registry is for the eyes only: a worker on the schema before its
+    step starts and runs jobs, and says once that it cannot register, and why."""
+    backend = scratch
+    before = step_number(backend.name, "live_workers") - 1
+    assert before >= workers_need(backend.name)
+    create_at(backend, before)
+    source = backend.pool(2)
+    events = Events()
+    try:
+        enqueue_committed(backend, ("t", 1), job_table=f"{OLD}.job")
+        ran: list[Any] = []
+        with create_queue_worker(source, lambda t, p: ran.append(p), log=events, **tables(OLD)):
+            wait_until(lambda: ran and events.named("registry_error"))
+    finally:
+        source.close()
+    assert ran == [1]
+    [error] = events.named("registry_error")
+    assert error["table"] == f"{OLD}.job_workers"
+    assert "proletarian-di schema upgrade" in error["reason"], error
 
 
 def cli(*args: str) -> Any:

@@ -351,6 +351,7 @@ def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
         conn.commit()
     attempts: dict[str, int] = {}
     failed = []
+    events = EventLog()
 
     def handle(job_type: str, payload: Any) -> None:
         attempts[job_type] = attempts.get(job_type, 0) + 1
@@ -366,8 +367,15 @@ def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
             RetrySpec(retries=1) if job.job_type == "flaky" else None
         ),
         failed_job_fn=lambda job, exc: failed.append(job.job_type),
+        log=events,
     )
     with running(worker):
+        wait_for(
+            lambda: backend.query(
+                "SELECT 1 FROM proletarian.job_workers WHERE queue = %s", (queue,)
+            ),
+            what="the least-privileged worker registered among the live workers",
+        )
         rows = wait_for(
             lambda: (lambda r: r if len(r) == 3 else None)(
                 backend.query(
@@ -384,6 +392,8 @@ def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
         ("ok", "success", 1),
     ]
     assert failed == ["bad"]
+    assert events.named("registry_error") == []
+    assert backend.query("SELECT 1 FROM proletarian.job_workers WHERE queue = %s", (queue,)) == []
     assert worker.summary()["succeeded"] == 2
     assert len(ids) == 3
     assert (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from proletarian_di import enqueue
-from proletarian_di.schema import paused_table, periodic_table
+from proletarian_di.schema import paused_table, periodic_table, workers_table
 
 JOB = "cli_test.cli_job"
 ARCHIVE = "cli_test.cli_archived_job"
@@ -14,7 +14,8 @@ ENV = {"PROLETARIAN_JOB_TABLE": JOB, "PROLETARIAN_ARCHIVED_JOB_TABLE": ARCHIVE}
 
 
 class CliDB:
-    """A backend with the CLI tables installed and emptied, schedules and pauses too."""
+    """A backend with the CLI tables installed and emptied, schedules, pauses and the rows
+    of workers killed by earlier tests too."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -25,6 +26,7 @@ class CliDB:
         backend.execute(f"DELETE FROM {ARCHIVE}")
         backend.execute(f"DELETE FROM {periodic_table(JOB)}")
         backend.execute(f"DELETE FROM {paused_table(JOB)}")
+        backend.execute(f"DELETE FROM {workers_table(JOB)}")
 
     def env(self) -> dict[str, str]:
         return {**self.backend.env(), **ENV}

@@ -6,13 +6,14 @@ import contextlib
 import dataclasses
 import enum
 import functools
+import json
 import logging
 import math
 import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any, TypeVar
 
@@ -564,6 +565,19 @@ def parse_moment(text: str, now: datetime, option: str) -> datetime:
         return moment.astimezone(timezone.utc)
     except OverflowError:
         raise CLIError(f"{option}: {text!r} is out of range", ExitCode.USAGE) from None
+
+
+def listed(where: str, items: Sequence[Any], as_json: bool, empty: str = "") -> bool:
+    """A listing's start: with --json, `where` on stderr and the items' `as_dict()` as a JSON
+    list on stdout (then True: that is all); else `where`, and `empty` if there are none."""
+    if as_json:
+        err.print(_escape(where))
+        typer.echo(json.dumps([item.as_dict() for item in items], indent=2, default=str))
+        return True
+    console.print(_escape(where))
+    if not items and empty:
+        console.print(empty)
+    return False
 
 
 def _ago(delta: timedelta | None) -> str:

@@ -31,6 +31,7 @@ from ._app import (
     console,
     err,
     failed_window,
+    listed,
     refuse_mixed_tables,
     unshown,
 )
@@ -124,11 +125,8 @@ def list_jobs(
             before=before,
         )
         where = str(operator.location)
-    if as_json:
-        err.print(_escape(where))
-        typer.echo(json.dumps([job.as_dict() for job in jobs], indent=2, default=str))
+    if listed(where, jobs, as_json):
         return
-    console.print(_escape(where))
     for line in job_lines(jobs):
         console.print(line)
     if len(jobs) == limit:

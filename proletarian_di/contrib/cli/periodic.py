@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -18,7 +17,7 @@ from ._app import (
     _guarded,
     command_group,
     console,
-    err,
+    listed,
     refuse_mixed_tables,
 )
 from .jobs import _when
@@ -45,13 +44,13 @@ def list_schedules(
     with _admin(database_url, job_table, archived_job_table) as operator:
         schedules = operator.read(admin.list_schedules)
         where = str(operator.location)
-    if as_json:
-        err.print(_escape(where))
-        typer.echo(json.dumps([s.as_dict() for s in schedules], indent=2))
+    if listed(
+        where,
+        schedules,
+        as_json,
+        "no periodic jobs recorded (a scheduler records them when it starts)",
+    ):
         return
-    console.print(_escape(where))
-    if not schedules:
-        console.print("no periodic jobs recorded (a scheduler records them when it starts)")
     for s in schedules:
         upcoming = s.next_run.isoformat() if s.next_run else "never"
         console.print(f"[bold]{_escape(s.name)}[/]  {_escape(s.cron)} ({_escape(s.timezone)})")

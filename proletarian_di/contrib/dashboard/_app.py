@@ -185,6 +185,7 @@ class _Dashboard:
             Route("/search", self.search, name="search"),
             Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
+            Route("/processes", self.processes, name="processes"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
             Route("/cancel", self.cancel, methods=["POST"]),
@@ -410,14 +411,25 @@ class _Dashboard:
         return _Timings(groups, datetime.now(timezone.utc), time.monotonic())
 
     async def schedules(self, request: Request) -> Response:
+        return await self._table_page(request, "schedules", admin.list_schedules)
+
+    async def processes(self, request: Request) -> Response:
+        """The worker processes connected now: each worker's threads and the jobs they run."""
+        return await self._table_page(request, "processes", admin.list_workers)
+
+    async def _table_page(
+        self, request: Request, section: str, query: Callable[..., list[Any]]
+    ) -> Response:
+        """A page listing what `query` reads from a table of its own (`<section>.html`, the
+        rows as `rows`), or why there is none: `missing`, when the table is not there."""
         user = await authenticated(self.auth, request)
         missing: str | None = None
         try:
-            found = await self.read(lambda conn: admin.list_schedules(conn, tables=self.tables))
+            found = await self.read(lambda conn: query(conn, tables=self.tables))
         except SchemaError as exc:
             found, missing = [], str(exc)
         return self.render(
-            request, user, "schedules.html", section="schedules", schedules=found, missing=missing
+            request, user, f"{section}.html", section=section, rows=found, missing=missing
         )
 
     async def static(self, request: Request) -> Response:
