@@ -3,7 +3,8 @@
 --
 --   proletarian_worker    claims, reschedules and archives jobs:
 --                         SELECT ... FOR UPDATE, UPDATE and DELETE on the job table,
---                         INSERT into the archive, reads the paused queues, counts
+--                         INSERT into the archive and its failed attempts
+--                         (job_attempt), reads the paused queues, counts
 --                         claims in job_claims (max_crashes), keeps its row
 --                         among the live workers (job_workers, and prunes the
 --                         rows of dead ones), and reads the schema's version at
@@ -25,7 +26,8 @@
 -- A worker whose handlers enqueue follow-up jobs needs both roles.
 -- For other table names, replace proletarian.job / proletarian.archived_job
 -- (and proletarian.job_periodic, proletarian.job_paused, proletarian.job_claims,
--- proletarian.job_workers, proletarian.job_schema_version).
+-- proletarian.job_workers, proletarian.job_attempt and its sequence,
+-- proletarian.job_schema_version).
 
 DO $$
 BEGIN
@@ -49,6 +51,8 @@ GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_worker;
+GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
+GRANT USAGE ON SEQUENCE proletarian.job_attempt_id_seq TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT (job_id, queue, unique_key) ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
