@@ -358,7 +358,7 @@ class PostgresDialect(Dialect):
         with _single_statement(conn):
             sql = self._with_limit(self.lease_claim_sql, limit)
             rows: list[LeasedRow] = self.fetchall(conn, sql, params)
-        return rows
+        return _in_claim_order(rows)
 
     def _with_limit(self, sql: str, limit: int) -> str:
         """`sql` with its claim's `LIMIT %s` written out: with the limit a parameter, the
@@ -412,7 +412,7 @@ class PostgresDialect(Dialect):
         with _single_statement(conn):
             sql = self._with_limit(self.archive_leased_and_claim_sql, claim.limit)
             rows = self.fetchall(conn, sql, params)
-        leased: list[LeasedRow] = [row[1:] for row in rows if row[1] is not None]
+        leased = _in_claim_order([row[1:] for row in rows if row[1] is not None])
         return rows[0][0] == 1, leased
 
     def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], lease_ms: int) -> int:
@@ -851,6 +851,12 @@ def _single_statement(conn: Any) -> Iterator[None]:
         yield
     finally:
         conn.autocommit = False
+
+
+def _in_claim_order(rows: list[Any]) -> list[LeasedRow]:
+    """A lease claim's rows in the claim's order (the job started first, then the reserved
+    ones): an UPDATE returns its rows in whatever order its plan joined them."""
+    return sorted(rows, key=Dialect.position)
 
 
 def _fill(sql: str, *values: str) -> str:
