@@ -5,9 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Test processes: the MySQL tests all run in one (they share its database), the rest spread
-# over the others, each with an embedded PostgreSQL of its own; 0 runs everything in one, as
-# it must when DATABASE_URL names one server for all of them.
+# Test processes, each with an embedded PostgreSQL of its own; the first uses the local
+# MariaDB, the others a private one each (a MYSQL_URL you set is one server: its tests then
+# all run in one process). 0 runs everything in one, as it must when DATABASE_URL names one
+# server for all of them.
 PYTEST_WORKERS ?= $(if $(DATABASE_URL),0,2)
 # Django 6 (its built-in django.tasks) needs Python 3.12+: `make test-django6` tests the
 # Django backend on it, in a venv of its own.

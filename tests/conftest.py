@@ -3,7 +3,9 @@
 PostgreSQL is `DATABASE_URL` or an embedded server started for the session.
 MySQL is `MYSQL_URL` (default: the local MariaDB); when none is reachable the
 MySQL tests skip, saying why, unless PROLETARIAN_REQUIRE_MYSQL=1 (CI), which
-makes them fail instead.
+makes them fail instead. With the default and pytest-xdist, each worker but the
+first starts a MariaDB of its own from the machine's binaries (`private_mariadb`),
+so that the MySQL tests spread over the workers.
 
 Two tiers: a test that uses a database fixture (or any fixture built on one) is
 marked `db` here; a test that reaches a database some other way says so with
@@ -12,6 +14,7 @@ marked `db` here; a test that reaches a database some other way says so with
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +25,7 @@ from proletarian_di._secrets import mask
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
+import private_mariadb
 from backends import MYSQL_URL, Backend, MySQLBackend, PostgresBackend
 
 
@@ -41,6 +45,15 @@ def _import_the_cli_with_no_fixed_width() -> None:
 
 _import_the_cli_with_no_fixed_width()
 
+
+def _private_mysql_servers() -> bool:
+    """Whether each pytest-xdist worker but the first has a MariaDB of its own: with the
+    default MYSQL_URL (one named is the server to test, such as a MySQL 8), more than one
+    worker, and the machine's server binaries. The same answer in every worker."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return "MYSQL_URL" not in os.environ and workers > 1 and private_mariadb.available()
+
+
 DATABASE_FIXTURES = frozenset(
     {"backend", "pg", "pool", "effects", "postgresql_backend", "mysql_backend"}
 )
@@ -48,16 +61,21 @@ DATABASE_FIXTURES = frozenset(
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `db` every test whose fixtures, direct or indirect, include a database; and put
-    every test that uses MySQL in one xdist group, so that under `pytest -n N --dist
-    loadgroup` one worker runs them all (they share the one MySQL database, while each
-    worker starts an embedded PostgreSQL of its own)."""
+    """Mark `db` every test whose fixtures, direct or indirect, include a database; and,
+    unless the workers have MySQL servers of their own, put every test that uses MySQL in
+    one xdist group, so that under `pytest -n N --dist loadgroup` one worker runs them all
+    (they share the one MySQL database, while each worker starts an embedded PostgreSQL of
+    its own). The tests that drive Chromium run in one worker, which starts it and seeds
+    their pages once per module."""
+    shared = not _private_mysql_servers()
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if DATABASE_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.db)
-        if "mysql" in item.nodeid.lower() or "mysql_backend" in fixtures:
+        if shared and ("mysql" in item.nodeid.lower() or "mysql_backend" in fixtures):
             item.add_marker(pytest.mark.xdist_group("mysql"))
+        elif "browser" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("chromium"))
 
 
 _LEFTOVERS = pytest.StashKey[list[tuple[Backend, set[str]]]]()
@@ -128,17 +146,23 @@ def postgresql_backend() -> Iterator[Backend]:
 
 @pytest.fixture(scope="session")
 def mysql_backend() -> Iterator[Backend]:
-    """The session's MySQL/MariaDB (`MYSQL_URL`) with a fresh schema, or a skip saying why;
-    the databases the session created are dropped at its end."""
+    """The session's MySQL/MariaDB (`MYSQL_URL`, or a private one: see
+    `_private_mysql_servers`) with a fresh schema, or a skip saying why; the databases the
+    session created are dropped at its end."""
     reason = mysql_unreachable_reason(MYSQL_URL)
     if reason:
         if os.environ.get("PROLETARIAN_REQUIRE_MYSQL") == "1":
             pytest.fail(f"PROLETARIAN_REQUIRE_MYSQL=1 but {reason}")
         pytest.skip(reason)
-    backend = MySQLBackend(MYSQL_URL)
-    backend.recreate()
-    yield backend
-    backend.drop_created_schemas()
+    first = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    with contextlib.ExitStack() as stack:
+        url = MYSQL_URL
+        if _private_mysql_servers() and not first:
+            url = stack.enter_context(private_mariadb.private_mariadb())
+        backend = MySQLBackend(url)
+        backend.recreate()
+        yield backend
+        backend.drop_created_schemas()
 
 
 @pytest.fixture(params=["postgresql", "mysql"])

@@ -1,8 +1,11 @@
-"""The dashboard's accessibility basics in Chromium, on both databases, for every page of
+"""The dashboard's accessibility basics in Chromium, for every page of
 `bench.screenshots.SCREENS` (the pages the docs show) with a day of jobs: no console error,
 a name for every form control, a text alternative for every image, a lang, a title, one h1
 and no skipped heading level, text contrast of WCAG AA, and a keyboard that reaches the
-navigation and the search box with a visible focus."""
+navigation and the search box with a visible focus.
+
+On PostgreSQL only: the pages' markup is the same on both databases, and
+test_dashboard_browser renders every page from MySQL's tables too."""
 
 from __future__ import annotations
 
@@ -16,13 +19,20 @@ import pytest
 import test_dashboard_browser as browser_tests
 from playwright.sync_api import Page, expect
 
+from backends import Backend
 from bench.screenshots import SCREENS, Screen, busy_day, open_screen
 
 pytestmark = pytest.mark.db
 
 browser = browser_tests.browser
-served = browser_tests.served
 page = browser_tests.page
+
+
+@pytest.fixture(scope="module")
+def served(postgresql_backend: Backend) -> Iterator[browser_tests.Site]:
+    with browser_tests.serving(postgresql_backend) as site:
+        yield site
+
 
 CHECKS = (Path(__file__).parent / "dashboard_a11y.js").read_text()
 

@@ -5,6 +5,7 @@ run's temporary folder."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections.abc import Iterator
@@ -60,7 +61,13 @@ class Site:
 
 @pytest.fixture(scope="module", params=["postgresql", "mysql"])
 def served(request: pytest.FixtureRequest) -> Iterator[Site]:
-    backend: Backend = request.getfixturevalue(f"{request.param}_backend")
+    with serving(request.getfixturevalue(f"{request.param}_backend")) as site:
+        yield site
+
+
+@contextlib.contextmanager
+def serving(backend: Backend) -> Iterator[Site]:
+    """The dashboard of `backend`'s tables, served (see `Site`)."""
     pool = backend.pool(4)
     events = Events()
     app = Starlette(

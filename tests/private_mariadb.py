@@ -1,0 +1,130 @@
+"""A throwaway MariaDB/MySQL server of a test process's own, from the machine's binaries.
+
+The MySQL tests share one database (`proletarian`), so on one server they run one at a
+time; a pytest-xdist worker that starts a server of its own takes a share of them instead
+(see `conftest.py`). Like the embedded PostgreSQL, the server lives in a temporary folder,
+listens on 127.0.0.1 on a free port, and is gone at the end of the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+
+import pymysql
+
+_SERVERS = ("mariadbd", "mysqld")
+_INSTALLERS = ("mariadb-install-db", "mysql_install_db")
+_SBIN = os.pathsep.join((os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"))
+_SETTINGS = (
+    "--character-set-server=utf8mb4",
+    "--collation-server=utf8mb4_general_ci",
+    "--innodb-buffer-pool-size=64M",
+    "--max-connections=300",
+)
+"""As the machine's server is set (Debian's my.cnf), with room for the tests' pools."""
+
+
+def _binary(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        found = shutil.which(name, path=_SBIN)
+        if found:
+            return found
+    return None
+
+
+def available() -> bool:
+    """Whether this machine has a MariaDB/MySQL server binary and its installer."""
+    return _binary(_SERVERS) is not None and _binary(_INSTALLERS) is not None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
+    """Start a server in a temporary folder; yield its URL (root, no password, database
+    `test`); stop it and remove the folder at the end."""
+    server, installer = _binary(_SERVERS), _binary(_INSTALLERS)
+    if server is None or installer is None:
+        raise RuntimeError(f"no MariaDB/MySQL server on this machine ({', '.join(_SERVERS)})")
+    home = tempfile.mkdtemp(prefix="proletarian-mariadb-")
+    data, sock, port = os.path.join(home, "data"), os.path.join(home, "sock"), _free_port()
+    owner = ("--user=root",) if os.geteuid() == 0 else ()
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        subprocess.run(
+            [
+                installer,
+                "--no-defaults",
+                f"--datadir={data}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                *owner,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        log = open(os.path.join(home, "error.log"), "wb")  # noqa: SIM115
+        process = subprocess.Popen(
+            [
+                server,
+                "--no-defaults",
+                f"--datadir={data}",
+                f"--socket={sock}",
+                f"--port={port}",
+                "--bind-address=127.0.0.1",
+                f"--pid-file={home}/pid",
+                "--skip-log-bin",
+                *_SETTINGS,
+                *owner,
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        _wait_and_open_to_tcp(process, sock, home, timeout)
+        yield f"mysql://root@127.0.0.1:{port}/test"
+    finally:
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_and_open_to_tcp(
+    process: subprocess.Popen[bytes], sock: str, home: str, timeout: float
+) -> None:
+    """Wait for the socket; let root in over TCP from 127.0.0.1, and create `test`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            with open(os.path.join(home, "error.log"), errors="replace") as log:
+                raise RuntimeError(f"the private MariaDB did not start:\n{log.read()[-2000:]}")
+        try:
+            conn = pymysql.connect(unix_socket=sock, user="root", autocommit=True)
+        except pymysql.err.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+            continue
+        with contextlib.closing(conn), conn.cursor() as cursor:
+            for statement in (
+                "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1'",
+                "GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION",
+                "CREATE DATABASE IF NOT EXISTS test",
+            ):
+                cursor.execute(statement)
+        return
