@@ -25,7 +25,7 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import compare, dashboard, django_tasks, horizon, measure, peers, pgbench
+from . import compare, dashboard, django_tasks, horizon, indexes, measure, peers, pgbench
 from .cpu import Figure
 from .db import Database, MySQL, Postgres
 
@@ -390,12 +390,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument(
         "--scenario",
-        choices=("throughput", "pinned-horizon", "django", "dashboard"),
+        choices=("throughput", "pinned-horizon", "django", "dashboard", "indexes"),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
         "django (our Django tasks backend against django-tasks-db, bench/django_tasks.py) or "
         "dashboard (the overview on 100,000 waiting and 1,000,000 archived jobs, "
-        "bench/dashboard.py)",
+        "bench/dashboard.py) or indexes (what the archive's finished_at index costs each "
+        "job, bench/indexes.py)",
     )
     parser.add_argument(
         "--compare",
@@ -444,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         return django(args)
     if args.scenario == "dashboard":
         return dashboard_overview(args)
+    if args.scenario == "indexes":
+        return archive_indexes(args)
     if args.compare:
         return compared(args)
     per_run = 8 * measure.deadline_for(args.jobs)
@@ -537,6 +540,14 @@ def dashboard_overview(args: argparse.Namespace) -> int:
     with postgres_url(args.database_url) as url:
         dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
         return dashboard.main(dbs, machine(dbs))
+
+
+def archive_indexes(args: argparse.Namespace) -> int:
+    """The indexes scenario on PostgreSQL and, if reachable, MySQL/MariaDB."""
+    watchdog(600 + 6 * args.runs * measure.deadline_for(args.jobs))
+    with postgres_url(args.database_url) as url:
+        dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
+        return indexes.main(dbs, machine(dbs), args.jobs, args.runs)
 
 
 if __name__ == "__main__":
