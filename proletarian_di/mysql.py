@@ -67,6 +67,7 @@ class MySQLDataSource:
             maxconnections=max_connections,
             blocking=True,
             ping=1,
+            reset=False,  # `connection()` rolls back already, outside the pool's lock
             isfatal=_connection_lost,
             **options,
         )

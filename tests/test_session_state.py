@@ -8,6 +8,7 @@ from typing import Any
 from faults import running, wait_for
 
 from proletarian_di import create_queue_worker
+from proletarian_di._dialects.mysql import _session_variables
 from proletarian_di.mysql import MySQLDataSource
 
 from backends import enqueue_committed
@@ -93,5 +94,54 @@ def test_the_mysql_data_source_restores_any_borrowers_settings(mysql_backend):
             cursor.execute("SET time_zone = '-03:00'")
             cursor.execute("USE mysql")
         assert my_settings(source) == before
+    finally:
+        source.close()
+
+
+OTHER_VALUES = {
+    "sql_mode": "ANSI_QUOTES",
+    "time_zone": "+01:00",
+    "tx_isolation": "SERIALIZABLE",
+    "transaction_isolation": "SERIALIZABLE",
+    "tx_read_only": 1,
+    "transaction_read_only": 1,
+    "character_set_client": "latin1",
+    "character_set_connection": "latin1",
+    "character_set_results": "latin1",
+    "collation_connection": "latin1_bin",
+    "foreign_key_checks": 0,
+    "unique_checks": 0,
+    "sql_safe_updates": 1,
+    "innodb_lock_wait_timeout": 7,
+    "lock_wait_timeout": 77,
+    "wait_timeout": 777,
+    "max_statement_time": 7,
+    "max_execution_time": 7000,
+}
+
+
+def test_the_mysql_data_source_sees_a_change_to_any_one_setting(mysql_backend):
+    """The pool tells a changed session by one fingerprint of every setting it keeps: a
+    change to any one of them alone is seen, and put back."""
+    source = MySQLDataSource(mysql_backend.url, max_connections=1)
+    try:
+        with source.connection() as conn:
+            names = _session_variables(conn)
+        assert set(names) <= set(OTHER_VALUES)
+        for name in names:
+            query = f"SELECT @@SESSION.{name}"
+            with source.connection() as conn, conn.cursor() as cursor:
+                cursor.execute(query)
+                (before,) = cursor.fetchone()
+                cursor.execute(f"SET SESSION {name} = %s", (OTHER_VALUES[name],))
+                cursor.execute(query)
+                assert cursor.fetchone()[0] != before, name
+            with source.connection() as conn, conn.cursor() as cursor:
+                cursor.execute(query)
+                assert cursor.fetchone()[0] == before, name
+        with source.connection() as conn:
+            conn.autocommit(True)
+        with source.connection() as conn:
+            assert not conn.get_autocommit()
     finally:
         source.close()

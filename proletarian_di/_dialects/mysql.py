@@ -10,7 +10,7 @@ import struct
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import PayloadError, UnsupportedDatabase
 from ..job_ids import BinaryUUIDStrategy
@@ -912,7 +912,10 @@ def _server(conn: Any) -> tuple[bool, tuple[int, ...]]:
 
 
 def _session_variables(conn: Any) -> tuple[str, ...]:
-    mariadb, version = _server(conn)
+    return _session_variables_of(*_server(conn))
+
+
+def _session_variables_of(mariadb: bool, version: tuple[int, ...]) -> tuple[str, ...]:
     old_names = mariadb and version < (11, 1)
     return (
         "sql_mode",
@@ -933,26 +936,48 @@ def _session_variables(conn: Any) -> tuple[str, ...]:
     )
 
 
-def session_state(conn: Any) -> tuple[Any, ...]:
+class SessionState(NamedTuple):
+    """A session's settings as `session_state` read them (the default database, autocommit,
+    then `_session_variables`), and their fingerprint: all of them in one value, which
+    `restore_session` reads back to tell in one column whether any changed."""
+
+    values: tuple[Any, ...]
+    fingerprint: Any
+
+
+@functools.cache
+def _state_sql(server: tuple[bool, tuple[int, ...]]) -> tuple[str, str]:
+    """The settings and their fingerprint as SELECT columns, and the fingerprint alone.
+    A binary separator and NULL marker keep the fingerprint free of collation mixes."""
+    names = _session_variables_of(*server)
+    columns = ["DATABASE()", *(f"@@SESSION.{name}" for name in ("autocommit", *names))]
+    fingerprint = f"CONCAT_WS(0x1f, {', '.join(f'IFNULL({c}, 0x00)' for c in columns)})"
+    return f"{', '.join(columns)}, {fingerprint}", fingerprint
+
+
+def session_state(conn: Any) -> SessionState:
     """The session settings a borrower may change: autocommit, the default database and
-    the variables above, read in one round trip."""
-    names = _session_variables(conn)
-    columns = ", ".join(f"@@SESSION.{name}" for name in ("autocommit", *names))
+    the variables above, with their fingerprint, read in one round trip."""
+    columns, _ = _state_sql(_server(conn))
     with conn.cursor(_tuple_cursor()) as cursor:
-        cursor.execute(f"SELECT DATABASE(), {columns}")
+        cursor.execute(f"SELECT {columns}")
         row: tuple[Any, ...] = cursor.fetchone()
-    return row
+    return SessionState(row[:-1], row[-1])
 
 
-def restore_session(conn: Any, saved: tuple[Any, ...]) -> None:
+def restore_session(conn: Any, saved: SessionState) -> None:
     """Roll back and put the session back as `saved`; a connection that cannot be put
-    back is closed, so its pool replaces it."""
+    back is closed, so its pool replaces it. A session whose fingerprint did not change
+    costs one round trip more: reading 17 columns back took a third of a leased job's
+    client CPU on MySQL (PyMySQL parses each column's description)."""
     try:
         conn.rollback()
-        current = session_state(conn)
-        if current == saved:
-            return
-        database, autocommit, *values = saved
+        with conn.cursor(_tuple_cursor()) as cursor:
+            cursor.execute(f"SELECT {_state_sql(_server(conn))[1]}")
+            if cursor.fetchone()[0] == saved.fingerprint:
+                return
+        current = session_state(conn).values
+        database, autocommit, *values = saved.values
         with conn.cursor(_tuple_cursor()) as cursor:
             for name, value, now in zip(_session_variables(conn), values, current[2:], strict=True):
                 if value != now:
