@@ -147,8 +147,31 @@ class _Prepared:
             self.rows.append((raw_id, queue, job_type, encoded, now, due, priority, trace))
 
     def schema_error(self, exc: BaseException) -> SchemaError | None:
-        """The clear error for a traced INSERT the schema has no column for, else None."""
-        return None if self.trace_context is None else missing_column(exc, self.job_table)
+        """The clear error for an INSERT into a job table that does not exist, or a traced
+        INSERT the schema has no column for; else None."""
+        missing = missing_table(exc, self.job_table)
+        if missing is not None or self.trace_context is None:
+            return missing
+        return missing_column(exc, self.job_table)
+
+
+_UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE
+_NO_SUCH_TABLE = 1146  # MySQL's ER_NO_SUCH_TABLE (PyMySQL's first argument)
+
+
+def missing_table(exc: BaseException, job_table: str) -> SchemaError | None:
+    """A clear error for an INSERT that failed because `job_table` does not exist on this
+    database (a wrong `job_table`, or the schema not installed), else None."""
+    code = exc.args[0] if exc.args else None
+    if getattr(exc, "sqlstate", None) != _UNDEFINED_TABLE and code != _NO_SUCH_TABLE:
+        return None
+    if job_table.rpartition(".")[2] not in str(exc):
+        return None
+    return SchemaError(
+        f"table {job_table} (job_table) does not exist on this database; nothing was "
+        "written: install the schema with `proletarian-di schema install` or "
+        "sql/postgresql.sql / sql/mysql.sql"
+    )
 
 
 def enqueue(

@@ -54,6 +54,19 @@ _MYSQL_REFUSALS = frozenset(
 _POSTGRES_REFUSALS = ("08", "28", "53300", "57P01", "57P02", "57P03")
 
 
+_POSTGRES_READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or read-only set
+_MYSQL_READ_ONLY = frozenset({1290, 1792})  # --read-only server; a read-only transaction
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """True for a server's refusal to write because it is read-only (a standby or replica,
+    or a primary demoted by a failover)."""
+    if getattr(exc, "sqlstate", None) == _POSTGRES_READ_ONLY:
+        return True
+    code = exc.args[0] if exc.args else None
+    return type(exc).__module__.startswith("pymysql") and code in _MYSQL_READ_ONLY
+
+
 def is_unreachable(exc: BaseException) -> bool:
     """True for errors that mean the database server cannot be reached or refused us; not
     for an error the server answered a statement with (a duplicate column, a lock timeout)."""

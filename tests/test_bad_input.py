@@ -20,6 +20,7 @@ from faults import EventLog, NotAnException, running, wait_for
 from proletarian_di import (
     ConfigurationError,
     PayloadError,
+    SchemaError,
     create_queue_worker,
     enqueue,
     enqueue_many,
@@ -302,3 +303,24 @@ def test_an_error_message_with_a_lone_surrogate_is_stored_escaped(backend, pool)
     assert archive_by_id(backend) == {job_id: ("failure", 2)}
     (archived_error,) = backend.query(f"SELECT last_error FROM {ARCHIVE}")[0]
     assert archived_error.startswith("RuntimeError: cannot open b'\\udcff' \\ud800")
+
+
+@pytest.mark.parametrize("how", ["one", "many", "unique"])
+def test_enqueue_into_a_table_that_does_not_exist_says_so_and_leaves_the_transaction(backend, how):
+    """A wrong `job_table` (or a schema never installed): a SchemaError naming the table
+    and how to install it, not the driver's error; the caller's transaction goes on."""
+    table = "proletarian_bad.no_such_job"
+    with contextlib.closing(backend.connect()) as conn:
+        with pytest.raises(SchemaError) as raised:
+            if how == "many":
+                enqueue_many(conn, [("email", {"n": 1})], job_table=table)
+            elif how == "unique":
+                enqueue(conn, "email", {"n": 1}, job_table=table, unique_key="k")
+            else:
+                enqueue(conn, "email", {"n": 1}, job_table=table)
+        message = str(raised.value)
+        assert table in message and "does not exist" in message and "schema install" in message
+        conn.rollback()
+        enqueue(conn, "email", {"n": 2}, job_table=JOB)
+        conn.commit()
+    assert len(backend.query(f"SELECT job_id FROM {JOB}")) == 1

@@ -595,3 +595,10 @@ def test_no_tables_elsewhere_event_when_they_are_at_home(backend, caplog):
     assert _start_and_stop(backend, caplog, **names) == []
     if backend.name == "postgresql":
         assert _start_and_stop(backend, caplog) == []
+
+
+def test_enqueue_into_a_missing_table_exits_6_naming_it(db):
+    result = run("enqueue", "email", "--database-url", db.url, "--job-table", "cli_test.no_such")
+    assert result.exit_code == 6, result.output
+    line = one_line(result.stderr)
+    assert "schema missing" in line and "cli_test.no_such" in line and "schema install" in line

@@ -27,7 +27,7 @@ from ..._dialects import MySQLDialect, dialect_for
 from ..._logging import describe, escape_controls
 from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._secrets import RedactingStream, Redactor, mask, passwords, scrub
-from ..._urls import connect, is_unreachable, url_dialect
+from ..._urls import connect, is_read_only, is_unreachable, url_dialect
 from ...errors import (
     ConfigurationError,
     DatabaseURLError,
@@ -304,6 +304,12 @@ def _classify(exc: BaseException, config_code: ExitCode = ExitCode.USAGE) -> CLI
         return CLIError(f"schema missing: {exc}", ExitCode.SCHEMA)
     if isinstance(exc, UnsupportedDatabase):
         return CLIError(f"unsupported database: {exc}", ExitCode.DATABASE)
+    if is_read_only(exc):
+        return CLIError(
+            f"database is read-only (a standby or replica?): {message}; with several hosts "
+            "in a postgresql:// URL, add target_session_attrs=read-write",
+            ExitCode.DATABASE,
+        )
     if _database_error(exc):
         if isinstance(exc, ConfigurationError):
             return CLIError(f"database unreachable: {exc}", ExitCode.DATABASE)
