@@ -173,3 +173,21 @@ def direct_connect(data_source: Any) -> Callable[[], Any] | None:
     if callable(data_source) and not callable(getattr(data_source, "connection", None)):
         return data_source
     return None
+
+
+def check_pgbouncer_pool(data_source: Any) -> None:
+    """With `pgbouncer=True`: a psycopg pool must not prepare statements. psycopg prepares a
+    statement it has run five times (`prepare_threshold`), and a transaction pooler hands
+    the next transaction another server connection, which lacks it (PgBouncer before 1.21
+    has no protocol-level prepared statements)."""
+    source = resolved(data_source)
+    if not isinstance(getattr(source, "conninfo", None), str):
+        return
+    kwargs = getattr(source, "kwargs", None) or {}
+    if kwargs.get("prepare_threshold", 5) is not None:
+        raise ConfigurationError(
+            "pgbouncer=True needs a pool that does not prepare statements: "
+            "ConnectionPool(url, kwargs={'prepare_threshold': None}) (psycopg prepares a "
+            "statement run five times, and a transaction pooler runs the next transaction "
+            "on another server connection, which lacks it)"
+        )

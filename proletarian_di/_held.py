@@ -37,12 +37,13 @@ class Checkout:
         connect: ConnectionFactory,
         dialect_for: Callable[[Any], Dialect],
         exclusive: bool = False,
+        pgbouncer: bool = False,
     ) -> None:
         self._lent = connect()
         conn = self._lent.__enter__()
         try:
             self.dialect = dialect_for(conn)
-            self._attached = self.dialect.attached(conn, exclusive)
+            self._attached = self.dialect.attached(conn, exclusive, pgbouncer)
             self.session = self._attached.__enter__()
         except BaseException:
             self._lent.__exit__(*sys.exc_info())

@@ -160,6 +160,8 @@ class WorkerSettings:
     max_crashes: int | None = None
     fallback_polling_interval_ms: int = 5_000
     observers: Sequence[Observer] = ()
+    pgbouncer: bool = False
+    listen_conninfo: str | None = None
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -200,6 +202,7 @@ class WorkerSettings:
         check_clock(self.clock)
         check_log(self.log)
         object.__setattr__(self, "observers", check_observers(self.observers))
+        check_pgbouncer(self)
 
     @property
     def lends_connection(self) -> bool:
@@ -253,6 +256,33 @@ def check_lease_mode(settings: WorkerSettings) -> None:
             "lease_ms and max_crashes cannot go together: lease mode counts an attempt when "
             "it claims the job, so the retry strategy already bounds a job that crashes "
             "its process"
+        )
+
+
+def check_pgbouncer(settings: WorkerSettings) -> None:
+    """`pgbouncer` and `listen_conninfo`: types, and what a transaction pooler cannot keep."""
+    if not isinstance(settings.pgbouncer, bool):
+        raise ConfigurationError(f"pgbouncer must be a bool, got {settings.pgbouncer!r}")
+    conninfo = settings.listen_conninfo
+    if conninfo is not None:
+        if not isinstance(conninfo, str) or not conninfo.strip():
+            raise ConfigurationError(
+                f"listen_conninfo must be a postgresql:// URL or libpq conninfo, got {conninfo!r}"
+            )
+        if not settings.pgbouncer:
+            raise ConfigurationError(
+                "listen_conninfo is for pgbouncer=True (the worker's LISTEN goes around the "
+                "pooler); without it the worker listens on a connection of its data source"
+            )
+    timeouts = settings.job_timeout_ms is not None or any(
+        ms is not None for ms in settings.job_timeouts.values()
+    )
+    if settings.pgbouncer and settings.max_running is not None and timeouts:
+        raise ConfigurationError(
+            "pgbouncer=True with max_running and a job timeout cannot go together: a job "
+            "past its timeout keeps its running slot with a session-level advisory lock, "
+            "which a transaction pooler hands to other clients; give this worker a direct "
+            "URL, or drop one of them"
         )
 
 

@@ -98,3 +98,5 @@ class WorkerOptions(TypedDict, total=False):
     max_crashes: int | None
     fallback_polling_interval_ms: int | None
     observers: Sequence[Observer] | None
+    pgbouncer: bool | None
+    listen_conninfo: str | None

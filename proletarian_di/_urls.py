@@ -46,6 +46,16 @@ def connect(url: str, timeout: int = CONNECT_TIMEOUT) -> Any:
     )
 
 
+def connect_postgres(conninfo: str, timeout: int = CONNECT_TIMEOUT) -> Any:
+    """A new psycopg connection for a postgresql:// URL or a libpq conninfo string."""
+    import psycopg
+
+    if "://" in conninfo:
+        url_dialect(conninfo)  # a malformed URL is refused before libpq echoes it
+        conninfo = libpq_url(conninfo)
+    return psycopg.connect(conninfo, connect_timeout=timeout)
+
+
 # The server's own refusals of a connection, or its end: it could not be used, not that a
 # statement failed (PyMySQL raises OperationalError for most of a server's errors).
 _MYSQL_REFUSALS = frozenset(

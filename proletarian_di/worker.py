@@ -7,11 +7,11 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._crashes import ClaimCounter
-from ._datasource import connection_factory, direct_connect
+from ._datasource import check_pgbouncer_pool, connection_factory, direct_connect
 from ._dialects import Dialect, is_transient
 from ._dialects.base import reserved
 from ._frontier import Frontier
@@ -24,6 +24,7 @@ from ._registry import Registration, new_worker_id, thread_activity
 from ._runner import Checkout, JobRunner, Replaced, Slot, Stats
 from ._signals import ShutdownHook
 from ._types import DataSource, Handler, WorkerOptions
+from ._urls import connect_postgres
 from ._wakeup import Listener, Wakeup
 from ._watchdog import Watchdog
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
@@ -187,9 +188,12 @@ class QueueWorker:
         try:
             if self._hook is not None:
                 self._hook.install()
-            if self._check(note=True).listens and self._direct_connect is not None:
+            if self.options.pgbouncer:
+                check_pgbouncer_pool(self.data_source)
+            listen = self._listen_connect()
+            if self._check(note=True).listens and listen is not None:
                 self._listener = Listener(
-                    self._direct_connect,
+                    listen,
                     self.options.queue,
                     self._wakeup,
                     self._stopping,
@@ -536,6 +540,17 @@ class QueueWorker:
         except Exception as exc:
             runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
 
+    def _listen_connect(self) -> Callable[[], Any] | None:
+        """How the listener connects: around the pooler with `pgbouncer` (to
+        `listen_conninfo`, else no listener: a transaction pooler does not keep a LISTEN),
+        else as the data source's own new connections."""
+        if not self.options.pgbouncer:
+            return self._direct_connect
+        conninfo = self.options.listen_conninfo
+        if conninfo is None:
+            return None
+        return lambda: connect_postgres(conninfo)
+
     @contextlib.contextmanager
     def _recording_connection(self) -> Iterator[Any]:
         """A connection outside the pool when the data source can make one (the pool may
@@ -586,7 +601,10 @@ class QueueWorker:
             error: Exception | None = None
             try:
                 checkout = slot.checkout = Checkout(
-                    self._connect, self._runner.dialect, not self.options.lends_connection
+                    self._connect,
+                    self._runner.dialect,
+                    not self.options.lends_connection,
+                    self.options.pgbouncer,
                 )
                 slot.conn, slot.dialect = checkout.conn, checkout.dialect
                 while not self._stopping.is_set():

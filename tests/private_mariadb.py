@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -19,9 +18,10 @@ from collections.abc import Iterator
 
 import pymysql
 
+from servers import binary, free_port, stop
+
 _SERVERS = ("mariadbd", "mysqld")
 _INSTALLERS = ("mariadb-install-db", "mysql_install_db")
-_SBIN = os.pathsep.join((os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"))
 _SETTINGS = (
     "--character-set-server=utf8mb4",
     "--collation-server=utf8mb4_general_ci",
@@ -31,34 +31,20 @@ _SETTINGS = (
 """As the machine's server is set (Debian's my.cnf), with room for the tests' pools."""
 
 
-def _binary(names: tuple[str, ...]) -> str | None:
-    for name in names:
-        found = shutil.which(name, path=_SBIN)
-        if found:
-            return found
-    return None
-
-
 def available() -> bool:
     """Whether this machine has a MariaDB/MySQL server binary and its installer."""
-    return _binary(_SERVERS) is not None and _binary(_INSTALLERS) is not None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return binary(*_SERVERS) is not None and binary(*_INSTALLERS) is not None
 
 
 @contextlib.contextmanager
 def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
     """Start a server in a temporary folder; yield its URL (root, no password, database
     `test`); stop it and remove the folder at the end."""
-    server, installer = _binary(_SERVERS), _binary(_INSTALLERS)
+    server, installer = binary(*_SERVERS), binary(*_INSTALLERS)
     if server is None or installer is None:
         raise RuntimeError(f"no MariaDB/MySQL server on this machine ({', '.join(_SERVERS)})")
     home = tempfile.mkdtemp(prefix="proletarian-mariadb-")
-    data, sock, port = os.path.join(home, "data"), os.path.join(home, "sock"), _free_port()
+    data, sock, port = os.path.join(home, "data"), os.path.join(home, "sock"), free_port()
     owner = ("--user=root",) if os.geteuid() == 0 else ()
     process: subprocess.Popen[bytes] | None = None
     try:
@@ -95,12 +81,7 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
         yield f"mysql://root@127.0.0.1:{port}/test"
     finally:
         if process is not None:
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -809,10 +809,14 @@ class Dialect:
         return None if row is None else row[0]
 
     @contextlib.contextmanager
-    def attached(self, conn: Any, exclusive: bool = False) -> Iterator[Session]:
+    def attached(
+        self, conn: Any, exclusive: bool = False, pgbouncer: bool = False
+    ) -> Iterator[Session]:
         """`conn` as a worker keeps it, tuned for fewer round trips; untuned on release.
         `exclusive`: no user code is handed the connection (default-mode handlers, no
-        callbacks), so the worker may set it up in ways only its own statements expect."""
+        callbacks), so the worker may set it up in ways only its own statements expect.
+        `pgbouncer`: the connection goes through a transaction pooler, so nothing may
+        outlive a transaction on it (PostgreSQL)."""
         yield self.session(conn)
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:

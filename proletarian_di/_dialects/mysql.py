@@ -120,7 +120,9 @@ class MySQLDialect(Dialect):
         return conn.cursor(_tuple_cursor())
 
     @contextlib.contextmanager
-    def attached(self, conn: Any, exclusive: bool = False) -> Iterator[Session]:
+    def attached(
+        self, conn: Any, exclusive: bool = False, pgbouncer: bool = False
+    ) -> Iterator[Session]:
         """READ COMMITTED for the whole session while a worker holds the connection; on
         release, the session is put back as it was lent (handlers may have changed it).
         `exclusive` (no user code is handed the connection): multi-statements on, so that

@@ -251,7 +251,9 @@ class PostgresDialect(Dialect):
         return first.removeprefix("ERROR:").strip()
 
     @contextlib.contextmanager
-    def attached(self, conn: Any, exclusive: bool = False) -> Iterator[Session]:
+    def attached(
+        self, conn: Any, exclusive: bool = False, pgbouncer: bool = False
+    ) -> Iterator[Session]:
         """Make `conn` a worker connection: one round trip per job, prepared statements.
 
         The connection is switched to autocommit, so that the claim sends BEGIN with
@@ -262,9 +264,24 @@ class PostgresDialect(Dialect):
         release. psycopg's own automatic preparing is
         off meanwhile: it answers any ROLLBACK (a handler's savepoint too) with
         DEALLOCATE ALL, which would take ours along.
+
+        Through PgBouncer (`pgbouncer`) a session's state may be another client's by the
+        next transaction: the statements are written out in full (the same one round trip
+        per job), and no session setting is read or put back.
         """
         autocommit, threshold = conn.autocommit, conn.prepare_threshold
         conn.autocommit = True
+        if pgbouncer:
+            conn.prepare_threshold = None
+            try:
+                yield PostgresSession(self, conn, prepared=self._inline)
+            finally:
+                with contextlib.suppress(Exception):
+                    if not conn.closed:
+                        conn.rollback()
+                        conn.prepare_threshold = threshold
+                        conn.autocommit = autocommit
+            return
         settings: dict[str, str] | None = None
         try:
             settings = self._settings(conn)
