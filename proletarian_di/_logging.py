@@ -31,6 +31,7 @@ _LEVELS = {
     "polling_error": logging.ERROR,
     "listener_error": logging.WARNING,
     "tables_elsewhere": logging.INFO,
+    "pooler_detected": logging.WARNING,
     "job_abandoned": logging.ERROR,
     "transaction_lost": logging.ERROR,
     "attempt_not_recorded": logging.ERROR,

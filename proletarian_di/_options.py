@@ -274,12 +274,18 @@ def check_pgbouncer(settings: WorkerSettings) -> None:
                 "listen_conninfo is for pgbouncer=True (the worker's LISTEN goes around the "
                 "pooler); without it the worker listens on a connection of its data source"
             )
+    if settings.pgbouncer:
+        check_pooled(settings, "pgbouncer=True")
+
+
+def check_pooled(settings: WorkerSettings, why: str) -> None:
+    """Refuse what a transaction pooler cannot keep (`why`: how the worker knows of it)."""
     timeouts = settings.job_timeout_ms is not None or any(
         ms is not None for ms in settings.job_timeouts.values()
     )
-    if settings.pgbouncer and settings.max_running is not None and timeouts:
+    if settings.max_running is not None and timeouts:
         raise ConfigurationError(
-            "pgbouncer=True with max_running and a job timeout cannot go together: a job "
+            f"{why} with max_running and a job timeout cannot go together: a job "
             "past its timeout keeps its running slot with a session-level advisory lock, "
             "which a transaction pooler hands to other clients; give this worker a direct "
             "URL, or drop one of them"

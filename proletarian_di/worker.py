@@ -17,7 +17,7 @@ from ._dialects.base import reserved
 from ._frontier import Frontier
 from ._leases import Heartbeat, Leases
 from ._logging import describe, safe_log, wanted
-from ._options import WorkerSettings, worker_settings
+from ._options import WorkerSettings, check_pooled, worker_settings
 from ._pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
 from ._registry import TIMEOUT_S as REGISTRY_TIMEOUT_S
 from ._registry import Registration, new_worker_id, thread_activity
@@ -70,6 +70,8 @@ class QueueWorker:
         self._connect = connection_factory(data_source)
         self._direct_connect = direct_connect(data_source)
         self._listener: Listener | None = None
+        self._pgbouncer = options.pgbouncer
+        """Through a transaction pooler: `pgbouncer`, or found so at `start()`."""
         interval = options.polling_interval_ms / 1000
         self._pauses = PauseWatch(options.queue, max(interval, MIN_PAUSE_READ_S))
         frontier = Frontier(interval)
@@ -164,6 +166,8 @@ class QueueWorker:
         with self._connect() as conn:
             check_schema(conn, self.options.job_table, self.options.archived_job_table)
             dialect = self._runner.dialect(conn)
+            if note and not self._pgbouncer and _behind_pooler(dialect, conn):
+                self._detected_pooler()
             locate = getattr(dialect, "locate_tables", None)
             if note and locate is not None:
                 database, tables = locate(conn)
@@ -188,10 +192,11 @@ class QueueWorker:
         try:
             if self._hook is not None:
                 self._hook.install()
-            if self.options.pgbouncer:
+            dialect = self._check(note=True)
+            if self._pgbouncer:
                 check_pgbouncer_pool(self.data_source)
             listen = self._listen_connect()
-            if self._check(note=True).listens and listen is not None:
+            if dialect.listens and listen is not None:
                 self._listener = Listener(
                     listen,
                     self.options.queue,
@@ -540,11 +545,18 @@ class QueueWorker:
         except Exception as exc:
             runner.emit("attempt_not_recorded", job, reason=describe(exc), exception=exc)
 
+    def _detected_pooler(self) -> None:
+        """The connections go through a transaction pooler, though `pgbouncer` was not
+        given: work as with it (and refuse what it cannot keep), and say so."""
+        check_pooled(self.options, "a pooler (PgBouncer) between the worker and PostgreSQL")
+        self._pgbouncer = True
+        self._emit("pooler_detected", listen_conninfo=self.options.listen_conninfo is not None)
+
     def _listen_connect(self) -> Callable[[], Any] | None:
         """How the listener connects: around the pooler with `pgbouncer` (to
         `listen_conninfo`, else no listener: a transaction pooler does not keep a LISTEN),
         else as the data source's own new connections."""
-        if not self.options.pgbouncer:
+        if not self._pgbouncer:
             return self._direct_connect
         conninfo = self.options.listen_conninfo
         if conninfo is None:
@@ -604,7 +616,7 @@ class QueueWorker:
                     self._connect,
                     self._runner.dialect,
                     not self.options.lends_connection,
-                    self.options.pgbouncer,
+                    self._pgbouncer,
                 )
                 slot.conn, slot.dialect = checkout.conn, checkout.dialect
                 while not self._stopping.is_set():
@@ -686,6 +698,11 @@ class QueueWorker:
         except Exception as error:
             self._emit("polling_error", exception=error, source="on_polling_error")
             return False
+
+
+def _behind_pooler(dialect: Dialect, conn: Any) -> bool:
+    detect = getattr(dialect, "behind_pooler", None)
+    return bool(detect(conn)) if detect is not None else False
 
 
 def create_queue_worker(

@@ -164,3 +164,35 @@ def test_a_pool_that_prepares_statements_is_refused_at_start(pg, bouncer):
 def test_what_a_transaction_pooler_cannot_keep_is_refused(options, named):
     with pytest.raises(ConfigurationError, match=named):
         create_queue_worker(lambda: None, lambda t, p: None, **options)
+
+
+def test_a_worker_finds_pgbouncer_by_itself_and_says_so(pg, pool):
+    """Without `pgbouncer=True`, the handshake's backend pid (PgBouncer's own cancel key)
+    tells the pooler at start: the worker works as with the option, with no error."""
+    ids = enqueue_through(pool, 60)
+    events = EventLog()
+    worker = create_queue_worker(
+        pool, lambda t, p: None, worker_threads=4, polling_interval_ms=10, log=events
+    )
+    with running(worker):
+        wait_for(lambda: len(archived(pg)) == 60, what="60 jobs archived")
+    assert sorted(archived(pg)) == sorted((job_id, "success") for job_id in ids)
+    assert events.named("pooler_detected") == [
+        {"queue_worker_id": worker.queue_worker_id, "listen_conninfo": False}
+    ]
+    assert [(name, data) for name, data in events.events if name in TROUBLE] == []
+
+
+def test_a_direct_connection_is_not_taken_for_a_pooler(pg):
+    events = EventLog()
+    with ConnectionPool(pg.url, min_size=1, max_size=2) as direct:
+        worker = create_queue_worker(direct, lambda t, p: None, log=events)
+        with running(worker):
+            pass
+    assert events.named("pooler_detected") == []
+
+
+def test_a_found_pooler_refuses_what_it_cannot_keep(pg, pool):
+    worker = create_queue_worker(pool, lambda t, p: None, max_running=1, job_timeout_ms=1_000)
+    with pytest.raises(ConfigurationError, match=r"a pooler .* max_running and a job timeout"):
+        worker.start()

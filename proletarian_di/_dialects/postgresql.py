@@ -295,6 +295,16 @@ class PostgresDialect(Dialect):
                     conn.prepare_threshold = threshold
                     conn.autocommit = autocommit
 
+    def behind_pooler(self, conn: Any) -> bool:
+        """Whether `conn` goes through a pooler such as PgBouncer: the backend pid of its
+        handshake (a pooler's own cancel key) is not that of the server process it runs on."""
+        try:
+            row = self.fetchone(conn, "SELECT pg_backend_pid()")
+        finally:
+            if not conn.autocommit:
+                conn.rollback()
+        return row is not None and int(row[0]) != conn.info.backend_pid
+
     def _release(self, conn: Any, settings: dict[str, str] | None) -> None:
         """Roll back, drop the statements and undo the session settings handlers changed;
         a connection that cannot be put back as it was lent is closed (the pool drops it)."""
