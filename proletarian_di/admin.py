@@ -15,7 +15,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _pauses, _registry, _timings
 from ._dialects import Dialect, check_table_name, dialect_for
@@ -50,6 +50,7 @@ __all__ = [
     "JobPage",
     "JobSearch",
     "OverviewPage",
+    "Pruned",
     "QueueOverview",
     "QueueStats",
     "Tables",
@@ -74,6 +75,7 @@ __all__ = [
     "missing_columns",
     "overview",
     "overview_page",
+    "prune_archive",
     "prune_workers",
     "purge_archive",
     "queue_stats",
@@ -1456,6 +1458,8 @@ def cancel_jobs(
 
 BATCH_SIZE = 500
 """How many jobs one step of `in_batches` acts on by default."""
+PRUNE_BATCH_SIZE = 1_000
+"""How many archived jobs one step of `prune_archive` deletes by default."""
 
 _PLANS: dict[Callable[..., int], Callable[..., _Bulk]] = {
     retry_jobs: _retry_plan,
@@ -1585,6 +1589,86 @@ def purge_archive(
         return _count(conn, dialect, tables.archived_job_table, where)
     with dialect.admin_write(conn):
         return dialect.purge_archived(conn, where.sql, where.params)
+
+
+class Pruned(NamedTuple):
+    """One step of `prune_archive`: how many archived `jobs` of a state ("succeeded",
+    "failed", "cancelled") it deleted (a dry run: would delete), finished before `before`."""
+
+    state: str
+    jobs: int
+    before: datetime
+
+
+def prune_archive(
+    conn: Connection,
+    *,
+    keep_succeeded: timedelta | None = None,
+    keep_failed: timedelta | None = None,
+    keep_cancelled: timedelta | None = None,
+    batch_size: int = PRUNE_BATCH_SIZE,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> Iterator[Pruned]:
+    """Delete the archived jobs of each outcome that finished longer ago than its retention
+    (an outcome without one is kept), and their attempts: a batch of at most `batch_size`
+    at a time, oldest first, in the caller's transaction. Commit after each, so that no
+    transaction holds more than a batch's row locks however much is due:
+
+        for step in admin.prune_archive(conn, keep_succeeded=timedelta(days=1),
+                                        keep_failed=timedelta(days=30)):
+            conn.commit()
+
+    A batch deletes by primary key the rows it found by the archive's `finished_at`
+    index, so it locks only those rows: never the rows workers are archiving. With
+    `dry_run`, one `Pruned` per outcome counts what would go, and nothing is deleted.
+    """
+    kept = {"succeeded": keep_succeeded, "failed": keep_failed, "cancelled": keep_cancelled}
+    if all(keep is None for keep in kept.values()):
+        raise ConfigurationError(
+            "prune_archive needs a retention (keep_succeeded, keep_failed or keep_cancelled); "
+            "an outcome without one is kept"
+        )
+    for state, keep in kept.items():
+        if keep is not None and (not isinstance(keep, timedelta) or keep < timedelta(0)):
+            raise ConfigurationError(f"keep_{state} must be a timedelta >= 0, got {keep!r}")
+    _check_positive(batch_size, "batch_size")
+    return _pruned(conn, kept, batch_size, dry_run, now or datetime.now(timezone.utc), tables)
+
+
+def _pruned(
+    conn: Connection,
+    kept: dict[str, timedelta | None],
+    batch_size: int,
+    dry_run: bool,
+    now: datetime,
+    tables: Tables,
+) -> Iterator[Pruned]:
+    dialect = tables.dialect(conn)
+    archive = tables.archived_job_table
+    for state, keep in kept.items():
+        if keep is None:
+            continue
+        before = now - keep
+        params = (dialect.encode_time(before), _ARCHIVED[state])
+        due = "finished_at < %s AND status = %s"
+        if dry_run:
+            where = _Where().add(due, *params)
+            count = _count(conn, dialect, archive, where)
+            yield Pruned(state, count, before)
+            continue
+        select = f"SELECT job_id FROM {archive} WHERE {due} ORDER BY finished_at LIMIT %s"
+        while True:
+            with dialect.admin_write(conn):  # MySQL: at READ COMMITTED, no gap locks
+                ids = [row[0] for row in dialect.fetchall(conn, select, (*params, batch_size))]
+                if not ids:
+                    break
+                marks = ", ".join(["%s"] * len(ids))
+                count = dialect.purge_archived(conn, f"job_id IN ({marks})", ids)
+            yield Pruned(state, count, before)
+            if len(ids) < batch_size:
+                break
 
 
 def _count(conn: Connection, dialect: Dialect, table: str, where: _Where) -> int:

@@ -5,7 +5,7 @@ importable, 4 target not runnable, 5 database unreachable or unsupported,
 6 schema missing, 128+N when a second signal N ends a worker at once.
 """
 
-from . import admin, dashboard, demo, jobs, periodic, queue, worker, workers  # noqa: F401  (they register their commands)
+from . import admin, archive, dashboard, demo, jobs, periodic, queue, worker, workers  # noqa: F401  (they register their commands)
 from ._app import app
 
 
