@@ -25,7 +25,7 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import compare, dashboard, django_tasks, horizon, indexes, measure, peers, pgbench
+from . import big, compare, dashboard, django_tasks, horizon, indexes, measure, peers, pgbench
 from .cpu import Figure
 from .db import Database, MySQL, Postgres
 
@@ -390,13 +390,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument(
         "--scenario",
-        choices=("throughput", "pinned-horizon", "django", "dashboard", "indexes"),
+        choices=("throughput", "pinned-horizon", "django", "dashboard", "indexes", "big"),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
         "django (our Django tasks backend against django-tasks-db, bench/django_tasks.py) or "
         "dashboard (the overview on 100,000 waiting and 1,000,000 archived jobs, "
         "bench/dashboard.py) or indexes (what the archive's finished_at index costs each "
-        "job, bench/indexes.py)",
+        "job, bench/indexes.py) or big (the claim, stats, overview and prune at 10,000,000 "
+        "archived and 1,000,000 waiting jobs, bench/big.py)",
     )
     parser.add_argument(
         "--compare",
@@ -405,6 +406,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "in turn, --runs times each, and print both side by side (bench/compare.py)",
     )
     parser.add_argument("--json", metavar="FILE", help=argparse.SUPPRESS)  # for --compare
+    big_sizes = parser.add_argument_group("big scenario")
+    big_sizes.add_argument("--waiting", type=int, default=1_000_000, help="waiting jobs")
+    big_sizes.add_argument("--archived", type=int, default=10_000_000, help="archived jobs")
     horizon.add_arguments(parser)
     args = parser.parse_args(argv)
     args.runs = max(1, args.runs or (1 if args.quick else 3))
@@ -447,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         return dashboard_overview(args)
     if args.scenario == "indexes":
         return archive_indexes(args)
+    if args.scenario == "big":
+        return big_tables(args)
     if args.compare:
         return compared(args)
     per_run = 8 * measure.deadline_for(args.jobs)
@@ -548,6 +554,14 @@ def archive_indexes(args: argparse.Namespace) -> int:
     with postgres_url(args.database_url) as url:
         dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
         return indexes.main(dbs, machine(dbs), args.jobs, args.runs)
+
+
+def big_tables(args: argparse.Namespace) -> int:
+    """The big scenario on PostgreSQL and, if reachable, MySQL/MariaDB."""
+    watchdog(4 * 3600)
+    with postgres_url(args.database_url) as url:
+        dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
+        return big.main(dbs, machine(dbs), args.waiting, args.archived)
 
 
 if __name__ == "__main__":

@@ -69,18 +69,18 @@ _MYSQL_FILL = (
 )
 
 
-def fill(db: Database) -> float:
-    """Load the tables; the seconds it took."""
+def fill(db: Database, waiting: int = WAITING, archived: int = ARCHIVED) -> float:
+    """Load the tables with `waiting` jobs and `archived` ones; the seconds it took."""
     began = time.perf_counter()
     db.recreate()
     mysql = db.name == "mysql"
-    sizes = {"waiting": WAITING, "archived": ARCHIVED, "queues": QUEUES}
+    sizes = {"waiting": waiting, "archived": archived, "queues": QUEUES}
     with contextlib.closing(db.connect()) as conn:
         cursor = conn.cursor()
         if mysql:
             for setting in ("cte_max_recursion_depth", "max_recursive_iterations"):
                 with contextlib.suppress(Exception):
-                    cursor.execute(f"SET SESSION {setting} = {ARCHIVED + 1}")
+                    cursor.execute(f"SET SESSION {setting} = {max(waiting, archived) + 1}")
         for statement in _MYSQL_FILL if mysql else _POSTGRES_FILL:
             cursor.execute(statement.format(**sizes))
         conn.commit()
@@ -92,11 +92,11 @@ def fill(db: Database) -> float:
     return time.perf_counter() - began
 
 
-def timed(action: Callable[[], Any]) -> tuple[float, float]:
-    """(median, worst) milliseconds of `REPEATS` runs, after one to warm the caches."""
+def timed(action: Callable[[], Any], repeats: int = REPEATS) -> tuple[float, float]:
+    """(median, worst) milliseconds of `repeats` runs, after one to warm the caches."""
     action()
     runs = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         began = time.perf_counter()
         action()
         runs.append((time.perf_counter() - began) * 1000)
