@@ -10,7 +10,7 @@ database:
 - `admin.queue_stats` and `admin.overview`, what `proletarian-di stats` and the dashboard's
   overview read (median and worst of 5);
 - `admin.prune_archive` with 15 days kept of succeeded jobs and 30 of failed ones, a
-  batch of 1,000 per transaction: how many it deleted, in how long, and its slowest batch
+  batch of 500 per transaction: how many it deleted, in how long, and its slowest batch
   (the longest any row stays locked);
 - the claim again, after the prune.
 """

@@ -1458,7 +1458,7 @@ def cancel_jobs(
 
 BATCH_SIZE = 500
 """How many jobs one step of `in_batches` acts on by default."""
-PRUNE_BATCH_SIZE = 1_000
+PRUNE_BATCH_SIZE = 500
 """How many archived jobs one step of `prune_archive` deletes by default."""
 
 _PLANS: dict[Callable[..., int], Callable[..., _Bulk]] = {
