@@ -149,9 +149,10 @@ class _Prepared:
     def schema_error(self, exc: BaseException) -> SchemaError | None:
         """The clear error for an INSERT into a job table that does not exist, or a traced
         INSERT the schema has no column for; else None."""
-        missing = missing_table(exc, self.job_table)
-        if missing is not None or self.trace_context is None:
-            return missing
+        if _no_such_table(exc, self.job_table):
+            return self.dialect.missing_table(self.job_table, "job_table")
+        if self.trace_context is None:
+            return None
         return missing_column(exc, self.job_table)
 
 
@@ -159,19 +160,13 @@ _UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE
 _NO_SUCH_TABLE = 1146  # MySQL's ER_NO_SUCH_TABLE (PyMySQL's first argument)
 
 
-def missing_table(exc: BaseException, job_table: str) -> SchemaError | None:
-    """A clear error for an INSERT that failed because `job_table` does not exist on this
-    database (a wrong `job_table`, or the schema not installed), else None."""
+def _no_such_table(exc: BaseException, job_table: str) -> bool:
+    """Whether an INSERT failed because `job_table` does not exist on this database (a
+    wrong `job_table`, or the schema not installed)."""
     code = exc.args[0] if exc.args else None
     if getattr(exc, "sqlstate", None) != _UNDEFINED_TABLE and code != _NO_SUCH_TABLE:
-        return None
-    if job_table.rpartition(".")[2] not in str(exc):
-        return None
-    return SchemaError(
-        f"table {job_table} (job_table) does not exist on this database; nothing was "
-        "written: install the schema with `proletarian-di schema install` or "
-        "sql/postgresql.sql / sql/mysql.sql"
-    )
+        return False
+    return job_table.rpartition(".")[2] in str(exc)
 
 
 def enqueue(

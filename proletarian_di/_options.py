@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from ._dialects import check_table_name
 from ._logging import default_log
+from ._secrets import mask
 from ._types import (
     Clock,
     FailedJobFn,
@@ -18,6 +19,7 @@ from ._types import (
     RetryStrategyFn,
     ShutdownFn,
 )
+from ._urls import url_dialect
 from .errors import ConfigurationError
 from .job_ids import JobIdStrategy
 from .jobs import DEFAULT_QUEUE
@@ -268,6 +270,10 @@ def check_pgbouncer(settings: WorkerSettings) -> None:
         if not isinstance(conninfo, str) or not conninfo.strip():
             raise ConfigurationError(
                 f"listen_conninfo must be a postgresql:// URL or libpq conninfo, got {conninfo!r}"
+            )
+        if "://" in conninfo and url_dialect(conninfo) != "postgresql":
+            raise ConfigurationError(
+                f"listen_conninfo must be a postgresql:// URL, got {mask(conninfo)!r}"
             )
         if not settings.pgbouncer:
             raise ConfigurationError(

@@ -47,12 +47,12 @@ def connect(url: str, timeout: int = CONNECT_TIMEOUT) -> Any:
 
 
 def connect_postgres(conninfo: str, timeout: int = CONNECT_TIMEOUT) -> Any:
-    """A new psycopg connection for a postgresql:// URL or a libpq conninfo string."""
+    """A new psycopg connection for a postgresql:// URL (as `connect`) or a libpq conninfo
+    string."""
+    if "://" in conninfo:
+        return connect(conninfo, timeout)
     import psycopg
 
-    if "://" in conninfo:
-        url_dialect(conninfo)  # a malformed URL is refused before libpq echoes it
-        conninfo = libpq_url(conninfo)
     return psycopg.connect(conninfo, connect_timeout=timeout)
 
 
@@ -62,19 +62,6 @@ _MYSQL_REFUSALS = frozenset(
     {1040, 1044, 1045, 1049, 1053, 1077, 1078, 1079, 1129, 1130, 1152, 1203, 1927, 3032, 4031}
 )
 _POSTGRES_REFUSALS = ("08", "28", "53300", "57P01", "57P02", "57P03")
-
-
-_POSTGRES_READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or read-only set
-_MYSQL_READ_ONLY = frozenset({1290, 1792})  # --read-only server; a read-only transaction
-
-
-def is_read_only(exc: BaseException) -> bool:
-    """True for a server's refusal to write because it is read-only (a standby or replica,
-    or a primary demoted by a failover)."""
-    if getattr(exc, "sqlstate", None) == _POSTGRES_READ_ONLY:
-        return True
-    code = exc.args[0] if exc.args else None
-    return type(exc).__module__.startswith("pymysql") and code in _MYSQL_READ_ONLY
 
 
 def is_unreachable(exc: BaseException) -> bool:

@@ -166,7 +166,7 @@ class QueueWorker:
         with self._connect() as conn:
             check_schema(conn, self.options.job_table, self.options.archived_job_table)
             dialect = self._runner.dialect(conn)
-            if note and not self._pgbouncer and _behind_pooler(dialect, conn):
+            if note and not self._pgbouncer and dialect.behind_pooler(conn):
                 self._detected_pooler()
             locate = getattr(dialect, "locate_tables", None)
             if note and locate is not None:
@@ -698,11 +698,6 @@ class QueueWorker:
         except Exception as error:
             self._emit("polling_error", exception=error, source="on_polling_error")
             return False
-
-
-def _behind_pooler(dialect: Dialect, conn: Any) -> bool:
-    detect = getattr(dialect, "behind_pooler", None)
-    return bool(detect(conn)) if detect is not None else False
 
 
 def create_queue_worker(

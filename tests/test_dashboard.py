@@ -34,6 +34,7 @@ from proletarian_di.contrib.dashboard import basic_auth, dashboard
 from proletarian_di.errors import ConfigurationError
 
 from backends import Backend, Events, committed, connection, enqueue_committed, wait_until
+from servers import free_port
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -569,12 +570,6 @@ def test_the_command_refuses_actions_without_a_password():
     assert result.exit_code == 2
     assert "--enable-actions needs a password: set PROLETARIAN_DASHBOARD_PASSWORD" in result.output
     assert "hunter22" not in result.output
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def listening(port: int) -> set[str]:

@@ -62,16 +62,39 @@ def archived(backend: Backend) -> list[tuple[Any, str]]:
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"batch_size": 5}, {"lease_ms": 30_000}, {"max_running": 2}],
-    ids=["held", "batch", "lease", "max_running"],
+    [
+        {},
+        {"batch_size": 5},
+        {"lease_ms": 30_000},
+        {"max_running": 2},
+        {"job_timeout_ms": 30_000},
+        {"lease_ms": 30_000, "job_timeout_ms": 30_000, "batch_size": 5},
+        {"handler_fn_mode": "advanced"},
+        {"max_crashes": 3},
+    ],
+    ids=[
+        "held",
+        "batch",
+        "lease",
+        "max_running",
+        "timeout",
+        "lease-timeout-batch",
+        "advanced",
+        "max_crashes",
+    ],
 )
 def test_a_worker_drains_through_pgbouncer_with_no_error(pg, pool, options):
     ids = enqueue_through(pool, JOBS)
     events = EventLog()
     ran: list[Any] = []
+
+    def handler(*args: Any) -> None:
+        payload = args[0].payload if len(args) == 1 else args[1]  # advanced: the Job
+        ran.append(payload["n"])
+
     worker = create_queue_worker(
         pool,
-        lambda job_type, payload: ran.append(payload["n"]),
+        handler,
         worker_threads=4,
         polling_interval_ms=20,
         pgbouncer=True,
@@ -159,6 +182,7 @@ def test_a_pool_that_prepares_statements_is_refused_at_start(pg, bouncer):
         ({"listen_conninfo": "postgresql://u@127.0.0.1/db"}, "listen_conninfo is for"),
         ({"pgbouncer": "yes"}, "pgbouncer must be a bool"),
         ({"pgbouncer": True, "listen_conninfo": ""}, "listen_conninfo must be"),
+        ({"pgbouncer": True, "listen_conninfo": "mysql://u@h/db"}, "must be a postgresql:// URL"),
     ],
 )
 def test_what_a_transaction_pooler_cannot_keep_is_refused(options, named):

@@ -43,6 +43,7 @@ __all__ = [
     "dialect_for",
     "dialect_name",
     "dialect_named",
+    "is_read_only",
     "is_transient",
     "read_wake_payload",
     "unwrap_connection",
@@ -67,6 +68,15 @@ def is_transient(exc: BaseException) -> bool:
     except ImportError:
         pass
     return False
+
+
+_POSTGRES_READ_ONLY = "25006"  # read_only_sql_transaction
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """A server's refusal to write because it is read-only (a standby or replica, a primary
+    demoted by a failover) or the transaction is."""
+    return getattr(exc, "sqlstate", None) == _POSTGRES_READ_ONLY or mysql.is_read_only(exc)
 
 
 _DIALECTS: dict[str, type[Dialect]] = {"postgresql": PostgresDialect, "mysql": MySQLDialect}

@@ -896,12 +896,20 @@ class Dialect:
                 tables.append((self.archived_job_table, "archived_job_table"))
             for table, option in tables:
                 if not self.table_columns(conn, table):
-                    raise SchemaError(
-                        f"table {table} ({option}) does not exist; install the schema with "
-                        f"`proletarian-di schema install` or sql/{self.name}.sql"
-                    )
+                    raise self.missing_table(table, option)
         finally:
             self.rollback(conn)
+
+    def missing_table(self, table: str, option: str) -> SchemaError:
+        """The error for a queue table (given as `option`) that does not exist."""
+        return SchemaError(
+            f"table {table} ({option}) does not exist; install the schema with "
+            f"`proletarian-di schema install` or sql/{self.name}.sql"
+        )
+
+    def behind_pooler(self, conn: Any) -> bool:
+        """Whether `conn` goes through a transaction pooler (PostgreSQL: PgBouncer)."""
+        return False
 
     def required_version(self, product: str) -> tuple[int, ...]:
         raise NotImplementedError

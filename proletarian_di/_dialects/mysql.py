@@ -823,29 +823,36 @@ _DATA_LOCKS = (
 )
 _REQUEUE_CHUNK = 500
 _NO_SUCH_SAVEPOINT = 1305
-_TRANSIENT_CODES = frozenset(
+READ_ONLY_CODES = frozenset(
     {
-        1040,  # too many connections
-        1053,  # server shutdown in progress
-        1077,  # normal shutdown
-        1078,  # got a signal, aborting
-        1079,  # shutdown complete
-        1152,  # aborted connection
-        1158,  # network read error
-        1159,  # network read timeout
-        1160,  # network write error
-        1161,  # network write timeout
-        1203,  # too many connections for the user
-        1205,  # lock wait timeout
-        1213,  # deadlock
         1290,  # --read-only (a primary demoted during a failover)
-        1317,  # query interrupted (KILL QUERY)
         1792,  # read-only transaction
         1836,  # read-only mode
-        1927,  # connection killed (MariaDB)
-        3032,  # server in offline mode
-        4031,  # idle connection closed by the server (MySQL 8.0.24+)
     }
+)
+_TRANSIENT_CODES = (
+    frozenset(
+        {
+            1040,  # too many connections
+            1053,  # server shutdown in progress
+            1077,  # normal shutdown
+            1078,  # got a signal, aborting
+            1079,  # shutdown complete
+            1152,  # aborted connection
+            1158,  # network read error
+            1159,  # network read timeout
+            1160,  # network write error
+            1161,  # network write timeout
+            1203,  # too many connections for the user
+            1205,  # lock wait timeout
+            1213,  # deadlock
+            1317,  # query interrupted (KILL QUERY)
+            1927,  # connection killed (MariaDB)
+            3032,  # server in offline mode
+            4031,  # idle connection closed by the server (MySQL 8.0.24+)
+        }
+    )
+    | READ_ONLY_CODES
 )
 DISCONNECT_CODES = frozenset({1053, 1077, 1078, 1079, 1152, 1927, 3032, 4031})
 
@@ -877,6 +884,11 @@ def error_code(exc: BaseException) -> int | None:
     """The MySQL error number of a PyMySQL error, or None."""
     code = exc.args[0] if getattr(exc, "args", None) else None
     return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """The server refused to write: it is read-only, or the transaction is."""
+    return type(exc).__module__.startswith("pymysql") and error_code(exc) in READ_ONLY_CODES
 
 
 def is_transient(exc: BaseException) -> bool:
