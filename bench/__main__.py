@@ -25,7 +25,18 @@ from rich.table import Table
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
-from . import big, compare, dashboard, django_tasks, horizon, indexes, measure, peers, pgbench
+from . import (
+    big,
+    compare,
+    cutoff,
+    dashboard,
+    django_tasks,
+    horizon,
+    indexes,
+    measure,
+    peers,
+    pgbench,
+)
 from .cpu import Figure
 from .db import Database, MySQL, Postgres
 
@@ -390,14 +401,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-peers", action="store_true", help="skip pgqueuer and procrastinate")
     parser.add_argument(
         "--scenario",
-        choices=("throughput", "pinned-horizon", "django", "dashboard", "indexes", "big"),
+        choices=(
+            "throughput",
+            "pinned-horizon",
+            "django",
+            "dashboard",
+            "indexes",
+            "big",
+            "cut-off",
+        ),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
         "django (our Django tasks backend against django-tasks-db, bench/django_tasks.py) or "
         "dashboard (the overview on 100,000 waiting and 1,000,000 archived jobs, "
         "bench/dashboard.py) or indexes (what the archive's finished_at index costs each "
         "job, bench/indexes.py) or big (the claim, stats, overview and prune at 10,000,000 "
-        "archived and 1,000,000 waiting jobs, bench/big.py)",
+        "archived and 1,000,000 waiting jobs, bench/big.py) or cut-off (a worker host cut off "
+        "mid-job: seconds until its job runs again, bench/cutoff.py; root)",
     )
     parser.add_argument(
         "--compare",
@@ -409,6 +429,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     big_sizes = parser.add_argument_group("big scenario")
     big_sizes.add_argument("--waiting", type=int, default=1_000_000, help="waiting jobs")
     big_sizes.add_argument("--archived", type=int, default=10_000_000, help="archived jobs")
+    parser.add_argument(
+        "--cutoff-wait", type=float, default=90.0, help="cut-off: seconds to wait per case"
+    )
     horizon.add_arguments(parser)
     args = parser.parse_args(argv)
     args.runs = max(1, args.runs or (1 if args.quick else 3))
@@ -453,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         return archive_indexes(args)
     if args.scenario == "big":
         return big_tables(args)
+    if args.scenario == "cut-off":
+        watchdog(3600)
+        return cutoff.main(args.cutoff_wait)
     if args.compare:
         return compared(args)
     per_run = 8 * measure.deadline_for(args.jobs)

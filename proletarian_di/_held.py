@@ -38,12 +38,13 @@ class Checkout:
         dialect_for: Callable[[Any], Dialect],
         exclusive: bool = False,
         pgbouncer: bool = False,
+        keepalive_ms: int | None = None,
     ) -> None:
         self._lent = connect()
         conn = self._lent.__enter__()
         try:
             self.dialect = dialect_for(conn)
-            self._attached = self.dialect.attached(conn, exclusive, pgbouncer)
+            self._attached = self.dialect.attached(conn, exclusive, pgbouncer, keepalive_ms)
             self.session = self._attached.__enter__()
         except BaseException:
             self._lent.__exit__(*sys.exc_info())

@@ -133,6 +133,27 @@ def _ms(value: Any, name: str, minimum: int) -> int:
     return value
 
 
+DEFAULT_KEEPALIVE_TIMEOUT_MS = 45_000
+"""How long a PostgreSQL server waits on a silent worker host by default: its held job
+runs again on a live worker within about this long plus a polling interval."""
+MAX_KEEPALIVE_TIMEOUT_MS = 86_400_000
+
+
+def check_keepalive_timeout(ms: Any) -> None:
+    """`keepalive_timeout_ms`: 0 (the connection's own keepalives), else from 3 s (a second
+    idle and three probes a second apart) to a day."""
+    if ms == 0 and type(ms) is int:
+        return
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 3_000:
+        raise ConfigurationError(
+            f"keepalive_timeout_ms must be 0 (off) or an int >= 3000, got {ms!r}"
+        )
+    if ms > MAX_KEEPALIVE_TIMEOUT_MS:
+        raise ConfigurationError(
+            f"keepalive_timeout_ms must be at most {MAX_KEEPALIVE_TIMEOUT_MS} (a day), got {ms}"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerSettings:
     """Every option of `create_queue_worker`, validated, with its default filled in."""
@@ -164,6 +185,7 @@ class WorkerSettings:
     observers: Sequence[Observer] = ()
     pgbouncer: bool = False
     listen_conninfo: str | None = None
+    keepalive_timeout_ms: int = DEFAULT_KEEPALIVE_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -205,6 +227,7 @@ class WorkerSettings:
         check_log(self.log)
         object.__setattr__(self, "observers", check_observers(self.observers))
         check_pgbouncer(self)
+        check_keepalive_timeout(self.keepalive_timeout_ms)
 
     @property
     def lends_connection(self) -> bool:

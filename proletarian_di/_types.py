@@ -100,3 +100,4 @@ class WorkerOptions(TypedDict, total=False):
     observers: Sequence[Observer] | None
     pgbouncer: bool | None
     listen_conninfo: str | None
+    keepalive_timeout_ms: int | None

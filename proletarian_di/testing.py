@@ -293,7 +293,13 @@ class PostgresQueueDatabase(QueueDatabase):
         """A psycopg_pool `ConnectionPool` of up to `size` connections; the caller closes it."""
         from psycopg_pool import ConnectionPool
 
-        pool = ConnectionPool(self.url, min_size=size if warm else 1, max_size=size, open=True)
+        pool = ConnectionPool(
+            self.url,
+            min_size=size if warm else 1,
+            max_size=size,
+            kwargs=dict(self.connect_args),
+            open=True,
+        )
         if warm:
             pool.wait(timeout=30)
         return pool
@@ -335,7 +341,9 @@ class MySQLQueueDatabase(QueueDatabase):
         """A `MySQLDataSource` of up to `size` connections; the caller closes it."""
         from .mysql import MySQLDataSource
 
-        return MySQLDataSource(self.url, max_connections=size, min_cached=size if warm else 0)
+        return MySQLDataSource(
+            self.url, max_connections=size, min_cached=size if warm else 0, **self.connect_args
+        )
 
     def schema_exists(self, schema: str) -> bool:
         """Whether the database exists on the server."""

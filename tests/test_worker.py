@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from typing import Any
 
 import pytest
 from faults import running
@@ -18,6 +19,7 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
+from proletarian_di._dialects.postgresql import keepalives
 from proletarian_di.testing import run_due_jobs
 
 from backends import (
@@ -386,6 +388,18 @@ def test_the_real_server_passes_the_check(backend, pool):
         ({"log": "stdout"}, "log must be a callable"),
         ({"install_shutdown_hook": "yes"}, "install_shutdown_hook must be a bool"),
         ({"job_table": "job; DROP TABLE x"}, "job_table must be a plain identifier"),
+        (
+            {"keepalive_timeout_ms": 500},
+            "keepalive_timeout_ms must be 0 \\(off\\) or an int >= 3000",
+        ),
+        (
+            {"keepalive_timeout_ms": 45.0},
+            "keepalive_timeout_ms must be 0 \\(off\\) or an int >= 3000",
+        ),
+        (
+            {"keepalive_timeout_ms": 10**9},
+            r"keepalive_timeout_ms must be at most 86400000 \(a day\)",
+        ),
     ],
 )
 def test_invalid_options_fail_before_any_connection(options, message):
@@ -511,3 +525,27 @@ def test_batch_claiming_settles_each_job_on_its_own(backend, pool, effects):
         "abandoned": 0,
         "timed_out": 0,
     }
+
+
+@pytest.mark.parametrize(
+    ("timeout_ms", "version", "expected"),
+    [
+        (45_000, 150000, (15, 10, 3, 45_000)),
+        (3_000, 150000, (1, 1, 3, 3_000)),
+        (600_000, 110000, (200, 133, 3, None)),  # PostgreSQL 11 has no tcp_user_timeout
+    ],
+)
+def test_the_keepalives_a_timeout_asks_of_the_server(
+    timeout_ms: int, version: int, expected: tuple[Any, ...]
+) -> None:
+    """What docs/operations.md quotes: a third of the bound idle, then three probes."""
+    sets = dict(
+        part.removeprefix("SET ").split(" = ")
+        for part in keepalives(timeout_ms, version).split("; ")[1:]
+    )
+    names = ("idle", "interval", "count")
+    assert tuple(int(sets[f"tcp_keepalives_{n}"]) for n in names) == expected[:3]
+    assert (int(sets["tcp_user_timeout"]) if "tcp_user_timeout" in sets else None) == expected[3]
+    idle, interval, count, _ = expected
+    assert idle + interval * count <= timeout_ms / 1000 + 1
+    assert keepalives(None, version) == ""

@@ -121,13 +121,19 @@ class MySQLDialect(Dialect):
 
     @contextlib.contextmanager
     def attached(
-        self, conn: Any, exclusive: bool = False, pgbouncer: bool = False
+        self,
+        conn: Any,
+        exclusive: bool = False,
+        pgbouncer: bool = False,
+        keepalive_ms: int | None = None,
     ) -> Iterator[Session]:
         """READ COMMITTED for the whole session while a worker holds the connection; on
         release, the session is put back as it was lent (handlers may have changed it).
         `exclusive` (no user code is handed the connection): multi-statements on, so that
         a job's archive, its COMMIT and the next claim go in one round trip
-        (`Session.archive_commit_and_claim`); off again on release."""
+        (`Session.archive_commit_and_claim`); off again on release. `keepalive_ms` is
+        not for a session to set here: the server's `tcp_keepalive_*` settings bound a
+        silent client (docs/operations.md)."""
         saved = session_state(conn)
         self.execute(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
         session = MySQLSession(self, conn, read_committed=True)

@@ -252,7 +252,11 @@ class PostgresDialect(Dialect):
 
     @contextlib.contextmanager
     def attached(
-        self, conn: Any, exclusive: bool = False, pgbouncer: bool = False
+        self,
+        conn: Any,
+        exclusive: bool = False,
+        pgbouncer: bool = False,
+        keepalive_ms: int | None = None,
     ) -> Iterator[Session]:
         """Make `conn` a worker connection: one round trip per job, prepared statements.
 
@@ -268,6 +272,10 @@ class PostgresDialect(Dialect):
         Through PgBouncer (`pgbouncer`) a session's state may be another client's by the
         next transaction: the statements are written out in full (the same one round trip
         per job), and no session setting is read or put back.
+
+        `keepalive_ms` sets the server's TCP keepalives for this session (`keepalives`), so
+        that a worker host that vanishes mid-job has its transaction rolled back within
+        that bound instead of the system's two hours; put back with the other settings.
         """
         autocommit, threshold = conn.autocommit, conn.prepare_threshold
         conn.autocommit = True
@@ -286,7 +294,8 @@ class PostgresDialect(Dialect):
         try:
             settings = self._settings(conn)
             conn.prepare_threshold = None
-            conn.execute("DEALLOCATE ALL")  # and psycopg forgets its statements too
+            # DEALLOCATE ALL: psycopg forgets its statements too
+            conn.execute("DEALLOCATE ALL" + keepalives(keepalive_ms, conn.info.server_version))
             yield PostgresSession(self, conn, prepared=self._prepare(conn))
         finally:
             self._release(conn, settings)
@@ -908,6 +917,22 @@ def _wire() -> Any:
 def _run(conn: Any, text: str) -> list[JobRow]:
     rows: list[JobRow] = _wire().run(conn, text)
     return rows
+
+
+def keepalives(timeout_ms: int | None, server_version: int) -> str:
+    """The SETs that make the server end a connection whose client has been silent for
+    about `timeout_ms` (a third of it idle, then three probes), "" for None. Keepalives
+    cover a client that is idle while its job runs; `tcp_user_timeout` (PostgreSQL 12+)
+    covers data the client never acknowledged, which keepalives wait behind."""
+    if timeout_ms is None:
+        return ""
+    idle = timeout_ms // 3000
+    interval = max(1, (timeout_ms // 1000 - idle) // 3)
+    sets = [f"tcp_keepalives_idle = {idle}", f"tcp_keepalives_interval = {interval}"]
+    sets.append("tcp_keepalives_count = 3")
+    if server_version >= 120000:
+        sets.append(f"tcp_user_timeout = {int(timeout_ms)}")
+    return "".join(f"; SET {setting}" for setting in sets)
 
 
 def _timestamp_or_null(value: Any) -> str:
