@@ -32,6 +32,7 @@ from . import (
     dashboard,
     django_tasks,
     horizon,
+    hosts,
     indexes,
     measure,
     peers,
@@ -409,6 +410,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             "indexes",
             "big",
             "cut-off",
+            "hosts",
         ),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
@@ -417,7 +419,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "bench/dashboard.py) or indexes (what the archive's finished_at index costs each "
         "job, bench/indexes.py) or big (the claim, stats, overview and prune at 10,000,000 "
         "archived and 1,000,000 waiting jobs, bench/big.py) or cut-off (a worker host cut off "
-        "mid-job: seconds until its job runs again, bench/cutoff.py; root)",
+        "mid-job: seconds until its job runs again, bench/cutoff.py; root) or hosts (one and four "
+        "worker hosts over links of 0, 1 and 5 ms added round trip, bench/hosts.py; root)",
     )
     parser.add_argument(
         "--compare",
@@ -429,6 +432,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     big_sizes = parser.add_argument_group("big scenario")
     big_sizes.add_argument("--waiting", type=int, default=1_000_000, help="waiting jobs")
     big_sizes.add_argument("--archived", type=int, default=10_000_000, help="archived jobs")
+    parser.add_argument(
+        "--host-jobs", type=int, default=2_000, help="hosts: jobs per worker host and drain"
+    )
     parser.add_argument(
         "--cutoff-wait", type=float, default=90.0, help="cut-off: seconds to wait per case"
     )
@@ -476,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
         return archive_indexes(args)
     if args.scenario == "big":
         return big_tables(args)
+    if args.scenario == "hosts":
+        watchdog(3 * 3600)
+        return hosts.main(args.host_jobs, args.runs, args.mysql_url != "")
     if args.scenario == "cut-off":
         watchdog(3600)
         return cutoff.main(args.cutoff_wait)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,10 @@ from .db import JOB_TABLE, Database
 from .workers import make_worker
 
 ROOT = Path(__file__).resolve().parent.parent
+
+Host = tuple[Sequence[str], str]
+"""Where a worker process runs: the command that puts it there (`ip netns exec NS`), and
+the database's URL as seen from there."""
 
 
 class BenchError(RuntimeError):
@@ -121,15 +126,24 @@ def drain(
 class Child:
     """A worker process (`python -m bench.child`) and its JSON replies."""
 
-    def __init__(self, db: Database, impl: str, threads: int, interval: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        impl: str,
+        threads: int,
+        interval: float,
+        host: Host | None = None,
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]])}
+        prefix, url = host if host is not None else ((), db.url)
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "bench.child",
                 f"--kind={db.name}",
-                f"--url={db.url}",
+                f"--url={url}",
                 f"--impl={impl}",
                 f"--threads={threads}",
                 f"--interval-ms={round(interval * 1000)}",
@@ -182,12 +196,20 @@ class Child:
 
 
 def drain_processes(
-    db: Database, impl: str, processes: int, threads: int, jobs: int, interval: float
+    db: Database,
+    impl: str,
+    processes: int,
+    threads: int,
+    jobs: int,
+    interval: float,
+    hosts: Sequence[Host] = (),
 ) -> Figure:
-    """Jobs/s for `processes` worker processes of `threads` threads each; the client's CPU is
-    the children's own, from their `go` to the last job."""
+    """Jobs/s for `processes` worker processes of `threads` threads each (on `hosts`, one
+    each, where given); the client's CPU is the children's own, from their `go` to the last
+    job."""
     prefill(db, jobs)
-    children = [Child(db, impl, threads, interval) for _ in range(processes)]
+    places: list[Host | None] = [*hosts] if hosts else [None] * processes
+    children = [Child(db, impl, threads, interval, host) for host in places[:processes]]
     figure = Figure(0.0, jobs)
     try:
         for child in children:

@@ -95,6 +95,23 @@ class Host:
         """Put the host back on the network."""
         _ip("-n", self.namespace, "link", "set", "eth0", "up")
 
+    def lose(self, percent: int) -> None:
+        """Drop `percent` % of the host's packets, each way, at random (nftables' `numgen`;
+        Debian's `nftables`); 0 drops none again."""
+        nft = binary("nft")
+        if nft is None:
+            raise RuntimeError("packet loss needs nftables' nft (apt-get install nftables)")
+        rules = "flush ruleset\n"
+        if percent:
+            rules += "table inet loss {\n"
+            for hook, device in (("input", "iifname"), ("output", "oifname")):
+                rules += (
+                    f"  chain {hook} {{ type filter hook {hook} priority 0; "
+                    f'{device} != "lo" numgen random mod 100 < {int(percent)} drop; }}\n'
+                )
+            rules += "}\n"
+        subprocess.run([*self.exec_prefix(), nft, "-f", "-"], input=rules, text=True, check=True)
+
 
 @dataclass
 class Server:
