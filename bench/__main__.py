@@ -28,11 +28,9 @@ from proletarian_di.testing import mysql_unreachable_reason
 from . import (
     big,
     compare,
-    cutoff,
     dashboard,
     django_tasks,
     horizon,
-    hosts,
     indexes,
     measure,
     peers,
@@ -483,9 +481,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "big":
         return big_tables(args)
     if args.scenario == "hosts":
+        from . import hosts  # the tests' network lab: only for this scenario
+
         watchdog(3 * 3600)
         return hosts.main(args.host_jobs, args.runs, args.mysql_url != "")
     if args.scenario == "cut-off":
+        from . import cutoff  # the tests' network lab: only for this scenario
+
         watchdog(3600)
         return cutoff.main(args.cutoff_wait)
     if args.compare:
