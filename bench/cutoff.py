@@ -18,11 +18,9 @@ with the bound the database host's own TCP settings give.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
@@ -36,6 +34,7 @@ from proletarian_di.testing import MySQLQueueDatabase, PostgresQueueDatabase, Qu
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
+import cut_off_worker  # noqa: E402
 from netlab import NetLab, Server, available  # noqa: E402
 
 MARIADB_RECOMMENDED = {"tcp_keepalive_time": 15, "tcp_keepalive_interval": 10}
@@ -80,22 +79,7 @@ def _case(
     host = lab.host(f"w{len(lab.hosts) + 1}")
     with TemporaryDirectory() as folder:
         events, release = Path(folder, "events"), Path(folder, "release")
-        env = {
-            **os.environ,
-            "TEST_BACKEND": server.kind,
-            "TEST_DATABASE_URL": server.url_from(host),
-        }
-        host.popen(
-            [sys.executable, str(TESTS / "cut_off_worker.py"), str(events), str(release), *child],
-            env=env,
-            cwd=TESTS,
-        )
-        deadline = time.monotonic() + 60
-        while not (events.exists() and "start cut" in events.read_text()):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the cut-off worker did not start its job")
-            time.sleep(0.05)
-        time.sleep(0.5)
+        cut_off_worker.start(host, server.kind, server.url_from(host), events, release, *child)
         host.cut()
         cut_at = time.monotonic()
         started: list[float] = []
@@ -117,13 +101,12 @@ def _case(
     return started[0] - cut_at if started else None
 
 
-@contextlib.contextmanager
-def _mariadb_keepalives(db: QueueDatabase, recommended: bool) -> Iterator[None]:
+def _mariadb_keepalives(db: QueueDatabase, recommended: bool) -> None:
+    """The server's keepalives for new connections: the recommended ones, or its defaults."""
     values = {**MARIADB_RECOMMENDED, "tcp_keepalive_probes": MARIADB_PROBES}
     if not recommended:
         values = dict.fromkeys(values, 0)
     db.execute("SET GLOBAL " + ", ".join(f"{k} = {v}" for k, v in values.items()))
-    yield
 
 
 def main(wait_s: float) -> int:
@@ -157,8 +140,8 @@ def main(wait_s: float) -> int:
     with NetLab() as lab, lab.mariadb() as server:
         db = _local(server)
         for recommended in (True, False):
-            with _mariadb_keepalives(db, recommended):
-                seconds = _case(lab, server, db, wait_s)
+            _mariadb_keepalives(db, recommended)
+            seconds = _case(lab, server, db, wait_s)
             label = (
                 "tcp_keepalive_time=15, _interval=10, _probes=3"
                 if recommended

@@ -38,7 +38,7 @@ class Checkout:
         dialect_for: Callable[[Any], Dialect],
         exclusive: bool = False,
         pgbouncer: bool = False,
-        keepalive_ms: int | None = None,
+        keepalive_ms: int = 0,
     ) -> None:
         self._lent = connect()
         conn = self._lent.__enter__()

@@ -617,7 +617,7 @@ class QueueWorker:
                     self._runner.dialect,
                     not self.options.lends_connection,
                     self._pgbouncer,
-                    self.options.keepalive_timeout_ms or None,
+                    self.options.keepalive_timeout_ms,
                 )
                 slot.conn, slot.dialect = checkout.conn, checkout.dialect
                 while not self._stopping.is_set():

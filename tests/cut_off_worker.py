@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from long_job_process import note
@@ -19,8 +21,26 @@ from long_job_process import note
 from proletarian_di import create_queue_worker
 
 from backends import backend_from_env
+from netlab import Host
 
 EVENTS = {"polling_error", "worker_thread_died", "lease_lost", "attempt_not_recorded"}
+
+
+def start(host: Host, kind: str, url: str, events: Path, release: Path, *options: str) -> None:
+    """Start this script on `host` against the database at `url` (`kind`: "postgresql" or
+    "mysql"), and wait until its job "cut" has started and the claim's reply has been
+    acknowledged: the connection is then idle, as mid-job."""
+    host.popen(
+        [sys.executable, __file__, str(events), str(release), *options],
+        env={**os.environ, "TEST_BACKEND": kind, "TEST_DATABASE_URL": url},
+        cwd=Path(__file__).parent,
+    )
+    deadline = time.monotonic() + 60
+    while not (events.exists() and "start cut" in events.read_text()):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cut-off worker did not start its job within 60 s")
+        time.sleep(0.05)
+    time.sleep(0.5)
 
 
 def main() -> None:

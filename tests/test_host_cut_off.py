@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from proletarian_di import create_queue_worker
 
+import cut_off_worker
 from backends import Backend, MySQLBackend, PostgresBackend, enqueue_committed, wait_until
 from netlab import Host, NetLab, Server, available
 
@@ -85,14 +85,8 @@ def _lines(events: Path) -> list[str]:
 def _start_cut_off_worker(lab: Lab, events: Path, release: Path, *options: str) -> Host:
     """A worker on a host of its own that has started the job "cut" and holds it."""
     host = lab.lab.host(f"w{len(lab.lab.hosts) + 1}")
-    script = Path(__file__).with_name("cut_off_worker.py")
-    host.popen(
-        [sys.executable, str(script), str(events), str(release), *options],
-        env=lab.remote(host).env(),
-        cwd=script.parent,
-    )
-    wait_until(lambda: "start cut" in _lines(events), 60, 0.05, "the cut-off worker's start")
-    time.sleep(0.5)  # the claim's reply acknowledged: the connection is idle, as mid-job
+    server = lab.server
+    cut_off_worker.start(host, server.kind, server.url_from(host), events, release, *options)
     return host
 
 

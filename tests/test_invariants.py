@@ -14,6 +14,11 @@ drops every connection), on both databases, and `Ledger.check` then asserts:
   stopped and is documented to keep running beside its retry);
 - the cap (`max_running`) is never exceeded, timed-out handlers still running included;
 - every attempt is recorded once: an archived job's attempts are the runs it had.
+
+Every combination's in-process worker sets the shortest `keepalive_timeout_ms` (3 s; its
+processes keep the 45 s default): on PostgreSQL over TCP the server's keepalives are set
+at each checkout and put back at each release, a timed-out job's included, and a live
+host is never cut off by them. A host that vanishes is `test_host_cut_off`'s.
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class Combination:
             "handler_fn_mode": "advanced" if self.advanced else "default",
             "job_timeout_ms": TIMEOUT_MS if self.timeout else None,
             "max_running": 1 if self.cap else None,
+            "keepalive_timeout_ms": 3_000,
         }
 
     def process_args(self) -> list[str]:

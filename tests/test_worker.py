@@ -548,4 +548,4 @@ def test_the_keepalives_a_timeout_asks_of_the_server(
     assert (int(sets["tcp_user_timeout"]) if "tcp_user_timeout" in sets else None) == expected[3]
     idle, interval, count, _ = expected
     assert idle + interval * count <= timeout_ms / 1000 + 1
-    assert keepalives(None, version) == ""
+    assert keepalives(0, version) == ""

@@ -814,13 +814,13 @@ class Dialect:
         conn: Any,
         exclusive: bool = False,
         pgbouncer: bool = False,
-        keepalive_ms: int | None = None,
+        keepalive_ms: int = 0,
     ) -> Iterator[Session]:
         """`conn` as a worker keeps it, tuned for fewer round trips; untuned on release.
         `exclusive`: no user code is handed the connection (default-mode handlers, no
         callbacks), so the worker may set it up in ways only its own statements expect.
         `pgbouncer`: the connection goes through a transaction pooler, so nothing may
-        outlive a transaction on it (PostgreSQL). `keepalive_ms`: how long the server may
+        outlive a transaction on it (PostgreSQL). `keepalive_ms` (0: off): how long the server may
         wait on this client gone silent before it ends the connection, rolling back the
         job it holds (PostgreSQL's per-session TCP keepalives; a MySQL server's are its
         own global settings)."""

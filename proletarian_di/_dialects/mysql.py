@@ -125,7 +125,7 @@ class MySQLDialect(Dialect):
         conn: Any,
         exclusive: bool = False,
         pgbouncer: bool = False,
-        keepalive_ms: int | None = None,
+        keepalive_ms: int = 0,
     ) -> Iterator[Session]:
         """READ COMMITTED for the whole session while a worker holds the connection; on
         release, the session is put back as it was lent (handlers may have changed it).

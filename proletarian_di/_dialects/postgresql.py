@@ -256,7 +256,7 @@ class PostgresDialect(Dialect):
         conn: Any,
         exclusive: bool = False,
         pgbouncer: bool = False,
-        keepalive_ms: int | None = None,
+        keepalive_ms: int = 0,
     ) -> Iterator[Session]:
         """Make `conn` a worker connection: one round trip per job, prepared statements.
 
@@ -919,12 +919,12 @@ def _run(conn: Any, text: str) -> list[JobRow]:
     return rows
 
 
-def keepalives(timeout_ms: int | None, server_version: int) -> str:
+def keepalives(timeout_ms: int, server_version: int) -> str:
     """The SETs that make the server end a connection whose client has been silent for
-    about `timeout_ms` (a third of it idle, then three probes), "" for None. Keepalives
+    about `timeout_ms` (a third of it idle, then three probes), "" for 0 (off). Keepalives
     cover a client that is idle while its job runs; `tcp_user_timeout` (PostgreSQL 12+)
     covers data the client never acknowledged, which keepalives wait behind."""
-    if timeout_ms is None:
+    if not timeout_ms:
         return ""
     idle = timeout_ms // 3000
     interval = max(1, (timeout_ms // 1000 - idle) // 3)
