@@ -409,6 +409,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             "big",
             "cut-off",
             "hosts",
+            "failover",
         ),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
@@ -418,7 +419,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "job, bench/indexes.py) or big (the claim, stats, overview and prune at 10,000,000 "
         "archived and 1,000,000 waiting jobs, bench/big.py) or cut-off (a worker host cut off "
         "mid-job: seconds until its job runs again, bench/cutoff.py; root) or hosts (one and four "
-        "worker hosts over links of 0, 1 and 5 ms added round trip, bench/hosts.py; root)",
+        "worker hosts over links of 0, 1 and 5 ms added round trip, bench/hosts.py; root) or "
+        "failover (draining through a Patroni switchover and a killed primary, "
+        "bench/failover.py)",
     )
     parser.add_argument(
         "--compare",
@@ -432,6 +435,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     big_sizes.add_argument("--archived", type=int, default=10_000_000, help="archived jobs")
     parser.add_argument(
         "--host-jobs", type=int, default=2_000, help="hosts: jobs per worker host and drain"
+    )
+    parser.add_argument(
+        "--failover-rate",
+        type=float,
+        default=50.0,
+        help="failover: jobs a second the application enqueues through the events",
     )
     parser.add_argument(
         "--cutoff-wait", type=float, default=90.0, help="cut-off: seconds to wait per case"
@@ -490,6 +499,11 @@ def main(argv: list[str] | None = None) -> int:
 
         watchdog(3600)
         return cutoff.main(args.cutoff_wait)
+    if args.scenario == "failover":
+        from . import failover
+
+        watchdog(1800)
+        return failover.main(args.failover_rate)
     if args.compare:
         return compared(args)
     per_run = 8 * measure.deadline_for(args.jobs)
