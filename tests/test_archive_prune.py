@@ -115,6 +115,17 @@ def test_batches_delete_oldest_first_and_each_commits(db):
     assert seen[1][1] == {ids["success"][4]}
 
 
+def test_batches_go_on_past_the_last_finish_time_and_its_ties(db):
+    """A batch starts at the last one's finish time (not past the rows it deleted): jobs
+    finished at the same moment across a batch's end all go, and the other outcome's,
+    interleaved, all stay."""
+    same, later = timedelta(days=10), timedelta(days=9)
+    ids = archived_at(db, {"success": [same] * 5 + [later] * 2, "failure": [same, later, same]})
+    steps = prune(db, keep_succeeded=timedelta(days=1), batch_size=2)
+    assert [(s.state, s.jobs) for s in steps] == [("succeeded", 2)] * 3 + [("succeeded", 1)]
+    assert remaining(db) == {"failure": set(ids["failure"])}
+
+
 def test_a_pruned_jobs_attempts_go_with_it(db):
     (job_id,) = archived_at(db, {"failure": [timedelta(days=40)]})["failure"]
     key = job_id.bytes if db.name == "mysql" else job_id

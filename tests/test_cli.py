@@ -231,13 +231,33 @@ def test_stats_counts_due_scheduled_and_outcomes(db, pool):
     rows = {row["queue"]: row for row in json.loads(result.stdout)}
     assert rows["a"]["due"] == 0 and rows["a"]["scheduled"] == 0
     assert rows["a"]["oldest_due_seconds"] is None
-    assert (rows["a"]["succeeded"], rows["a"]["failed"]) == (2, 1)
+    assert (rows["a"]["succeeded_last_day"], rows["a"]["failed_last_day"]) == (2, 1)
     assert (rows["a"]["succeeded_last_hour"], rows["a"]["failed_last_hour"]) == (2, 1)
     assert (rows["b"]["due"], rows["b"]["scheduled"]) == (1, 1)
     assert rows["b"]["oldest_due_seconds"] >= 0
     table = run("stats", "-d", db.url, env={"COLUMNS": "200"})
     assert table.exit_code == 0
-    assert all(header in table.stdout for header in ("Due", "Running", "Later", "OK 1h"))
+    assert all(header in table.stdout for header in ("Due", "Running", "Later", "OK 1h", "OK 24h"))
+
+
+def test_stats_counts_outcomes_of_the_last_hour_and_day_only(db, pool):
+    db.enqueue(("ok", 1), ("ok", 2), ("bad", 3), queue="a")
+    for handler in (lambda t, p: None, lambda t, p: None, fail):
+        process(pool, handler, queue="a")
+    now = datetime.now(timezone.utc)
+    for job_type, ago in (("ok", timedelta(hours=3)), ("bad", timedelta(days=2))):
+        when = (now - ago).replace(tzinfo=None) if db.name == "mysql" else now - ago
+        sql = f"UPDATE {ARCHIVE} SET finished_at = %s WHERE job_type = %s"
+        db.backend.execute(sql + (" LIMIT 1" if db.name == "mysql" else ""), (when, job_type))
+    if db.name != "mysql":  # both "ok" rows moved: put one back
+        db.backend.execute(
+            f"UPDATE {ARCHIVE} SET finished_at = %s WHERE job_id = "
+            f"(SELECT job_id FROM {ARCHIVE} WHERE job_type = 'ok' LIMIT 1)",
+            (now,),
+        )
+    [row] = json.loads(run("stats", "--json", "-d", db.url).stdout)
+    assert (row["succeeded_last_hour"], row["failed_last_hour"]) == (1, 0)
+    assert (row["succeeded_last_day"], row["failed_last_day"]) == (2, 0)
 
 
 def test_stats_without_schema_exits_6(db):

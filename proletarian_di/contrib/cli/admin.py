@@ -318,9 +318,9 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
         ("Later", None),
         ("Oldest", None),
         ("OK 1h", "green"),
-        ("Failed 1h", "red"),
-        ("OK", "green"),
-        ("Failed", "red"),
+        ("Fail 1h", "red"),
+        ("OK 24h", "green"),
+        ("Fail 24h", "red"),
     ):
         table.add_column(name, justify="right", style=style, no_wrap=True)
     for row in rows:
@@ -332,8 +332,8 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
             _ago(row.oldest_due),
             str(row.succeeded_last_hour),
             str(row.failed_last_hour),
-            str(row.succeeded),
-            str(row.failed),
+            str(row.succeeded_last_day),
+            str(row.failed_last_day),
         )
     if not rows:
         table.caption = "no jobs yet"
@@ -359,7 +359,7 @@ def stats(
 ) -> None:
     """Per queue: jobs due, running and scheduled, the oldest due job's wait, and outcomes.
 
-    Outcomes come from the archive: succeeded and failed in the last hour and in all.
+    Outcomes come from the archive: succeeded and failed in the last hour and 24 hours.
     """
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     pause = parse_duration(interval, "--interval", minimum=timedelta(milliseconds=100))
