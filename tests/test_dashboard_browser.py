@@ -258,20 +258,23 @@ def test_the_page_updates_itself_when_a_job_finishes(site: Site, page: Page) -> 
     assert page.evaluate("window.stillTheSamePage") is True
 
 
-def mark_row(page: Page, queue: str) -> Any:
-    """The overview's row of exactly this queue (found by its data-queue, as the page holds it)."""
+def row_of(page: Page, queue: str) -> Any:
+    """The overview's row of exactly this queue, by its data-queue as the page holds it: a
+    locator found again at each use, so the page's refresh (which swaps its rows) between
+    finding the row and clicking in it does not lose it."""
     found = page.evaluate(
-        """(queue) => {
-            const rows = [...document.querySelectorAll("tr[data-queue]")];
-            const row = rows.find((r) => r.dataset.queue === queue);
-            rows.forEach((r) => r.removeAttribute("data-picked"));
-            if (row) row.dataset.picked = "yes";
-            return rows.filter((r) => r.dataset.queue === queue).length;
-        }""",
+        """(queue) => [...document.querySelectorAll("tr[data-queue]")]
+            .filter((r) => r.dataset.queue === queue).length""",
         queue,
     )
     assert found == 1, (queue, found)
-    return page.locator('tr[data-picked="yes"]')
+    return page.locator(f"tr[data-queue={_css_string(queue)}]")
+
+
+def _css_string(value: str) -> str:
+    """`value` as a CSS string, its quotes, backslashes and control characters escaped."""
+    escaped = (c if c.isprintable() and c not in '"\\' else f"\\{ord(c):x} " for c in value)
+    return '"' + "".join(escaped) + '"'
 
 
 def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
@@ -286,15 +289,15 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
             return {name: admin.get_job(conn, ids[name]).state for name in names}  # type: ignore[union-attr]
 
     page.goto(f"{site.url}/admin/")
-    mark_row(page, "billing ").get_by_role("button", name="Pause").click()
+    row_of(page, "billing ").get_by_role("button", name="Pause").click()
     expect(page.locator(".flash")).to_have_text("queue billing  paused")
     assert set(committed(backend, admin.paused_queues)) == {"billing "}
 
-    mark_row(page, "two\r\nlines").get_by_role("button", name="Pause").click()
+    row_of(page, "two\r\nlines").get_by_role("button", name="Pause").click()
     expect(page.locator(".flash")).to_contain_text("paused")
     assert set(committed(backend, admin.paused_queues)) == {"billing ", "two\r\nlines"}
 
-    mark_row(page, "reports ").get_by_role("link").click()
+    row_of(page, "reports ").get_by_role("link").click()
     expect(page.locator("table.jobs tbody tr")).to_have_count(1)
     expect(page.locator(f'tr[data-job-id="{ids["reports "]}"]')).to_be_visible()
     expect(page.get_by_label("Queue", exact=True)).to_have_value("reports ")
@@ -308,7 +311,7 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
 
     page.goto(f"{site.url}/admin/")
     lf_job = ids["two\nlines"]
-    mark_row(page, "two\nlines").get_by_role("link").click()
+    row_of(page, "two\nlines").get_by_role("link").click()
     expect(page.locator("table.jobs tbody tr")).to_have_count(1)
     expect(page.locator(f'tr[data-job-id="{lf_job}"]')).to_be_visible()
     # the text box cannot hold the LF: the form's exact field brings it back
