@@ -433,6 +433,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     big_sizes = parser.add_argument_group("big scenario")
     big_sizes.add_argument("--waiting", type=int, default=1_000_000, help="waiting jobs")
     big_sizes.add_argument("--archived", type=int, default=10_000_000, help="archived jobs")
+    big_sizes.add_argument(
+        "--partitioned",
+        action="store_true",
+        help="PostgreSQL: the archive partitioned by outcome and day (bench/big.py)",
+    )
     parser.add_argument(
         "--host-jobs", type=int, default=2_000, help="hosts: jobs per worker host and drain"
     )
@@ -612,7 +617,7 @@ def big_tables(args: argparse.Namespace) -> int:
     watchdog(4 * 3600)
     with postgres_url(args.database_url) as url:
         dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
-        return big.main(dbs, machine(dbs), args.waiting, args.archived)
+        return big.main(dbs, machine(dbs), args.waiting, args.archived, args.partitioned)
 
 
 if __name__ == "__main__":

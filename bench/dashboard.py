@@ -69,10 +69,18 @@ _MYSQL_FILL = (
 )
 
 
-def fill(db: Database, waiting: int = WAITING, archived: int = ARCHIVED) -> float:
-    """Load the tables with `waiting` jobs and `archived` ones; the seconds it took."""
+def fill(
+    db: Database,
+    waiting: int = WAITING,
+    archived: int = ARCHIVED,
+    prepare: Callable[[Database], Any] | None = None,
+) -> float:
+    """Load the tables with `waiting` jobs and `archived` ones, made anew (and then given to
+    `prepare`); the seconds it took."""
     began = time.perf_counter()
     db.recreate()
+    if prepare is not None:
+        prepare(db)
     mysql = db.name == "mysql"
     sizes = {"waiting": waiting, "archived": archived, "queues": QUEUES}
     with contextlib.closing(db.connect()) as conn:
