@@ -49,23 +49,27 @@ _POSTGRES_FILL = (
     "FROM generate_series(1, {archived}) AS n) AS s",
 )
 _MYSQL_SEQUENCE = (
-    "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {count}) "
+    "WITH RECURSIVE seq (n) AS (SELECT {first} UNION ALL SELECT n + 1 FROM seq WHERE n < {last}) "
 )
+_MYSQL_CHUNK = 1_000_000
+"""Rows a MySQL fill statement makes at most: a longer recursive sequence spills to a
+temporary table on disk (MariaDB 10.11 then failed on ten million)."""
 _MYSQL_FILL = (
     f"INSERT INTO {JOB_TABLE} (job_id, queue, job_type, payload, attempts, enqueued_at, "
-    "process_at) " + _MYSQL_SEQUENCE.format(count="{waiting}") + "SELECT "
+    "process_at) " + _MYSQL_SEQUENCE + "SELECT "
     "UNHEX(REPLACE(UUID(), '-', '')), CONCAT('queue', n % {queues}), CONCAT('type', n % 10), "
     "'{{}}', (n % 3) DIV 2, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL "
     "(n % 7) MINUTE + INTERVAL ((n % 5) DIV 4) DAY FROM seq",
     f"INSERT INTO {ARCHIVED_JOB_TABLE} (job_id, queue, job_type, payload, attempts, "
     "enqueued_at, process_at, status, finished_at, started_at, worker) "
-    + _MYSQL_SEQUENCE.format(count="{archived}")
+    + _MYSQL_SEQUENCE
     + "SELECT UNHEX(REPLACE(UUID(), '-', '')), CONCAT('queue', n % {queues}), "
     "CONCAT('type', n % 10), '{{}}', 1, at - INTERVAL 5 SECOND, "
     "at - INTERVAL (1000000 + (n % 60) * 100000) MICROSECOND, "
     "IF(n % 10 = 0, 'failure', 'success'), at, at - INTERVAL ((n % 20) * 50000) MICROSECOND, "
     "CONCAT('bench:1 w-', n % 8) "
-    "FROM (SELECT n, UTC_TIMESTAMP(6) - INTERVAL (n * 2592) DIV 1000 SECOND AS at FROM seq) AS s",
+    "FROM (SELECT n, UTC_TIMESTAMP(6) - INTERVAL n * (2592000000000 DIV {archived}) MICROSECOND "
+    "AS at FROM seq) AS s",
 )
 
 
@@ -88,9 +92,15 @@ def fill(
         if mysql:
             for setting in ("cte_max_recursion_depth", "max_recursive_iterations"):
                 with contextlib.suppress(Exception):
-                    cursor.execute(f"SET SESSION {setting} = {max(waiting, archived) + 1}")
-        for statement in _MYSQL_FILL if mysql else _POSTGRES_FILL:
-            cursor.execute(statement.format(**sizes))
+                    cursor.execute(f"SET SESSION {setting} = {_MYSQL_CHUNK + 1}")
+            for statement, rows in zip(_MYSQL_FILL, (waiting, archived), strict=True):
+                for first in range(1, rows + 1, _MYSQL_CHUNK):
+                    last = min(rows, first + _MYSQL_CHUNK - 1)
+                    cursor.execute(statement.format(first=first, last=last, **sizes))
+                    conn.commit()
+        else:
+            for statement in _POSTGRES_FILL:
+                cursor.execute(statement.format(**sizes))
         conn.commit()
         for table in (JOB_TABLE, ARCHIVED_JOB_TABLE):
             cursor.execute(f"ANALYZE TABLE {table}" if mysql else f"ANALYZE {table}")

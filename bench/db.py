@@ -68,7 +68,7 @@ class MySQL(Database, MySQLQueueDatabase):
     """MariaDB or MySQL through PyMySQL; `version()` tells which for the label."""
 
     label = "MariaDB"
-    driver_args = {"connect_timeout": 5, "read_timeout": 60}
+    driver_args = {"connect_timeout": 5, "read_timeout": 1800}  # loading 10M rows
 
     def version(self) -> str:
         """The server's version, for the report; sets the label to MariaDB or MySQL."""
