@@ -19,6 +19,7 @@ as a COMMIT lost with its connection allows) and jobs archived twice (never).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import shutil
@@ -114,9 +115,14 @@ class Progress(threading.Thread):
             self.samples.append((time.monotonic(), self.worker.summary()["succeeded"]))
 
     def rate(self, start: float, end: float) -> float:
-        """Jobs a second that succeeded between `start` and `end`."""
-        inside = [count for at, count in self.samples if start <= at <= end]
-        return (inside[-1] - inside[0]) / (end - start) if len(inside) > 1 else 0.0
+        """Jobs a second that succeeded between `start` and `end` (samples are in time order,
+        so this is a search, not a scan: it runs while the worker is timed)."""
+        samples = self.samples[:]
+        first = bisect.bisect_left(samples, (start, -1))
+        last = bisect.bisect_right(samples, (end, float("inf"))) - 1
+        if last <= first:
+            return 0.0
+        return (samples[last][1] - samples[first][1]) / (end - start)
 
     def recovery(self, event: float, before: float) -> tuple[float, float | None]:
         """(longest gap with no success from the event on, seconds until the trailing 1 s
