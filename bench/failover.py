@@ -75,31 +75,28 @@ class Enqueuer(threading.Thread):
     def run(self) -> None:
         conn: psycopg.Connection[Any] | None = None
         while not self.stopping.wait(self.pause):
+            n, self.next, committing = self.next, self.next + 1, False
             try:
-                if conn is None or conn.closed:
+                if conn is None:
                     conn = psycopg.connect(self.url)
-                n, self.next = self.next, self.next + 1
                 enqueue(conn, "failover", {"n": n})
-            except psycopg.Error:
-                self.failures.append(time.monotonic())
-                conn = self._drop(conn)
-                continue
-            try:
+                committing = True
                 conn.commit()
             except psycopg.Error:
                 self.failures.append(time.monotonic())
-                self.ledger.in_doubt.add(n)
-                conn = self._drop(conn)
+                if committing:  # the COMMIT may or may not have been applied
+                    self.ledger.in_doubt.add(n)
+                _close(conn)
+                conn = None
             else:
                 self.ledger.acked.add(n)
-        self._drop(conn)
+        _close(conn)
 
-    @staticmethod
-    def _drop(conn: psycopg.Connection[Any] | None) -> None:
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
-        return None
+
+def _close(conn: psycopg.Connection[Any] | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
 
 
 class Progress(threading.Thread):

@@ -1664,10 +1664,9 @@ def _pruned(
             count = _count(conn, dialect, archive, where)
             yield Pruned(state, count, before)
             continue
-        first = (
-            f"SELECT job_id, finished_at FROM {archive} WHERE {due} ORDER BY finished_at LIMIT %s"
-        )
-        after = first.replace("WHERE ", "WHERE finished_at >= %s AND ", 1)
+        select = f"SELECT job_id, finished_at FROM {archive} WHERE "
+        first = f"{select}{due} ORDER BY finished_at LIMIT %s"
+        after = f"{select}finished_at >= %s AND {due} ORDER BY finished_at LIMIT %s"
         last: Any = None
         while True:
             with dialect.admin_write(conn):  # MySQL: at READ COMMITTED, no gap locks
