@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import socket
 import threading
 
@@ -18,12 +19,32 @@ def _host() -> str:
     return socket.gethostname()
 
 
+_pid = os.getpid()
+"""This process's id, kept rather than asked for (a system call) with every job."""
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def unique_name() -> str:
+    """`host:pid:` and 64 random bits, which name a lease's claim or a running worker.
+    Not a secret (anyone reading the table sees it), so no system call makes it: a claim
+    makes one per job."""
+    return f"{_host()[:180]}:{_pid}:{random.getrandbits(64):016x}"
+
+
 def worker_name(fallback: str) -> str:
     """The calling thread as a worker: `host:pid thread-name`. In the main thread
     (`process_next_job`, `run_due_jobs`) `fallback`, the queue worker id, names it."""
     thread = threading.current_thread()
     name = fallback if thread is threading.main_thread() else thread.name
-    return f"{_host()}:{os.getpid()} {name}"[:WORKER_CHARS]
+    return f"{_host()}:{_pid} {name}"[:WORKER_CHARS]
 
 
 def lease_holder(lease: str) -> str:

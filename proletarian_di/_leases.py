@@ -15,13 +15,11 @@ attempt charged.
 from __future__ import annotations
 
 import contextlib
-import os
-import secrets
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._attempts import unique_name
 from ._dialects import Dialect, LeasedRow
 from ._dialects.base import reserved
 
@@ -31,7 +29,7 @@ RENEWALS_PER_LEASE = 3
 
 def lease_token() -> str:
     """A token naming one claim: the host and process that made it, and 64 random bits."""
-    return f"{socket.gethostname()[:180]}:{os.getpid()}:{secrets.token_hex(8)}"
+    return unique_name()
 
 
 class Leases:

@@ -21,15 +21,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
-import secrets
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+from ._attempts import unique_name
 from ._datasource import connection_factory
 from ._dialects import Dialect
 from ._logging import describe
@@ -52,7 +50,7 @@ TIMEOUT_S = 3.0
 
 def new_worker_id() -> str:
     """A name for one running worker: its host and process, and 64 random bits."""
-    return f"{socket.gethostname()[:180]}:{os.getpid()}:{secrets.token_hex(8)}"
+    return unique_name()
 
 
 def thread_activity(name: str, slot: Slot, now: float) -> dict[str, Any]:

@@ -5,6 +5,7 @@ archive's timings (wait and run percentiles per queue, job type and hour)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
@@ -343,3 +344,24 @@ def story_or_none(backend: Backend, job_id: Any) -> Any:
     with connection(backend) as conn:
         job = get_job(conn, job_id)
     return job is not None and job.state == "succeeded"
+
+
+def test_a_forked_process_names_its_attempts_and_leases_with_its_own_pid():
+    """The pid is kept, not asked for with every job: a fork must not inherit its parent's."""
+    from proletarian_di._attempts import unique_name, worker_name
+
+    parent = unique_name()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its names and leave at once
+        os.write(write, f"{unique_name()}\n{worker_name('q')}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        token, name = pipe.read().split("\n")
+    os.waitpid(pid, 0)
+    host = socket.gethostname()
+    assert parent.startswith(f"{host}:{os.getpid()}:")
+    assert token.startswith(f"{host}:{pid}:") and len(token.rsplit(":", 1)[1]) == 16
+    assert token != parent
+    assert name == f"{host}:{pid} q"  # the main thread goes by the fallback
