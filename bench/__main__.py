@@ -183,6 +183,18 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
         args.jobs,
         DRAIN_INTERVAL,
     )
+    if measure.worker_option("share_cpu"):
+        results.record(
+            db,
+            "drain_unshared",
+            "ours",
+            functools.partial(measure.drain, share_cpu=False),
+            db,
+            "ours",
+            4,
+            args.jobs,
+            DRAIN_INTERVAL,
+        )
     row = f"drain_{PROCESSES}x{PROCESS_THREADS}"
     for impl in impls:
         results.record(
@@ -276,6 +288,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_batch", f"drain, 4 threads, batch_size={BATCH_SIZE} (opt-in)"),
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
+        ("drain_unshared", "drain, 4 threads, share_cpu=False"),
         (
             f"drain_{PROCESSES}x{PROCESS_THREADS}",
             f"drain, {PROCESSES} processes \N{MULTIPLICATION SIGN} {PROCESS_THREADS} threads",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from proletarian_di import enqueue, enqueue_many
+from proletarian_di._options import WorkerSettings
 
 from . import plain
 from .cpu import Figure, metered
@@ -85,6 +87,12 @@ def enqueue_bulk(db: Database, impl: str, jobs: int) -> Figure:
         figure.rate = jobs / (time.perf_counter() - started)
     check_count(db.waiting(), jobs, "enqueued")
     return figure
+
+
+def worker_option(name: str) -> bool:
+    """Whether the proletarian-di under test has the worker option `name` (`--compare` runs
+    this benchmark against older revisions)."""
+    return name in {field.name for field in dataclasses.fields(WorkerSettings)}
 
 
 def drain(

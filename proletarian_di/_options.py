@@ -186,6 +186,7 @@ class WorkerSettings:
     pgbouncer: bool = False
     listen_conninfo: str | None = None
     keepalive_timeout_ms: int = DEFAULT_KEEPALIVE_TIMEOUT_MS
+    share_cpu: bool = True
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -207,10 +208,9 @@ class WorkerSettings:
             raise ConfigurationError(
                 f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"
             )
-        if not isinstance(self.install_shutdown_hook, bool):
-            raise ConfigurationError(
-                f"install_shutdown_hook must be a bool, got {self.install_shutdown_hook!r}"
-            )
+        for name in ("install_shutdown_hook", "share_cpu"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("retry_strategy_fn", "failed_job_fn", "on_polling_error", "on_shutdown"):
             _callable_or_none(getattr(self, name), name)
         check_table_name(self.job_table, "job_table")

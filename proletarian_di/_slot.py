@@ -12,6 +12,7 @@ from .errors import JobTimedOut
 from .jobs import Job
 
 if TYPE_CHECKING:
+    from ._cpu import Pin
     from ._dialects import Dialect
     from ._held import Batch, Checkout
 
@@ -57,6 +58,9 @@ class Slot:
         the database), "idle", "running" (a handler) or "backing_off" (after an error);
         health checks read it with `since`."""
         self.since = time.monotonic()
+        self.pin: Pin | None = None
+        """Where the thread keeps to the worker's shared CPU (`share_cpu`); its handlers
+        run on its own CPUs."""
 
     def mark(self, activity: str) -> None:
         """The thread moves on to `activity` now."""

@@ -232,6 +232,9 @@ class Steps:
         if observers:
             notify(observers, self.log, "job_started", job)
             began = time.perf_counter()
+        pin = None if slot is None else slot.pin
+        if pin is not None:
+            pin.widen()
         try:
             if self.advanced:
                 _, error = self._guarded(conn, dialect, "handler", handle, job, slot=slot)
@@ -243,6 +246,8 @@ class Steps:
                         raise
                     error = exc
         finally:
+            if pin is not None:
+                pin.narrow()
             if observers:
                 notify(observers, self.log, "job_ended", job, error, time.perf_counter() - began)
         if slot is not None and error is not None and error is slot.timed_out:

@@ -101,3 +101,4 @@ class WorkerOptions(TypedDict, total=False):
     pgbouncer: bool | None
     listen_conninfo: str | None
     keepalive_timeout_ms: int | None
+    share_cpu: bool | None

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ._cpu import Pin, shared_cpu
 from ._crashes import ClaimCounter
 from ._datasource import check_pgbouncer_pool, connection_factory, direct_connect
 from ._dialects import Dialect, is_transient
@@ -93,6 +94,8 @@ class QueueWorker:
         self._numbered = options.worker_threads
         self._state = "new"
         self._stopper: threading.Thread | None = None
+        self._cpu: int | None = None
+        """The CPU the worker threads share for the queue's own work (`share_cpu`)."""
         self._stop_result = True
         self._failure: BaseException | None = None
         self._hook = (
@@ -210,6 +213,8 @@ class QueueWorker:
                 # Notified of every pause and resume, the worker reads the state seldom.
                 self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
             self._set_up_long_jobs()
+            if self.options.share_cpu:
+                self._cpu = shared_cpu(self.options.worker_threads)
             registration = self._registered()
             self._helpers.append(registration)
             for n in range(self.options.worker_threads):
@@ -585,6 +590,8 @@ class QueueWorker:
 
     def _poll(self, slot: Slot) -> None:
         """A worker thread: poll until stopped; if it cannot go on, say so and stop the worker."""
+        if self._cpu is not None:
+            slot.pin = Pin(self._cpu)
         try:
             if self.options.lease_ms is None:
                 self._poll_until_stopped(slot)
