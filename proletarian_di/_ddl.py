@@ -121,8 +121,9 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
     -- the key first: a job with no key (NULL) never sits beside a key in it (see step 10)
     UNIQUE INDEX {unique_index} (unique_key, queue),
-    -- the claim's order; attempts and leased_by let the dashboard count without the rows
-    INDEX {claim_index} (queue, priority_rank, process_at, attempts, leased_by)
+    -- the claim's order, the job id breaking ties (see step 13); attempts and leased_by let
+    -- the dashboard count without the rows
+    INDEX {claim_index} (queue, priority_rank, process_at, job_id, attempts, leased_by)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -266,10 +267,10 @@ def _my_table(table: str) -> str:
     return f"EXISTS (SELECT 1 FROM information_schema.tables{_my_where(table)})"
 
 
-def _my_index(table: str, name: str, column: str | None = None, first: bool = False) -> str:
-    """The index exists (and includes `column`, as its first column if `first`)."""
+def _my_index(table: str, name: str, column: str | None = None, seq: int | None = None) -> str:
+    """The index exists (and includes `column`, as its `seq`th column if given)."""
     including = f" AND column_name = '{column}'" if column else ""
-    including += " AND seq_in_index = 1" if first else ""
+    including += f" AND seq_in_index = {seq}" if seq else ""
     return (
         f"EXISTS (SELECT 1 FROM information_schema.statistics{_my_where(table)} "
         f"AND index_name = '{name}'{including})"
@@ -487,7 +488,7 @@ MYSQL_9 = _my_alter(
 MYSQL_10 = _my_alter(
     "job_table",
     (
-        _my_index("job_table", "{unique_index}", "unique_key", first=True),
+        _my_index("job_table", "{unique_index}", "unique_key", seq=1),
         "DROP INDEX {unique_index}, ADD UNIQUE INDEX {unique_index} (unique_key, queue)",
     ),
 )
@@ -500,6 +501,19 @@ MYSQL_11 = _my_alter(
 
 # Live workers: one row per running QueueWorker, refreshed by its heartbeat (see _registry).
 MYSQL_12 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
+
+# The job id after process_at in the claim index: jobs enqueued together share a process_at,
+# and a worker's claim starts past the ones it ran (see MySQLDialect.claim_from) instead of
+# walking their entries, which InnoDB keeps until its purge removes them. Workers run
+# without it, each claim walking them as before.
+MYSQL_13 = _my_alter(
+    "job_table",
+    (
+        _my_index("job_table", "{claim_index}", "job_id", seq=4),
+        "DROP INDEX {claim_index}, ADD INDEX {claim_index} "
+        "(queue, priority_rank, process_at, job_id, attempts, leased_by)",
+    ),
+)
 
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
@@ -598,7 +612,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
         (
             "unique_key_first",
             MYSQL_10,
-            (_my_index("job_table", "{unique_index}", "unique_key", first=True),),
+            (_my_index("job_table", "{unique_index}", "unique_key", seq=1),),
         ),
         (
             "attempts",
@@ -610,6 +624,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             ),
         ),
         ("live_workers", MYSQL_12, (_my_table("workers_table"),)),
+        ("claim_ties", MYSQL_13, (_my_index("job_table", "{claim_index}", "job_id", seq=4),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

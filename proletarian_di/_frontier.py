@@ -1,4 +1,5 @@
-"""Where a worker's claims begin in the claim index, `(queue, -priority, process_at)`.
+"""Where a worker's claims begin in the claim index, `(queue, -priority, process_at)` (on
+MySQL followed by the job id, which orders jobs tied at one process_at).
 
 Archived jobs leave dead index entries behind them, at the head of the index, until the
 database cleans them up; while any transaction pins the horizon (a report, a backup, a
@@ -102,7 +103,7 @@ class Frontier:
         """A claim took jobs up to `position` (raw column values): the frontier moves up to
         it, or the walker stays there, behind the frontier, to claim what follows; so does
         the frontier of the position's priority."""
-        rank, process_at = position
+        rank, process_at = position[0], position[1]
         levels = self._levels
         with self._lock:
             self._swept(walker)

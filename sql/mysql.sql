@@ -1,4 +1,4 @@
--- proletarian-di schema (version 12) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 13) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -23,8 +23,9 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
     -- the key first: a job with no key (NULL) never sits beside a key in it (see step 10)
     UNIQUE INDEX job_queue_unique_key (unique_key, queue),
-    -- the claim's order; attempts and leased_by let the dashboard count without the rows
-    INDEX job_queue_priority_process_at (queue, priority_rank, process_at, attempts, leased_by)
+    -- the claim's order, the job id breaking ties (see step 13); attempts and leased_by let
+    -- the dashboard count without the rows
+    INDEX job_queue_priority_process_at (queue, priority_rank, process_at, job_id, attempts, leased_by)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (

@@ -291,7 +291,7 @@ def test_batches_move_the_frontier_to_their_last_job(backend: Backend, batch_siz
         with dialect.attached(conn) as session:
             while runner.run_batch(session, Slot(), batch_size):
                 pass
-            rank, head = frontier.head
+            rank, head = frontier.head[:2]  # MySQL's position ends with the job id
     assert ran == [f"j{n}" for n in range(10)]
     assert (rank, dialect.decode_time(head)) == (0, NOW - timedelta(seconds=51))
     assert set(ids) <= set(archive_by_id(backend))
@@ -323,3 +323,37 @@ def test_mysql_claims_range_over_every_index_column_without_a_sort(mysql_backend
             assert plan["type"] == "range", plan
             assert plan["key"] == "job_queue_priority_process_at", plan
             assert "filesort" not in str(plan["extra"]).lower(), plan
+
+
+def test_mysql_claims_start_past_the_jobs_run_among_those_tied_at_one_time(mysql_backend) -> None:
+    """Jobs enqueued together share a process_at. The frontier is the last job's id too, so a
+    claim starts among the tied jobs after the ones run (a range on the index's job_id) rather
+    than at their first, whose index entries InnoDB keeps until its purge removes them; each
+    tied job runs once, in the order of its id."""
+    backend = mysql_backend
+    backend.reset()
+    with contextlib.closing(backend.connect()) as conn:
+        ids = enqueue_many(conn, [("t", n) for n in range(30)])
+        conn.commit()
+    ran: list[int] = []
+    frontier = Frontier(60.0, clock=FakeTime())
+    runner = JobRunner(lambda t, p: ran.append(p), worker_settings(), None, frontier)
+    with contextlib.closing(backend.connect()) as conn:
+        dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+        with dialect.attached(conn) as session:
+            while runner.run_batch(session, Slot(), 4):
+                pass
+            head = frontier.head
+        ordered = sorted(ids, key=lambda job_id: dialect.default_id_strategy.encode(job_id))
+        assert head[2] == dialect.default_id_strategy.encode(ordered[-1])
+        now = datetime.now(timezone.utc)
+        cursor = conn.cursor()
+        cursor.execute(
+            "EXPLAIN FORMAT=JSON " + dialect.claim_sql,
+            dialect.claim_params("default", head, now, 1),
+        )
+        plan = cursor.fetchone()[0]
+    assert sorted(ran) == list(range(30))
+    assert [ids.index(job_id) for job_id in ordered] == ran
+    assert '"used_key_parts": ["queue", "priority_rank", "process_at", "job_id"]' in plan, plan
+    assert "filesort" not in plan, plan

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import SchemaError, _ddl, create_queue_worker, enqueue, process_next_job
+from proletarian_di import (
+    SchemaError,
+    _ddl,
+    create_queue_worker,
+    enqueue,
+    enqueue_many,
+    process_next_job,
+)
 from proletarian_di.schema import (
     LATEST,
     MIGRATIONS,
@@ -496,6 +503,40 @@ def test_a_worker_on_a_schema_without_the_live_workers_table_runs_its_jobs(scrat
     [error] = events.named("registry_error")
     assert error["table"] == f"{OLD}.job_workers"
     assert "proletarian-di schema upgrade" in error["reason"], error
+
+
+@pytest.mark.parametrize("backend", ["mysql"], indirect=True)
+def test_a_mysql_worker_without_the_claim_ties_step_runs_tied_jobs_each_once(scratch):
+    """Before `claim_ties` the claim index orders jobs of one process_at by attempts first:
+    the claims' job id bound still takes each, once, and the step then adds the id."""
+    backend = scratch
+    before = step_number("mysql", "claim_ties") - 1
+    assert before >= workers_need("mysql")
+    create_at(backend, before)
+    with contextlib.closing(backend.connect()) as conn:
+        enqueue_many(conn, [("t", n) for n in range(40)], job_table=f"{OLD}.job")
+        conn.commit()
+    source = backend.pool(3)
+    try:
+        ran: list[Any] = []
+        worker = create_queue_worker(
+            source, lambda t, p: ran.append(p), worker_threads=2, **tables(OLD)
+        )
+        with worker:
+            wait_until(lambda: len(ran) == 40)
+    finally:
+        source.close()
+    assert sorted(ran) == list(range(40))
+    assert version_of(backend, OLD) == before
+    upgrade(backend)
+    assert version_of(backend, OLD) == LATEST["mysql"]
+    columns = backend.query(
+        "SELECT column_name FROM information_schema.statistics WHERE table_schema = %s "
+        "AND table_name = 'job' AND index_name = 'job_queue_priority_process_at' "
+        "ORDER BY seq_in_index",
+        (OLD,),
+    )
+    assert [c[0].lower() for c in columns][:4] == ["queue", "priority_rank", "process_at", "job_id"]
 
 
 def cli(*args: str) -> Any:

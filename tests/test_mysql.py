@@ -176,7 +176,8 @@ def test_an_sql_error_reaches_on_polling_error_as_on_postgresql(my):
     my.execute(
         "CREATE TABLE proletarian.bad_job (job_id BINARY(16) PRIMARY KEY, queue VARCHAR(255), "
         "job_type VARCHAR(255), payload LONGTEXT, enqueued_at DATETIME(6), "
-        "process_at DATETIME(6), last_error TEXT)"
+        "process_at DATETIME(6), last_error TEXT, "
+        "INDEX bad_job_queue_priority_process_at (queue, process_at))"  # the claim names it
     )
     my.execute(
         "CREATE TABLE IF NOT EXISTS proletarian.bad_job_paused (queue VARCHAR(255) PRIMARY KEY, "

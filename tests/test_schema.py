@@ -44,9 +44,10 @@ def test_the_claim_index_orders_by_priority_then_process_at(backend):
             "queue",
             "priority_rank",
             "process_at",
+            "job_id",
             "attempts",
             "leased_by",
-        ], "MySQL's claim index also covers what the overview counts by"
+        ], "the job id orders tied jobs; attempts and leased_by are what the overview counts by"
     else:
         rows = backend.query(
             "SELECT pg_get_indexdef(c.oid) FROM pg_class c WHERE c.relname = "

@@ -400,12 +400,16 @@ class Dialect:
         """The archive's INSERT … SELECT up to its FROM, with `started` for started_at."""
         return f"{self.archive_columns}{started}, %s "
 
+    def claim_source(self) -> str:
+        """What the claim reads: the job table (MySQL names its index)."""
+        return self.job_table
+
     def claim_statement(self, condition: str = "", columns: str = "") -> str:
         """The claim, with an extra `condition` first in its WHERE clause, selecting
         `columns` (default: a `JobRow`)."""
         return (
             f"SELECT {columns or self.columns + ', last_error, priority, trace_context'} "
-            f"FROM {self.job_table} "
+            f"FROM {self.claim_source()} "
             f"WHERE {condition}{self.claim_queue} AND {self.claim_from} AND process_at <= %s "
             f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
             f"ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED"

@@ -21,6 +21,7 @@ from .base import (
     Dialect,
     HeldRows,
     JobRow,
+    LeasedRow,
     RunningSlots,
     Runs,
     Session,
@@ -30,6 +31,11 @@ from .base import (
 )
 
 _DUPLICATE_KEY = 1062
+
+
+FIRST_JOB_ID = bytes(16)
+"""Before every job id (BINARY(16)) of a process_at: where a claim from a position without
+one starts among the jobs tied there."""
 
 
 class MySQLDialect(Dialect):
@@ -47,13 +53,28 @@ class MySQLDialect(Dialect):
     # them; ranges on every column, in the index's order, start at the frontier and need no
     # filesort (which would lock every due row before LIMIT). MySQL does not make ranges of a
     # row comparison, so the start is spelled out; MariaDB has no index on an expression, so
-    # the index holds the generated column priority_rank (-priority).
+    # the index holds the generated column priority_rank (-priority). The job id breaks
+    # ties: jobs enqueued together share a process_at, and InnoDB keeps a run job's entry,
+    # marked deleted, until its purge gets to it, so a claim from the process_at alone
+    # walked every tied job run before it (a thousand page reads a job in a drain of a batch).
+    # The index holds job_id after process_at (schema step `claim_ties`); ordering by it too
+    # would sort on tables without that step, so the order leaves it to the index.
     claim_queue = "queue >= %s AND queue <= %s"
-    claim_from = "(priority_rank > %s OR (priority_rank = %s AND process_at >= %s))"
+    claim_from = (
+        "(priority_rank > %s OR (priority_rank = %s AND "
+        "(process_at > %s OR (process_at = %s AND job_id >= %s))))"
+    )
     claim_order = "queue, priority_rank, process_at"
     time_param = "%s"
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
+
+    def claim_source(self) -> str:
+        """The job table, read through the claim index: a claim of several jobs from the
+        start of a queue whose every job is due looks cheaper to the optimizer as a scan
+        and a sort of the whole table, which would lock every due row."""
+        index = f"{self.job_table.rpartition('.')[2]}_queue_priority_process_at"
+        return f"{self.job_table} FORCE INDEX ({index})"
 
     def lease_seconds(self, lease_ms: int) -> Any:
         """MySQL adds the lease as whole microseconds."""
@@ -233,8 +254,15 @@ class MySQLDialect(Dialect):
             raise
 
     def claim_params(self, queue: str, start: Any, now: datetime, limit: int) -> tuple[Any, ...]:
-        rank, process_at = self._first if start is None else start
-        return (queue, queue, rank, rank, process_at, self.encode_time(now), limit)
+        rank, process_at, *tied = self._first if start is None else start
+        job_id = tied[0] if tied else FIRST_JOB_ID
+        now_param = self.encode_time(now)
+        return (queue, queue, rank, rank, process_at, process_at, job_id, now_param, limit)
+
+    @staticmethod
+    def position(row: JobRow | LeasedRow) -> tuple[int, Any, Any]:
+        """Where a claimed row sits in the claim index: (-priority, raw process_at, job id)."""
+        return -row[8], row[6], row[0]
 
     def archive(
         self,
