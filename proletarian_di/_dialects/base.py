@@ -429,7 +429,7 @@ class Dialect:
         return (queue, rank, process_at, now, limit)
 
     @staticmethod
-    def position(row: JobRow | LeasedRow) -> tuple[int, Any]:
+    def position(row: JobRow | LeasedRow) -> tuple[Any, ...]:
         """Where a claimed row sits in the claim index: (-priority, raw process_at)."""
         return -row[8], row[6]
 

@@ -260,7 +260,7 @@ class MySQLDialect(Dialect):
         return (queue, queue, rank, rank, process_at, process_at, job_id, now_param, limit)
 
     @staticmethod
-    def position(row: JobRow | LeasedRow) -> tuple[int, Any, Any]:
+    def position(row: JobRow | LeasedRow) -> tuple[Any, ...]:
         """Where a claimed row sits in the claim index: (-priority, raw process_at, job id)."""
         return -row[8], row[6], row[0]
 
