@@ -152,6 +152,17 @@ def connection_factory(data_source: Any) -> ConnectionFactory:
     )
 
 
+def worker_connection_factory(data_source: Any) -> ConnectionFactory:
+    """`connection_factory` for connections only the worker's own statements use (no user
+    code is handed them): a `MySQLDataSource` then spares the check of the session's
+    settings when one comes back."""
+    factory = connection_factory(data_source)
+    if is_provider(data_source) or not hasattr(type(data_source), "_worker_connection"):
+        return factory
+    own: ConnectionFactory = data_source._worker_connection
+    return own
+
+
 def direct_connect(data_source: Any) -> Callable[[], Any] | None:
     """A way to open a new connection outside the data source's pool, or None.
 

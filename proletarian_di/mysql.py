@@ -96,6 +96,23 @@ class MySQLDataSource:
                 restore_session(conn, lent)
             pooled.close()
 
+    @contextlib.contextmanager
+    def _worker_connection(self) -> Iterator[Any]:
+        """`connection()` for a worker's own statements, which change no session setting:
+        it comes back rolled back, without the round trip that checks its settings (a lease
+        mode worker borrows a connection twice a job)."""
+        pooled = self._pool.connection(shareable=False)
+        conn = unwrap_connection(pooled)
+        try:
+            yield conn
+        finally:
+            try:
+                conn.rollback()
+            except Exception:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            pooled.close()
+
     def connect(self) -> Any:
         """A new PyMySQL connection with the same options, outside the pool (caller closes it)."""
         import pymysql

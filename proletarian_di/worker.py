@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._cpu import Pin, shared_cpu
 from ._crashes import ClaimCounter
-from ._datasource import check_pgbouncer_pool, connection_factory, direct_connect
+from ._datasource import (
+    check_pgbouncer_pool,
+    connection_factory,
+    direct_connect,
+    worker_connection_factory,
+)
 from ._dialects import Dialect, is_transient
 from ._dialects.base import reserved
 from ._frontier import Frontier
@@ -69,6 +74,11 @@ class QueueWorker:
         self.queue_worker_id = options.queue_worker_id
         self.stats = Stats(options.observers, options.log)
         self._connect = connection_factory(data_source)
+        self._lease_connect = (
+            self._connect if options.lends_connection else worker_connection_factory(data_source)
+        )
+        """Lease mode's connections: its statements alone use them, unless user code is handed
+        a job's connection."""
         self._direct_connect = direct_connect(data_source)
         self._listener: Listener | None = None
         self._pgbouncer = options.pgbouncer
@@ -655,7 +665,7 @@ class QueueWorker:
                 self._emit("polling_for_jobs")
                 slot.mark("polling")
                 ran = self._runner.run_leased(
-                    self._connect, slot, self.options.batch_size, self._going_on
+                    self._lease_connect, slot, self.options.batch_size, self._going_on
                 )
                 backoff.reset()
                 if not ran:

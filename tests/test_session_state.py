@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
 from faults import running, wait_for
 
 from proletarian_di import create_queue_worker
@@ -145,3 +146,63 @@ def test_the_mysql_data_source_sees_a_change_to_any_one_setting(mysql_backend):
             assert not conn.get_autocommit()
     finally:
         source.close()
+
+
+class CountedSource(MySQLDataSource):
+    """A MySQLDataSource that counts how it lends: with the settings check, or without."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, max_connections=4)
+        self.lent = {"checked": 0, "worker": 0}
+
+    @contextlib.contextmanager
+    def connection(self):  # type: ignore[override]
+        self.lent["checked"] += 1
+        with super().connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def _worker_connection(self):  # type: ignore[override]
+        self.lent["worker"] += 1
+        with super()._worker_connection() as conn:
+            yield conn
+
+
+@pytest.mark.parametrize("callback", [False, True], ids=["own", "failed_job_fn"])
+def test_lease_mode_borrows_without_the_settings_check_unless_user_code_gets_connections(
+    mysql_backend, callback
+):
+    """A leased job's claim and archive use the connection for the worker's own statements
+    only, which change no setting: the round trip that checks the settings on return is
+    spared, and the connection still comes back rolled back. A failed-job callback is handed
+    the job's connection: then every borrow is checked."""
+    mysql_backend.reset()
+    enqueue_committed(mysql_backend, *[("t", n) for n in range(5)])
+    source = CountedSource(mysql_backend.url)
+    ran: list[Any] = []
+    try:
+        worker = create_queue_worker(
+            source,
+            lambda t, p: ran.append(p),
+            lease_ms=5_000,
+            polling_interval_ms=10,
+            failed_job_fn=(lambda job, exc: None) if callback else None,
+        )
+        with running(worker):
+            assert wait_for(lambda: len(ran) == 5)
+        lent_by_worker = dict(source.lent)
+        before = my_settings(source)
+        enqueue_committed(mysql_backend, ("locked", None))
+        locking = f"SELECT job_id FROM {mysql_backend.job_table} FOR UPDATE NOWAIT"
+        with source._worker_connection() as conn, conn.cursor() as cursor:
+            assert cursor.execute(locking) == 1  # its transaction holds the row
+        with contextlib.closing(mysql_backend.connect()) as other, other.cursor() as cursor:
+            assert cursor.execute(locking) == 1, "lent back rolled back: the lock is gone"
+        assert my_settings(source) == before
+    finally:
+        source.close()
+    assert sorted(ran) == list(range(5))
+    if callback:
+        assert lent_by_worker["worker"] == 0, lent_by_worker
+    else:
+        assert lent_by_worker["worker"] >= 5, lent_by_worker

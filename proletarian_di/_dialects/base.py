@@ -655,11 +655,8 @@ class Dialect:
         """`archive_leased`, then `lease_claim` of the next jobs, in one transaction (one
         commit): (whether it was archived, the rows claimed). A lost lease archives nothing
         and the claim goes on."""
-        if not self.settle(conn, job_id, token, due):
+        if not self.archive_under_lease(conn, job_id, token, finished_at, due, runs):
             return False, self.lease_claim(conn, *claim)
-        self.archive(
-            conn, [job_id], "success", finished_at, started=runs.started, worker=runs.worker
-        )
         rows = self._lease(conn, claim)
         self.commit(conn)
         return True, rows
@@ -713,12 +710,27 @@ class Dialect:
         """Archive a leased job as a success (due at `due`, as it was claimed, and run as
         `runs` says) and commit, if `token` still holds it; False (nothing written) if the
         lease was lost."""
+        if not self.archive_under_lease(conn, job_id, token, finished_at, due, runs):
+            return False
+        self.commit(conn)
+        return True
+
+    def archive_under_lease(
+        self,
+        conn: Any,
+        job_id: Any,
+        token: str,
+        finished_at: datetime,
+        due: datetime,
+        runs: Runs,
+    ) -> bool:
+        """Begin a transaction and archive a leased job's success in it (not committed), if
+        `token` still holds the job; False (rolled back, nothing written) if not."""
         if not self.settle(conn, job_id, token, due):
             return False
         self.archive(
             conn, [job_id], "success", finished_at, started=runs.started, worker=runs.worker
         )
-        self.commit(conn)
         return True
 
     def give_back(self, conn: Any, rows: Sequence[LeasedRow], token: str) -> None:

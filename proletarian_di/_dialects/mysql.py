@@ -69,6 +69,38 @@ class MySQLDialect(Dialect):
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
 
+    def archive_under_lease(
+        self,
+        conn: Any,
+        job_id: Any,
+        token: str,
+        finished_at: datetime,
+        due: datetime,
+        runs: Runs,
+    ) -> bool:
+        """Copy the job to the archive, then delete it only where `token` still holds it (a
+        lost lease rolls the copy back). Unlike a settle first, which rewrites the row, this
+        leaves the claim index alone until the delete: two statements and one index change
+        where there were three and three. The copy reads the row unlocked (READ COMMITTED),
+        so the delete, which locks it, is what proves the lease."""
+        self.begin(conn)
+        started = runs.started[0] if runs.started else None
+        params = (
+            self.encode_time(due),
+            "success",
+            self.encode_time(finished_at),
+            None,
+            None if started is None else self.encode_time(started),
+            runs.worker,
+            job_id,
+            token,
+        )
+        self.execute(conn, self.archive_leased_sql, params)
+        if self.execute_count(conn, self.delete_leased_sql, (job_id, token)) == 1:
+            return True
+        self.rollback(conn)
+        return False
+
     def claim_source(self) -> str:
         """The job table, read through the claim index: a claim of several jobs from the
         start of a queue whose every job is due looks cheaper to the optimizer as a scan
@@ -85,6 +117,16 @@ class MySQLDialect(Dialect):
         job = self.job_table
         self.archive_sql = self.archive_select + f"FROM {job} WHERE job_id = %s"
         self.delete_sql = f"DELETE FROM {job} WHERE job_id = %s"
+        # A leased row counts its running attempt already, and its process_at is the lease's
+        # end: the archive writes its attempts as they are and the time it was due.
+        assert self.archive_select.count("attempts + 1, enqueued_at, process_at") == 1
+        self.archive_leased_sql = (
+            self.archive_select.replace(
+                "attempts + 1, enqueued_at, process_at", "attempts, enqueued_at, %s"
+            )
+            + f"FROM {job} WHERE job_id = %s AND leased_by = %s"
+        )
+        self.delete_leased_sql = self.delete_sql + " AND leased_by = %s"
         self._archive_many: dict[int, str] = {}
         self._delete_many: dict[int, str] = {}
         self._first = (FIRST_POSITION[0], self.encode_time(FIRST_POSITION[1]))
