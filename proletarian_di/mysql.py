@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ._dialects import unwrap_connection
-from ._dialects.mysql import DISCONNECT_CODES, restore_session, session_state
+from ._dialects.mysql import DISCONNECT_CODES, restore_session, rolled_back, session_state
 from ._secrets import mask as mask
 from ._secrets import parse_mysql_url as parse_mysql_url
 
@@ -75,42 +76,38 @@ class MySQLDataSource:
     def __repr__(self) -> str:
         return f"<MySQLDataSource {self.description}>"
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[Any]:
+    def connection(self) -> AbstractContextManager[Any]:
         """Lend a pooled PyMySQL connection for the block; it returns to the pool rolled back.
 
         The block gets the PyMySQL connection itself, not DBUtils' wrapper, so a
         lost connection raises instead of being replaced in the middle of a
         transaction; DBUtils replaces it when it is next lent.
         """
-        pooled = self._pool.connection(shareable=False)
-        conn = unwrap_connection(pooled)
-        try:
-            lent = getattr(conn, _LENT_AS, None)
-            if lent is None:
-                lent = session_state(conn)
-                setattr(conn, _LENT_AS, lent)
-            yield conn
-        finally:
-            if lent is not None:
-                restore_session(conn, lent)
-            pooled.close()
+        return self._lend(check_session=True)
 
-    @contextlib.contextmanager
-    def _worker_connection(self) -> Iterator[Any]:
+    def _worker_connection(self) -> AbstractContextManager[Any]:
         """`connection()` for a worker's own statements, which change no session setting:
         it comes back rolled back, without the round trip that checks its settings (a lease
         mode worker borrows a connection twice a job)."""
+        return self._lend(check_session=False)
+
+    @contextlib.contextmanager
+    def _lend(self, check_session: bool) -> Iterator[Any]:
         pooled = self._pool.connection(shareable=False)
         conn = unwrap_connection(pooled)
+        lent = None
         try:
+            if check_session:
+                lent = getattr(conn, _LENT_AS, None)
+                if lent is None:
+                    lent = session_state(conn)
+                    setattr(conn, _LENT_AS, lent)
             yield conn
         finally:
-            try:
-                conn.rollback()
-            except Exception:
-                with contextlib.suppress(Exception):
-                    conn.close()
+            if not check_session:
+                rolled_back(conn)
+            elif lent is not None:
+                restore_session(conn, lent)
             pooled.close()
 
     def connect(self) -> Any:

@@ -1055,6 +1055,15 @@ def session_state(conn: Any) -> SessionState:
     return SessionState(row[:-1], row[-1])
 
 
+def rolled_back(conn: Any) -> None:
+    """Roll back; a connection that cannot be is closed, so its pool replaces it."""
+    try:
+        conn.rollback()
+    except Exception:
+        with contextlib.suppress(Exception):
+            unwrap_connection(conn).close()
+
+
 def restore_session(conn: Any, saved: SessionState) -> None:
     """Roll back and put the session back as `saved`; a connection that cannot be put
     back is closed, so its pool replaces it. A session whose fingerprint did not change
