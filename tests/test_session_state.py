@@ -169,7 +169,7 @@ class CountedSource(MySQLDataSource):
 
 
 @pytest.mark.parametrize("callback", [False, True], ids=["own", "failed_job_fn"])
-def test_lease_mode_borrows_without_the_settings_check_unless_user_code_gets_connections(
+def test_a_mysql_lease_worker_borrows_without_the_settings_check_unless_user_code_gets_one(
     mysql_backend, callback
 ):
     """A leased job's claim and archive use the connection for the worker's own statements
