@@ -15,6 +15,10 @@ drops every connection), on both databases, and `Ledger.check` then asserts:
 - the cap (`max_running`) is never exceeded, timed-out handlers still running included;
 - every attempt is recorded once: an archived job's attempts are the runs it had.
 
+Every combination's in-process worker runs three threads, so its threads share one CPU while
+they claim and settle (`share_cpu`, on by default) and take their own back in handlers, a
+timed-out or abandoned one's included.
+
 Every combination's in-process worker sets the shortest `keepalive_timeout_ms` (3 s; its
 processes keep the 45 s default): on PostgreSQL over TCP the server's keepalives are set
 at each checkout and put back at each release, a timed-out job's included, and a live

@@ -84,18 +84,8 @@ class MySQLDialect(Dialect):
         where there were three and three. The copy reads the row unlocked (READ COMMITTED),
         so the delete, which locks it, is what proves the lease."""
         self.begin(conn)
-        started = runs.started[0] if runs.started else None
-        params = (
-            self.encode_time(due),
-            "success",
-            self.encode_time(finished_at),
-            None,
-            None if started is None else self.encode_time(started),
-            runs.worker,
-            job_id,
-            token,
-        )
-        self.execute(conn, self.archive_leased_sql, params)
+        [(_, archived), _] = self._archive_and_delete([job_id], "success", finished_at, None, runs)
+        self.execute(conn, self.archive_leased_sql, (self.encode_time(due), *archived, token))
         if self.execute_count(conn, self.delete_leased_sql, (job_id, token)) == 1:
             return True
         self.rollback(conn)
