@@ -61,9 +61,10 @@ def test_each_job_takes_one_round_trip(my):
 
 
 def test_with_max_running_each_job_still_takes_one_round_trip(my):
-    """With `max_running`, the slot's release after the COMMIT and the next slot's GET_LOCK
-    ride on the archive's query too: one query per job, never more running than the cap,
-    and no slot left taken once the worker stopped."""
+    """With `max_running`, a thread keeps its running slot (a session's GET_LOCK lock) from
+    one job to the next claimed in the archive's query: one query per job with no lock
+    statements in it, never more running than the cap, and no slot left taken once the
+    worker stopped."""
     enqueue_committed(my, *[("noop", i) for i in range(12)])
     connections = CountedConnections(my)
     running, most, lock = [0], [0], threading.Lock()
@@ -88,7 +89,7 @@ def test_with_max_running_each_job_still_takes_one_round_trip(my):
     ahead = [q for q in archives if "; START TRANSACTION; SELECT " in q]
     assert ahead, "the next claims rode on the archives"
     for query in ahead:
-        assert "; COMMIT; DO RELEASE_LOCK(" in query and "GET_LOCK(" in query
+        assert "GET_LOCK(" not in query and "RELEASE_LOCK(" not in query
     assert most[0] == 2
     slots = running_slots(my.job_table, "default", 2)
     names = [f"{slots.prefix}{n}" for n in (1, 2)]
@@ -191,6 +192,40 @@ def test_a_claim_that_fails_after_the_commit_leaves_the_archive_and_no_transacti
             assert session.claimed_ahead() == []
             dialect.rollback(conn)
         assert not multi_statements_work(conn)
+    finally:
+        conn.close()
+    assert sorted(my.archived()) == [("first", "success", 1), ("second", "success", 1)]
+
+
+def test_a_kept_slot_goes_back_when_the_claim_after_the_commit_fails(my):
+    """The running slot kept for the next claim is released when that claim fails (the
+    session then holds none), and the claim after it takes a slot anew."""
+    enqueue_committed(my, ("first", 0), ("second", 1))
+    slots = running_slots(my.job_table, "default", 1)
+    name = f"{slots.prefix}1"
+    dialect = MySQLDialect(my.job_table, my.archived_job_table)
+    conn = my.connect()
+    try:
+        conn.autocommit(True)
+        with dialect.attached(conn, exclusive=True) as session:
+            [row] = session.claim_in_slot(slots, "default", datetime.now(timezone.utc))
+            assert session.slot == name
+            session.archive_commit_and_claim(
+                [row[0]], datetime.now(timezone.utc), "default", limit=-1, slots=slots
+            )
+            assert session.claimed_ahead() is None
+            assert session.slot is None
+            assert my.query("SELECT IS_USED_LOCK(%s)", (name,)) == [(None,)]
+            [row] = session.claim_in_slot(slots, "default", datetime.now(timezone.utc))
+            assert row[2] == "second" and session.slot == name
+            session.archive_commit_and_claim(
+                [row[0]], datetime.now(timezone.utc), "default", slots=slots
+            )
+            assert session.claimed_ahead() == [] and session.slot == name
+            assert my.query("SELECT IS_USED_LOCK(%s)", (name,)) == [(conn.thread_id(),)]
+            session.release_slot()
+            dialect.rollback(conn)
+        assert my.query("SELECT IS_USED_LOCK(%s)", (name,)) == [(None,)]
     finally:
         conn.close()
     assert sorted(my.archived()) == [("first", "success", 1), ("second", "success", 1)]

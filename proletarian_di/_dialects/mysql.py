@@ -744,53 +744,59 @@ class MySQLSession(Session):
         runs: Runs,
     ) -> list[JobRow] | None:
         """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim as
-        one multi-statement query; with `slots`, the running slot is given back after the
-        COMMIT and the first free one taken before the claim, which claims nothing without
-        it. The server stops at the first statement that fails: an error up to the COMMIT
-        is raised (nothing more ran); a later one is None."""
+        one multi-statement query. With `slots`, the running slot the job ran in is kept
+        for the next claim (a GET_LOCK lock outlives the COMMIT); without one, the first
+        free slot is taken before the claim, which claims nothing without it. The server
+        stops at the first statement that fails: an error up to the COMMIT is raised
+        (nothing more ran); a later one is None."""
         dialect = self.dialect
+        take = slots if self.slot is None else None
         with dialect.cursor(self.conn) as cursor:
             claim = cursor.mogrify(
-                dialect.claim_sql if slots is None else dialect.slot_claim_sql,
+                dialect.claim_sql if take is None else dialect.slot_claim_sql,
                 dialect.claim_params(queue, start, finished_at, limit),
             )
             statements = [
                 *dialect.archive_statements(cursor, job_ids, "success", finished_at, runs),
                 "COMMIT",
             ]
-            if slots is not None:
-                statements += self._slot_statements(cursor, slots)
+            if take is not None:
+                statements.append(self._take_slot_statement(cursor, take))
             statements += ["START TRANSACTION", claim]
-            if slots is not None:
+            if take is not None:
                 statements.append(f"SELECT {_SLOT_VARIABLE}")
             cursor.execute("; ".join(statements))
             for _ in range(_ARCHIVE_RESULTS - 1):
                 cursor.nextset()
-            if slots is not None:
-                self.slot = None  # given back after the COMMIT
             try:
-                for _ in range(len(statements) - _ARCHIVE_RESULTS - (slots is not None)):
+                for _ in range(len(statements) - _ARCHIVE_RESULTS - (take is not None)):
                     cursor.nextset()  # up to the claim
                 rows = list(cursor.fetchall())
-                if slots is not None:
+                if take is not None:
                     cursor.nextset()
                     (taken,) = cursor.fetchone()
-                    self.slot = None if taken is None else f"{slots.prefix}{int(taken)}"
+                    self.slot = None if taken is None else f"{take.prefix}{int(taken)}"
             except Exception:
-                if slots is not None:
-                    self._release_taken(slots)
+                if take is not None:
+                    self._release_taken(take)
+                elif self.slot is not None:
+                    self._give_back(self.slot)
                 return None
             return rows
 
-    def _slot_statements(self, cursor: Any, slots: RunningSlots) -> list[str]:
-        """Give back the slot held (the COMMIT before ended its job), then take the first
-        free one: its number (1-based) in `_SLOT_VARIABLE`, else NULL."""
-        held = self.slot
+    @staticmethod
+    def _take_slot_statement(cursor: Any, slots: RunningSlots) -> str:
+        """Take the first free running slot: its number (1-based) in `_SLOT_VARIABLE`,
+        else NULL."""
         names = [f"{slots.prefix}{n}" for n in range(1, slots.size + 1)]
-        take = cursor.mogrify(f"SET {_SLOT_VARIABLE} = ({_take_slot_sql(slots.size)})", names)
-        if held is None:
-            return [take]
-        return [cursor.mogrify("DO RELEASE_LOCK(%s)", (held,)), take]
+        return str(cursor.mogrify(f"SET {_SLOT_VARIABLE} = ({_take_slot_sql(slots.size)})", names))
+
+    def _give_back(self, name: str) -> None:
+        """After a claim ahead that failed past its COMMIT: give back the slot kept for it
+        (`MySQLDialect.release` closes a connection that cannot)."""
+        self.slot = None
+        with contextlib.suppress(Exception):
+            self.dialect.release(self.conn, name)
 
     def _release_taken(self, slots: RunningSlots) -> None:
         """After a claim ahead that failed past its COMMIT: give back the slot it may have
