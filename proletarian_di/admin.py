@@ -229,8 +229,12 @@ def queue_stats(
     tables: Tables = DEFAULT_TABLES,
 ) -> list[QueueStats]:
     """Per queue: due (running ones included), scheduled, running now (held by a worker,
-    row lock or live lease; at most `MAX_LIMIT` counted), oldest due wait; succeeded/failed
-    in the last hour and the last 24 hours; paused. A paused queue with no jobs is listed too.
+    row lock or live lease), oldest due wait; succeeded/failed in the last hour and the last
+    24 hours; paused. A paused queue with no jobs is listed too.
+
+    Running jobs are told as the overview tells them: live leases counted in the same read of
+    the job table, row locks found without scanning it for them (`_held`: on MySQL the first
+    due rows of each queue, where workers claim, are probed).
 
     The archive is read through its `finished_at` index, a day of it, so the answer does not
     slow down as the archive grows (it used to count every archived job).
@@ -241,37 +245,43 @@ def queue_stats(
     now = now or datetime.now(timezone.utc)
     t_now, t_hour = dialect.encode_time(now), dialect.encode_time(now - timedelta(hours=1))
     t_day = dialect.encode_time(now - timedelta(days=1))
-    waiting_rows = dialect.fetchall(
-        conn,
-        "SELECT queue, "
-        "SUM(CASE WHEN process_at <= %s OR leased_by IS NOT NULL THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN process_at > %s AND leased_by IS NULL THEN 1 ELSE 0 END), "
-        "MIN(CASE WHEN process_at <= %s THEN process_at END) "
-        f"FROM {tables.job_table} GROUP BY queue",
-        (t_now, t_now, t_now),
-    )
-    archived_rows = dialect.fetchall(
-        conn,
-        "SELECT queue, "
-        "SUM(CASE WHEN status = 'success' AND finished_at >= %s THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN status = 'failure' AND finished_at >= %s THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END) "
-        f"FROM {tables.archived_job_table} WHERE finished_at >= %s GROUP BY queue",
-        (t_hour, t_hour, t_day),
-    )
-    by_queue: dict[str, QueueStats] = {}
-    for queue, due, scheduled, oldest in waiting_rows:
-        entry = by_queue.setdefault(queue, QueueStats(queue))
-        entry.due, entry.scheduled = int(due or 0), int(scheduled or 0)
-        if oldest is not None:
-            entry.oldest_due = max(timedelta(0), now - dialect.decode_time(oldest))
-    for queue, ok_hour, failed_hour, ok, failed in archived_rows:
-        entry = by_queue.setdefault(queue, QueueStats(queue))
-        entry.succeeded_last_hour, entry.failed_last_hour = int(ok_hour or 0), int(failed_hour or 0)
-        entry.succeeded_last_day, entry.failed_last_day = int(ok or 0), int(failed or 0)
-    for job in list_jobs(conn, state="running", limit=MAX_LIMIT, tables=tables):
-        by_queue.setdefault(job.queue, QueueStats(job.queue)).running += 1
+    with dialect.admin_read(conn):
+        waiting_rows = dialect.fetchall(
+            conn,
+            "SELECT queue, "
+            "SUM(CASE WHEN process_at <= %s OR leased_by IS NOT NULL THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN process_at > %s AND leased_by IS NULL THEN 1 ELSE 0 END), "
+            "MIN(CASE WHEN process_at <= %s THEN process_at END), "
+            f"COUNT(CASE WHEN {_LEASED} THEN 1 END) "
+            f"FROM {tables.job_table} GROUP BY queue",
+            (t_now,) * 4,
+        )
+        archived_rows = dialect.fetchall(
+            conn,
+            "SELECT queue, "
+            "SUM(CASE WHEN status = 'success' AND finished_at >= %s THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN status = 'failure' AND finished_at >= %s THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
+            "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END) "
+            f"FROM {tables.archived_job_table} WHERE finished_at >= %s GROUP BY queue",
+            (t_hour, t_hour, t_day),
+        )
+        by_queue: dict[str, QueueStats] = {}
+        unleased_due: dict[str, int] = {}
+        for queue, due, scheduled, oldest, leased in waiting_rows:
+            entry = by_queue.setdefault(queue, QueueStats(queue))
+            entry.due, entry.scheduled = int(due or 0), int(scheduled or 0)
+            entry.running = int(leased)
+            unleased_due[queue] = entry.due - entry.running
+            if oldest is not None:
+                entry.oldest_due = max(timedelta(0), now - dialect.decode_time(oldest))
+        for queue, ok_hour, failed_hour, ok, failed in archived_rows:
+            entry = by_queue.setdefault(queue, QueueStats(queue))
+            entry.succeeded_last_hour = int(ok_hour or 0)
+            entry.failed_last_hour = int(failed_hour or 0)
+            entry.succeeded_last_day, entry.failed_last_day = int(ok or 0), int(failed or 0)
+        for queue, _ in _held(conn, dialect, tables, now, unleased_due):
+            by_queue[queue].running += 1
     for queue in _pauses.paused_queues(conn, dialect):
         by_queue.setdefault(queue, QueueStats(queue)).paused = True
     return [by_queue[name] for name in sorted(by_queue)]
@@ -389,8 +399,6 @@ def _overview(
     def entry(queue: str) -> QueueOverview:
         return by_queue.setdefault(queue, QueueOverview(queue))
 
-    oldest_sql = dialect.oldest_due_sql()
-    oldest_column = "" if oldest_sql else ", MIN(CASE WHEN process_at <= %s THEN process_at END)"
     with dialect.admin_read(conn):
         rows = dialect.fetchall(
             conn,
@@ -398,20 +406,16 @@ def _overview(
             f"COUNT(CASE WHEN {_LEASED} THEN 1 END), "
             f"COUNT(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 END), "
             f"COUNT(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
-            f"THEN 1 END){oldest_column} "
+            f"THEN 1 END), MIN(CASE WHEN process_at <= %s THEN process_at END) "
             f"FROM {tables.job_table} GROUP BY queue",
-            (at,) * (3 if oldest_sql else 4),
+            (at,) * 4,
         )
-        oldest_due = rows if oldest_sql is None else dialect.fetchall(conn, oldest_sql, (at,))
-        for queue, total, leased, retrying, scheduled, *_ in rows:
+        for queue, total, leased, retrying, scheduled, oldest in rows:
             item = entry(queue)
             item.running, item.retrying, item.scheduled = int(leased), int(retrying), int(scheduled)
             item.queued = int(total) - item.running - item.retrying - item.scheduled
-        for queue, *_, oldest in oldest_due:
             if oldest is not None:
-                wait = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
-                item = entry(queue)
-                item.oldest_due = wait if item.oldest_due is None else max(item.oldest_due, wait)
+                item.oldest_due = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
         outcomes = HourlyOutcomes() if outcomes is None else outcomes
         hourly = outcomes.read(conn, dialect, tables.archived_job_table, now)
         for queue in hourly:

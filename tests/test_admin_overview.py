@@ -19,6 +19,7 @@ from proletarian_di.admin import (
     Tables,
     overview,
     pause_queue,
+    queue_stats,
     retry_failed,
     throughput,
 )
@@ -70,6 +71,7 @@ def test_overview_counts_each_waiting_job_in_one_state(backend, pool):
 
 
 def test_overview_moves_a_running_job_out_of_its_waiting_state(backend, pool):
+    """The row a held-mode worker runs is told apart, by the overview and by `stats`."""
     started, release = threading.Event(), threading.Event()
 
     def slow(job_type: str, payload: Any) -> None:
@@ -83,7 +85,11 @@ def test_overview_moves_a_running_job_out_of_its_waiting_state(backend, pool):
         assert started.wait(10)
         with connection(backend) as conn:
             [item] = overview(conn)
+            conn.rollback()
+            [stats] = queue_stats(conn)
         assert (item.queue, item.queued, item.running) == ("slow", 1, 1)
+        assert (stats.queue, stats.due, stats.running) == ("slow", 2, 1)
+        assert stats.oldest_due is not None
     finally:
         release.set()
         worker.stop()

@@ -967,12 +967,6 @@ class Dialect:
         transaction (which the caller commits)."""
         yield
 
-    def oldest_due_sql(self) -> str | None:
-        """(queue, the oldest process_at at or before %s) per queue and priority, read from
-        the claim index alone where the server can skip through it (a loose index scan); None
-        where only the overview's scan of the table can tell."""
-        return None
-
     def held_rows(self, conn: Any) -> HeldRows:
         """Which job rows other transactions hold locked now (running jobs), told without
         taking locks: every row, to be probed, where the database cannot narrow them."""

@@ -133,12 +133,6 @@ class MySQLDialect(Dialect):
     def decode_time(self, value: datetime) -> datetime:
         return value.replace(tzinfo=timezone.utc)
 
-    def oldest_due_sql(self) -> str | None:
-        return (
-            f"SELECT queue, MIN(process_at) FROM {self.job_table} "
-            "WHERE process_at <= %s GROUP BY queue, priority_rank"
-        )
-
     def seconds_since(self, column: str) -> str:
         return f"TIMESTAMPDIFF(MICROSECOND, %s, {column}) / 1000000"
 
