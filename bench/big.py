@@ -7,6 +7,8 @@ database:
 - the claim: 2,000 no-op jobs of a queue of their own drained by a 4-thread worker beside
   the million waiting ones, in jobs/s and client / server CPU per job, against the same
   drain on empty tables;
+- the workers' beats summing up the last day's hours into the outcomes table (as workers
+  running over the day would have), hour by hour;
 - `admin.queue_stats` and `admin.overview`, what `proletarian-di stats` and the dashboard's
   overview read (median and worst of 5);
 - `admin.prune_archive` with 15 days kept of succeeded jobs and 30 of failed ones, a
@@ -34,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proletarian_di import admin, enqueue_many
+from proletarian_di._outcomes import sum_up
 
 from . import dashboard
 from .cpu import Figure, metered
@@ -78,6 +81,24 @@ def reading(db: Database, read: Callable[..., Any]) -> Callable[[], Any]:
         conn.rollback()
 
     return run
+
+
+def sum_up_day(db: Database) -> tuple[int, float, float]:
+    """What running workers' beats would have done over the last day: every hour of it
+    summed up into the outcomes table, one call per hour (hours, seconds, slowest in ms)."""
+    hours, slowest = 0, 0.0
+    began = time.perf_counter()
+    with contextlib.closing(db.connect()) as conn:
+        dialect = ADMIN_TABLES.dialect(conn)
+        while True:
+            last = time.perf_counter()
+            summed = sum_up(conn, dialect, datetime.now(timezone.utc))
+            conn.commit()
+            if summed is None:
+                break
+            hours += 1
+            slowest = max(slowest, (time.perf_counter() - last) * 1000)
+    return hours, time.perf_counter() - began, slowest
 
 
 def prune(db: Database) -> tuple[int, float, float, int]:
@@ -201,6 +222,12 @@ def main(
         console.print(f"[bold]{db.label}[/]: loading…")
         console.print(f"loaded in {dashboard.fill(db, waiting, archived, prepare):.0f} s")
         table.add_row(db.label, "claim beside them", _cpu(drain_beside(db)))
+        hours, seconds, slowest = sum_up_day(db)
+        table.add_row(
+            db.label,
+            "workers sum up the last day's hours (one per beat)",
+            f"{hours} hours in {seconds * 1000:,.0f} ms, the slowest {slowest:,.0f} ms",
+        )
         reads: list[tuple[str, Callable[[], Any]]] = [
             ("admin.queue_stats (stats)", reading(db, admin.queue_stats)),
             ("admin.overview (the dashboard)", reading(db, admin.overview)),

@@ -2,7 +2,8 @@
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
-{claims_table}, {attempt_table}, {attempt_index}, {workers_table}, each table's name
+{claims_table}, {attempt_table}, {attempt_index}, {workers_table}, {outcomes_table},
+each table's name
 without its schema ({job_table_name}, ...) and, on MySQL, {db} (the tables' database as an SQL
 value) and {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
@@ -100,6 +101,15 @@ CREATE TABLE IF NOT EXISTS {workers_table} (
     seen_at     TIMESTAMPTZ NOT NULL, -- its last heartbeat, by the database's clock
     activity    TEXT NOT NULL         -- JSON: what each thread does (its job), for how long
 );
+
+CREATE TABLE IF NOT EXISTS {outcomes_table} (
+    hour        TIMESTAMPTZ NOT NULL, -- a clock hour's start, over for a while when written
+    queue       TEXT NOT NULL,        -- '': the row that says the hour is summed up
+    succeeded   BIGINT NOT NULL,      -- archived as success in the hour
+    failed      BIGINT NOT NULL,      -- archived as failure in the hour
+    archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
+    PRIMARY KEY (hour, queue)
+);
 """
 
 MYSQL = """\
@@ -185,6 +195,15 @@ CREATE TABLE IF NOT EXISTS {workers_table} (
     started_at  DATETIME(6) NOT NULL,     -- UTC, by the database's clock
     seen_at     DATETIME(6) NOT NULL,     -- UTC; its last heartbeat, by the database's clock
     activity    MEDIUMTEXT NOT NULL       -- JSON: what each thread does (its job), for how long
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {outcomes_table} (
+    hour        DATETIME(6) NOT NULL,     -- UTC; a clock hour's start, over when written
+    queue       VARCHAR(255) NOT NULL,    -- '': the row that says the hour is summed up
+    succeeded   BIGINT NOT NULL,          -- archived as success in the hour
+    failed      BIGINT NOT NULL,          -- archived as failure in the hour
+    archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
+    PRIMARY KEY (hour, queue)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -363,6 +382,11 @@ POSTGRESQL_9 = (
 # Live workers: one row per running QueueWorker, refreshed by its heartbeat (see _registry).
 POSTGRESQL_10 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {workers_table}")
 
+# The archive's outcomes per clock hour and queue, summed up by workers once an hour is over
+# (see _outcomes), so that the overview and `stats` read a day of them instead of a day of
+# the archive. Readers read the archive for hours not summed up: nothing needs the step.
+POSTGRESQL_11 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}")
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -515,6 +539,9 @@ MYSQL_13 = _my_alter(
     ),
 )
 
+# The archive's outcomes per clock hour and queue (POSTGRESQL_11).
+MYSQL_14 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}")
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -573,6 +600,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             ),
         ),
         ("live_workers", POSTGRESQL_10, (_pg_table("workers_table"),)),
+        ("hourly_outcomes", POSTGRESQL_11, (_pg_table("outcomes_table"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -625,6 +653,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
         ),
         ("live_workers", MYSQL_12, (_my_table("workers_table"),)),
         ("claim_ties", MYSQL_13, (_my_index("job_table", "{claim_index}", "job_id", seq=4),)),
+        ("hourly_outcomes", MYSQL_14, (_my_table("outcomes_table"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

@@ -14,6 +14,10 @@ the eyes only.
 
 Times are the database's (`seen_at`, `started_at`); a thread's time in what it does is sent
 as seconds as of the beat (`for_s`), so hosts whose clocks disagree still show true durations.
+
+The beat also sums up the archive's hours for the overview (`_outcomes.sum_up`): an hour per
+beat while some of the last day's are missing, then none until the next hour is over (a
+minute's jitter apart between workers), and not at all on a schema without the table.
 """
 
 from __future__ import annotations
@@ -21,16 +25,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ._attempts import unique_name
 from ._datasource import connection_factory
 from ._dialects import Dialect
 from ._logging import describe
+from ._outcomes import HOUR, SUM_UP_AFTER, sum_up
 from ._probes import bound_statements, probe_connector
 from ._slot import Slot
 from .schema import UPGRADE_HINT
@@ -94,6 +101,11 @@ class Registration(threading.Thread):
         self._lock = threading.Lock()
         """One beat at a time: `start()`'s first one and the thread's."""
         self._left = False
+        self._summing_failed: str | None = None
+        """The last failure to sum up an hour, logged once (the registry's row goes on)."""
+        self._sums_up_at = time.monotonic() + self.every_s
+        """When (`time.monotonic()`) the beat looks for an hour to sum up next: not in the
+        first beat, which `start()` waits for."""
         super().__init__(name=name, daemon=True)
 
     def run(self) -> None:
@@ -126,6 +138,8 @@ class Registration(threading.Thread):
                 if self.beats % PRUNE_EVERY == 0:  # a statement of its own: brief locks
                     prune(conn, dialect, self.table, PRUNE_AFTER_S)
                     self._commit(conn)
+                if time.monotonic() >= self._sums_up_at:
+                    self._sum_up(conn, dialect)
         except Exception as exc:
             self._failed(exc)
             return
@@ -133,6 +147,30 @@ class Registration(threading.Thread):
         if self._failing is not None:
             self._failing = None
             self.emit("registry_restored")
+
+    def _sum_up(self, conn: Any, dialect: Dialect) -> None:
+        """Sum up an hour of the archive, if one is missing; else wait for the next one to be
+        over (and on a schema without the outcomes table, an hour before looking again)."""
+        now = datetime.now(timezone.utc)
+        summed = None
+        try:
+            if dialect.table_columns(conn, dialect.outcomes_table):
+                summed = sum_up(conn, dialect, now)
+                self._commit(conn)
+                self._summing_failed = None
+        except Exception as exc:  # a role without the grants, say: the beat goes on
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            reason = f"summing up the archive's hours: {describe(exc)}"
+            if reason != self._summing_failed:
+                self._summing_failed = reason
+                self.emit(
+                    "registry_error", exception=exc, table=dialect.outcomes_table, reason=reason
+                )
+        if summed is None:
+            next_hour = now.replace(minute=0, second=0, microsecond=0) + HOUR + SUM_UP_AFTER
+            wait_s = (next_hour - now).total_seconds() + random.uniform(0, 60)
+            self._sums_up_at = time.monotonic() + wait_s
 
     def _insert(self, conn: Any, dialect: Dialect, state: str, row: str) -> None:
         who = self.identity

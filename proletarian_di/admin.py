@@ -230,21 +230,21 @@ def queue_stats(
 ) -> list[QueueStats]:
     """Per queue: due (running ones included), scheduled, running now (held by a worker,
     row lock or live lease), oldest due wait; succeeded/failed in the last hour and the last
-    24 hours; paused. A paused queue with no jobs is listed too.
+    day; paused. A paused queue with no jobs is listed too.
 
     Running jobs are told as the overview tells them: live leases counted in the same read of
     the job table, row locks found without scanning it for them (`_held`: on MySQL the first
     due rows of each queue, where workers claim, are probed).
 
-    The archive is read through its `finished_at` index, a day of it, so the answer does not
-    slow down as the archive grows (it used to count every archived job).
+    The last day is the overview's: the current clock hour and the 23 before it, read from
+    the hours workers summed up (`HourlyOutcomes`) and the archive's rest through its
+    `finished_at` index, so the answer does not slow down as the archive grows.
 
     A job under a live lease counts as due, not scheduled (its process_at is when the lease
     runs out), and not in the oldest due wait; an expired lease is due from when it ran out."""
     dialect = tables.dialect(conn)
     now = now or datetime.now(timezone.utc)
     t_now, t_hour = dialect.encode_time(now), dialect.encode_time(now - timedelta(hours=1))
-    t_day = dialect.encode_time(now - timedelta(days=1))
     with dialect.admin_read(conn):
         waiting_rows = dialect.fetchall(
             conn,
@@ -256,16 +256,14 @@ def queue_stats(
             f"FROM {tables.job_table} GROUP BY queue",
             (t_now,) * 4,
         )
-        archived_rows = dialect.fetchall(
+        last_hour = dialect.fetchall(
             conn,
-            "SELECT queue, "
-            "SUM(CASE WHEN status = 'success' AND finished_at >= %s THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN status = 'failure' AND finished_at >= %s THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
+            "SELECT queue, SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
             "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END) "
             f"FROM {tables.archived_job_table} WHERE finished_at >= %s GROUP BY queue",
-            (t_hour, t_hour, t_day),
+            (t_hour,),
         )
+        last_day = HourlyOutcomes().read(conn, dialect, tables.archived_job_table, _utc(now))
         by_queue: dict[str, QueueStats] = {}
         unleased_due: dict[str, int] = {}
         for queue, due, scheduled, oldest, leased in waiting_rows:
@@ -275,11 +273,13 @@ def queue_stats(
             unleased_due[queue] = entry.due - entry.running
             if oldest is not None:
                 entry.oldest_due = max(timedelta(0), now - dialect.decode_time(oldest))
-        for queue, ok_hour, failed_hour, ok, failed in archived_rows:
+        for queue, ok, failed in last_hour:
             entry = by_queue.setdefault(queue, QueueStats(queue))
-            entry.succeeded_last_hour = int(ok_hour or 0)
-            entry.failed_last_hour = int(failed_hour or 0)
-            entry.succeeded_last_day, entry.failed_last_day = int(ok or 0), int(failed or 0)
+            entry.succeeded_last_hour, entry.failed_last_hour = int(ok or 0), int(failed or 0)
+        for queue, hours in last_day.items():
+            entry = by_queue.setdefault(queue, QueueStats(queue))
+            entry.succeeded_last_day = sum(ok for ok, _ in hours)
+            entry.failed_last_day = sum(failed for _, failed in hours)
         for queue, _ in _held(conn, dialect, tables, now, unleased_due):
             by_queue[queue].running += 1
     for queue in _pauses.paused_queues(conn, dialect):

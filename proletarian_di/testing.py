@@ -22,6 +22,7 @@ from .schema import (
     check_schema,
     claims_table,
     install_schema,
+    outcomes_table,
     paused_table,
     periodic_table,
     version_table,
@@ -251,6 +252,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {claims_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {attempt_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {workers_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {outcomes_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 
@@ -262,6 +264,7 @@ class QueueDatabase:
         self.execute(f"{statement} {self.job_table}")
         self.execute(f"{statement} {self.archived_job_table}")
         self.execute(f"{statement} {attempt_table(self.job_table)}")
+        self.execute(f"DELETE FROM {outcomes_table(self.job_table)}")
         self.execute(f"DELETE FROM {paused_table(self.job_table)}")
 
     def jobs(self) -> list[tuple[Any, ...]]:

@@ -8,8 +8,10 @@
 --                         and its failed attempts (job_attempt), SELECT on the paused
 --                         queues, counts claims in job_claims (max_crashes), keeps its
 --                         row among the live workers (job_workers, and prunes the rows
---                         of dead ones). (`max_running` takes GET_LOCK locks, which
---                         need no grant.)
+--                         of dead ones), sums up the archive's hours in
+--                         job_hourly_outcomes (reading only the archive's queue,
+--                         status and finished_at). (`max_running` takes GET_LOCK
+--                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
 --                         queue, unique_key): it cannot read payloads. (MySQL
@@ -37,6 +39,8 @@ GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_worker;
+GRANT SELECT (queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_hourly_outcomes TO proletarian_worker;
 GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

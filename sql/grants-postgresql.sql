@@ -7,10 +7,12 @@
 --                         (job_attempt), reads the paused queues, counts
 --                         claims in job_claims (max_crashes), keeps its row
 --                         among the live workers (job_workers, and prunes the
---                         rows of dead ones), and reads the schema's version at
---                         start. Nothing else: it
---                         cannot read the archive, pause a queue, create or drop
---                         tables, or enqueue. (`max_running` takes advisory locks,
+--                         rows of dead ones), sums up the archive's hours in
+--                         job_hourly_outcomes (reading only the archive's queue,
+--                         status and finished_at), and reads the schema's version
+--                         at start. Nothing else: it
+--                         cannot read archived payloads, pause a queue, create or
+--                         drop tables, or enqueue. (`max_running` takes advisory locks,
 --                         which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
@@ -26,7 +28,8 @@
 -- A worker whose handlers enqueue follow-up jobs needs both roles.
 -- For other table names, replace proletarian.job / proletarian.archived_job
 -- (and proletarian.job_periodic, proletarian.job_paused, proletarian.job_claims,
--- proletarian.job_workers, proletarian.job_attempt and its sequence,
+-- proletarian.job_workers, proletarian.job_hourly_outcomes, proletarian.job_attempt
+-- and its sequence,
 -- proletarian.job_schema_version).
 
 DO $$
@@ -51,6 +54,8 @@ GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_worker;
+GRANT SELECT (queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_hourly_outcomes TO proletarian_worker;
 GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
 GRANT USAGE ON SEQUENCE proletarian.job_attempt_id_seq TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 13) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 14) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -87,6 +87,15 @@ CREATE TABLE IF NOT EXISTS proletarian.job_workers (
     started_at  DATETIME(6) NOT NULL,     -- UTC, by the database's clock
     seen_at     DATETIME(6) NOT NULL,     -- UTC; its last heartbeat, by the database's clock
     activity    MEDIUMTEXT NOT NULL       -- JSON: what each thread does (its job), for how long
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_hourly_outcomes (
+    hour        DATETIME(6) NOT NULL,     -- UTC; a clock hour's start, over when written
+    queue       VARCHAR(255) NOT NULL,    -- '': the row that says the hour is summed up
+    succeeded   BIGINT NOT NULL,          -- archived as success in the hour
+    failed      BIGINT NOT NULL,          -- archived as failure in the hour
+    archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
+    PRIMARY KEY (hour, queue)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

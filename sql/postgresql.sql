@@ -1,4 +1,4 @@
--- proletarian-di schema (version 10) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 11) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -87,6 +87,15 @@ CREATE TABLE IF NOT EXISTS proletarian.job_workers (
     started_at  TIMESTAMPTZ NOT NULL, -- by the database's clock
     seen_at     TIMESTAMPTZ NOT NULL, -- its last heartbeat, by the database's clock
     activity    TEXT NOT NULL         -- JSON: what each thread does (its job), for how long
+);
+
+CREATE TABLE IF NOT EXISTS proletarian.job_hourly_outcomes (
+    hour        TIMESTAMPTZ NOT NULL, -- a clock hour's start, over for a while when written
+    queue       TEXT NOT NULL,        -- '': the row that says the hour is summed up
+    succeeded   BIGINT NOT NULL,      -- archived as success in the hour
+    failed      BIGINT NOT NULL,      -- archived as failure in the hour
+    archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
+    PRIMARY KEY (hour, queue)
 );
 
 -- the schema's version, recorded on upgrade

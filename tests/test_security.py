@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from faults import EventLog, running, wait_for
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many, process_next_job
+from proletarian_di._outcomes import sum_up
+from proletarian_di.admin import DEFAULT_TABLES
 from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
 from proletarian_di.schema import statements
 
@@ -340,7 +343,7 @@ def test_grants_are_enough_for_a_worker_and_no_more_on_mysql(mysql_backend):
         for statement in forbidden:
             with pytest.raises(pymysql.err.MySQLError) as denied:
                 conn.cursor().execute(statement)
-            assert denied.value.args[0] in (1142, 1044, 1045, 1227, 1146), denied.value
+            assert denied.value.args[0] in (1142, 1143, 1044, 1045, 1227, 1146), denied.value
 
 
 def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
@@ -393,6 +396,11 @@ def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
     ]
     assert failed == ["bad"]
     assert events.named("registry_error") == []
+    with contextlib.closing(connect()) as conn:  # what a worker's beat does once an hour
+        sum_up(conn, DEFAULT_TABLES.dialect(conn), datetime.now(timezone.utc))
+        conn.commit()
+    summed = backend.query("SELECT COUNT(*) FROM proletarian.job_hourly_outcomes WHERE queue = ''")
+    assert summed[0][0] >= 1, "the worker role summed up an hour of the archive"
     assert backend.query("SELECT 1 FROM proletarian.job_workers WHERE queue = %s", (queue,)) == []
     assert worker.summary()["succeeded"] == 2
     assert len(ids) == 3

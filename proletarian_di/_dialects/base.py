@@ -9,7 +9,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from ..errors import (
@@ -79,6 +79,12 @@ def claims_table_of(job_table: str) -> str:
 def attempt_table_of(job_table: str) -> str:
     """Where a job's failed attempts are kept: `<job table>_attempt`."""
     return f"{job_table}_attempt"
+
+
+def outcomes_table_of(job_table: str) -> str:
+    """Where the archive's outcomes are summed up per clock hour and queue:
+    `<job table>_hourly_outcomes`."""
+    return f"{job_table}_hourly_outcomes"
 
 
 def check_table_name(name: Any, option: str = "job_table") -> str:
@@ -382,6 +388,7 @@ class Dialect:
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
         self.attempt_table = attempt_table_of(self.job_table)
+        self.outcomes_table = outcomes_table_of(self.job_table)
         # status, finished_at, the error (a failure's own, else the job's last one), then when
         # the last attempt started and its worker (`archive_of` writes the start)
         self.archive_columns = (
@@ -505,6 +512,28 @@ class Dialect:
         """Move the archived jobs matching `where` back into the queue, due `now`, with
         fresh attempts; how many moved."""
         raise NotImplementedError
+
+    def forget_hours(self, conn: Any, where: str, params: Sequence[Any]) -> None:
+        """Before the archived jobs matching `where` leave the archive: delete the summed
+        hours of the outcomes table (see `_outcomes`) that counted them, in the caller's
+        transaction, for readers to count those hours from the archive again. Only the
+        hours a reader may read are looked at; nothing on a schema without the table."""
+        table = self.outcomes_table
+        if not self.table_columns(conn, table):
+            return
+        now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        since = now - _SUMMED_HOURS * _HOUR
+        at = self.encode_time(since)
+        rows = self.fetchall(
+            conn,
+            f"SELECT DISTINCT {self.hours_since('finished_at')} FROM {self.archived_job_table} "
+            f"WHERE finished_at >= %s AND ({where})",
+            (at, at, *params),
+        )
+        hours = [self.encode_time(since + int(offset) * _HOUR) for (offset,) in rows]
+        if hours:
+            marks = ", ".join(["%s"] * len(hours))
+            self.execute(conn, f"DELETE FROM {table} WHERE hour IN ({marks})", hours)
 
     def begin(self, conn: Any) -> None:
         """Open a transaction explicitly where the driver would not (autocommit)."""
@@ -1001,6 +1030,7 @@ class Dialect:
     def purge_archived(self, conn: Any, where: str, params: Sequence[Any]) -> int:
         """Delete the archived jobs matching `where`, and their attempts; how many jobs."""
         archive = self.archived_job_table
+        self.forget_hours(conn, where, params)
         self.execute(
             conn,
             f"DELETE FROM {self.attempt_table} WHERE job_id IN "
@@ -1011,6 +1041,10 @@ class Dialect:
 
 
 _EVERY_ROW = "1 = 1"
+_HOUR = timedelta(hours=1)
+_SUMMED_HOURS = 50
+"""The hours back from the current one whose sums `forget_hours` drops: more than a reader
+reads (the last day) and than workers keep (`_outcomes.KEEP_SUMMED`)."""
 
 
 class HeldRows(NamedTuple):

@@ -541,6 +541,7 @@ class MySQLDialect(Dialect):
         raw = unwrap_connection(conn)
         if not raw.server_status & _IN_TRANSACTION:
             self.execute(conn, "SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        self.forget_hours(conn, where, params)
         archive, job = self.archived_job_table, self.job_table
         ids = [
             row[0]
@@ -686,7 +687,8 @@ class MySQLDialect(Dialect):
         return set(ids) - {bytes(row[0]) for row in rows}
 
     def unless_exists(self, key: str) -> str:
-        return f"ON DUPLICATE KEY UPDATE {key} = {key}"
+        first = key.split(",")[0].strip()
+        return f"ON DUPLICATE KEY UPDATE {first} = {first}"
 
     def cancel_waiting(
         self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime

@@ -549,6 +549,7 @@ class PostgresDialect(Dialect):
         return [row[0] for row in rows]
 
     def requeue(self, conn: Any, where: str, params: Sequence[Any], now: datetime) -> int:
+        self.forget_hours(conn, where, params)
         rows = self.fetchall(
             conn,
             f"WITH moved AS (DELETE FROM {self.archived_job_table} WHERE {where} RETURNING *), "

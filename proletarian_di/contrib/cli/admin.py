@@ -359,7 +359,8 @@ def stats(
 ) -> None:
     """Per queue: jobs due, running and scheduled, the oldest due job's wait, and outcomes.
 
-    Outcomes come from the archive: succeeded and failed in the last hour and 24 hours.
+    Outcomes come from the archive: succeeded and failed in the last hour and the last day
+    (the current clock hour and the 23 before it).
     """
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     pause = parse_duration(interval, "--interval", minimum=timedelta(milliseconds=100))
