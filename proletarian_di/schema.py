@@ -121,6 +121,8 @@ def _render(
         claim_index=f"{name}_queue_priority_process_at",
         unique_index=unique_index(job_table),
         finished_index=finished_index(archived_job_table),
+        enqueued_index=f"{name}_enqueued_at",
+        archived_enqueued_index=f"{archived_job_table.rpartition('.')[2]}_enqueued_at",
         attempt_index=f"{name}_attempt_job_id",
         collation=collation,
         **tables,

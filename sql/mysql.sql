@@ -1,4 +1,4 @@
--- proletarian-di schema (version 14) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 15) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     UNIQUE INDEX job_queue_unique_key (unique_key, queue),
     -- the claim's order, the job id breaking ties (see step 13); attempts and leased_by let
     -- the dashboard count without the rows
-    INDEX job_queue_priority_process_at (queue, priority_rank, process_at, job_id, attempts, leased_by)
+    INDEX job_queue_priority_process_at (queue, priority_rank, process_at, job_id, attempts, leased_by),
+    INDEX job_enqueued_at (enqueued_at, job_id) -- the listings' order, newest first
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -42,7 +43,8 @@ CREATE TABLE IF NOT EXISTS proletarian.archived_job (
     priority    INTEGER NOT NULL DEFAULT 0,
     started_at  DATETIME(6) NULL,       -- UTC; when the last attempt started (NULL: it never ran)
     worker      VARCHAR(255) NULL,      -- who ran the last attempt: host:pid thread
-    INDEX archived_job_finished_at (finished_at, queue, status) -- the archive by time (dashboard)
+    INDEX archived_job_finished_at (finished_at, queue, status), -- the archive by time (dashboard)
+    INDEX archived_job_enqueued_at (enqueued_at, job_id) -- the listings' order
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.job_periodic (

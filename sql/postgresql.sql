@@ -1,4 +1,4 @@
--- proletarian-di schema (version 11) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 12) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -40,6 +40,10 @@ CREATE INDEX IF NOT EXISTS archived_job_finished_at ON proletarian.archived_job 
 
 -- the claim's order: priority (higher first), then process_at
 CREATE INDEX IF NOT EXISTS job_queue_priority_process_at ON proletarian.job (queue, (-priority), process_at);
+
+-- the listings' order, newest first (admin.list_jobs, the dashboard's pages of jobs)
+CREATE INDEX IF NOT EXISTS job_enqueued_at ON proletarian.job (enqueued_at, job_id);
+CREATE INDEX IF NOT EXISTS archived_job_enqueued_at ON proletarian.archived_job (enqueued_at, job_id);
 
 CREATE UNIQUE INDEX IF NOT EXISTS job_queue_unique_key ON proletarian.job (queue, unique_key)
     WHERE unique_key IS NOT NULL;

@@ -1,0 +1,21 @@
+-- proletarian-di schema, step 15 (listings) for MySQL 8.0.1+ and MariaDB 10.6+.
+-- Run the steps in order; `proletarian-di schema upgrade` does it for you and
+-- records the version. A step makes only the changes it finds missing, so one
+-- interrupted half-way is finished by running it again.
+
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'job' AND index_name = 'job_enqueued_at'),
+       NULL, 'ADD INDEX job_enqueued_at (enqueued_at, job_id)'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;
+SET @ddl = CONCAT_WS(', ',
+    IF(EXISTS (SELECT 1 FROM information_schema.statistics
+        WHERE table_schema = 'proletarian' AND table_name = 'archived_job' AND index_name = 'archived_job_enqueued_at'),
+       NULL, 'ADD INDEX archived_job_enqueued_at (enqueued_at, job_id)'));
+SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE proletarian.archived_job ', @ddl));
+PREPARE ddl FROM @ddl;
+EXECUTE ddl;
+DEALLOCATE PREPARE ddl;
