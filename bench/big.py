@@ -10,7 +10,7 @@ database:
 - the workers' beats summing up the last day's hours into the outcomes table (as workers
   running over the day would have), hour by hour;
 - `admin.queue_stats` and `admin.overview`, what `proletarian-di stats` and the dashboard's
-  overview read (median and worst of 5);
+  overview read, and the dashboard's pages (`PAGES`) through its app (median and worst of 5);
 - `admin.prune_archive` with 15 days kept of succeeded jobs and 30 of failed ones, a
   batch of 500 per transaction: how many it deleted, in how long, and its slowest batch
   (the longest any row stays locked);
@@ -48,6 +48,9 @@ DAYS_BACK, DAYS_AHEAD = 32, 3
 """The days the partitioned archive has partitions for, around today (then a default one)."""
 KEEP_SUCCEEDED, KEEP_FAILED = timedelta(days=15), timedelta(days=30)
 QUEUE = "big-drain"
+PAGES = ("/", "/jobs", "/jobs?queue=queue1", "/jobs?state=queued", "/failed", "/timings")
+"""The dashboard's pages timed (in-process, through its ASGI app): the overview, the job
+lists (all, one queue, one waiting state, the failures) and the timings."""
 ADMIN_TABLES = admin.Tables(TABLES["job_table"], TABLES["archived_job_table"])
 
 
@@ -235,6 +238,10 @@ def main(
         ]
         if db.name != "mysql":
             reads.append(("admin.get_job of an archived job", lookup(db)))
+        for path in PAGES:
+            view = dashboard.page(db, path)
+            if view is not None:
+                reads.append((f"dashboard GET {path}", view))
         for what, read in reads:
             median, worst = dashboard.timed(read, REPEATS)
             table.add_row(db.label, what, f"median {median:,.1f} ms, worst {worst:,.1f} ms")
