@@ -526,7 +526,7 @@ def test_the_observability_step_adds_the_column_and_the_archives_index(older, tr
 
     columns, indexes = columns_and_indexes(older)
     assert "trace_context" in columns
-    assert ("archived_job_finished_at", "finished_at,queue,status") in indexes  # later steps add more
+    assert ("archived_job_finished_at", "finished_at,queue,status") in indexes  # and later ones
     request, _ = enqueue_in_span(older, traces, ("traced", None), job_table=older.job_table)
     source = older.pool(2)
     try:
