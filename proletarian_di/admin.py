@@ -248,13 +248,11 @@ def queue_stats(
     with dialect.admin_read(conn):
         waiting_rows = dialect.fetchall(
             conn,
-            "SELECT queue, "
-            "SUM(CASE WHEN process_at <= %s OR leased_by IS NOT NULL THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN process_at > %s AND leased_by IS NULL THEN 1 ELSE 0 END), "
-            "MIN(CASE WHEN process_at <= %s THEN process_at END), "
-            f"COUNT(CASE WHEN {_LEASED} THEN 1 END) "
+            "SELECT queue, COUNT(*), "
+            "COUNT(CASE WHEN process_at > %s AND leased_by IS NULL THEN 1 END), "
+            f"COUNT(CASE WHEN {_LEASED} THEN 1 END){_oldest_column(dialect)} "
             f"FROM {tables.job_table} GROUP BY queue",
-            (t_now,) * 4,
+            (t_now,) * (2 + dialect.oldest_in_scan),
         )
         last_hour = dialect.fetchall(
             conn,
@@ -266,13 +264,14 @@ def queue_stats(
         last_day = HourlyOutcomes().read(conn, dialect, tables.archived_job_table, _utc(now))
         by_queue: dict[str, QueueStats] = {}
         unleased_due: dict[str, int] = {}
-        for queue, due, scheduled, oldest, leased in waiting_rows:
+        for queue, total, scheduled, leased, *_ in waiting_rows:
             entry = by_queue.setdefault(queue, QueueStats(queue))
-            entry.due, entry.scheduled = int(due or 0), int(scheduled or 0)
+            entry.scheduled = int(scheduled)
+            entry.due = int(total) - entry.scheduled  # a live lease's job counts as due
             entry.running = int(leased)
             unleased_due[queue] = entry.due - entry.running
-            if oldest is not None:
-                entry.oldest_due = max(timedelta(0), now - dialect.decode_time(oldest))
+        for queue, oldest in _oldest_due(conn, dialect, waiting_rows, now).items():
+            by_queue[queue].oldest_due = max(timedelta(0), now - oldest)
         for queue, ok, failed in last_hour:
             entry = by_queue.setdefault(queue, QueueStats(queue))
             entry.succeeded_last_hour, entry.failed_last_hour = int(ok or 0), int(failed or 0)
@@ -406,16 +405,16 @@ def _overview(
             f"COUNT(CASE WHEN {_LEASED} THEN 1 END), "
             f"COUNT(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 END), "
             f"COUNT(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
-            f"THEN 1 END), MIN(CASE WHEN process_at <= %s THEN process_at END) "
+            f"THEN 1 END){_oldest_column(dialect)} "
             f"FROM {tables.job_table} GROUP BY queue",
-            (at,) * 4,
+            (at,) * (3 + dialect.oldest_in_scan),
         )
-        for queue, total, leased, retrying, scheduled, oldest in rows:
+        for queue, total, leased, retrying, scheduled, *_ in rows:
             item = entry(queue)
             item.running, item.retrying, item.scheduled = int(leased), int(retrying), int(scheduled)
             item.queued = int(total) - item.running - item.retrying - item.scheduled
-            if oldest is not None:
-                item.oldest_due = max(timedelta(0), now - _utc(dialect.decode_time(oldest)))
+        for queue, oldest in _oldest_due(conn, dialect, rows, now).items():
+            entry(queue).oldest_due = max(timedelta(0), now - _utc(oldest))
         outcomes = HourlyOutcomes() if outcomes is None else outcomes
         hourly = outcomes.read(conn, dialect, tables.archived_job_table, now)
         for queue in hourly:
@@ -450,6 +449,22 @@ def _overview(
         item.failed_last_day = sum(bucket.failed for bucket in item.last_day)
     last_day = [ThroughputBucket(since + n * _HOUR, ok, bad) for n, (ok, bad) in enumerate(summed)]
     return shown, len(by_queue), last_day
+
+
+def _oldest_column(dialect: Dialect) -> str:
+    """The oldest due job's column of a GROUP BY queue of the job table (its `%s` is now),
+    where the dialect reads it in that scan."""
+    return ", MIN(CASE WHEN process_at <= %s THEN process_at END)" if dialect.oldest_in_scan else ""
+
+
+def _oldest_due(
+    conn: Connection, dialect: Dialect, rows: Sequence[Sequence[Any]], now: datetime
+) -> dict[str, datetime]:
+    """Each queue's oldest due process_at: the last column of the GROUP BY's `rows`, or
+    read from the claim index (`Dialect.oldest_due`)."""
+    if not dialect.oldest_in_scan:
+        return dialect.oldest_due(conn, [row[0] for row in rows], now)
+    return {row[0]: dialect.decode_time(row[-1]) for row in rows if row[-1] is not None}
 
 
 def _held(

@@ -265,3 +265,27 @@ def test_overview_without_the_process_privilege_still_finds_a_running_job_on_mys
     finally:
         release.set()
         worker.stop()
+
+
+def test_the_oldest_due_job_is_found_under_every_priority(backend):
+    """The oldest due wait looks at every priority level of the queue's claim order, not
+    only at its first (MySQL reads the head of each level from the claim index)."""
+    enqueued = datetime.now(timezone.utc)
+    enqueue_committed(backend, ("old", None), queue="mixed", priority=0)
+    enqueue_committed(
+        backend, ("urgent", None), queue="mixed", priority=5, process_in=timedelta(minutes=5)
+    )
+    enqueue_committed(
+        backend, ("later", None), queue="mixed", priority=9, process_in=timedelta(hours=1)
+    )
+    enqueue_committed(backend, ("future", None), queue="idle", process_in=timedelta(hours=1))
+    now = enqueued + timedelta(minutes=10)
+    with connection(backend) as conn:
+        items = {item.queue: item for item in overview(conn, now=now)}
+        conn.rollback()
+        stats = {row.queue: row for row in queue_stats(conn, now=now)}
+    for found in (items["mixed"].oldest_due, stats["mixed"].oldest_due):
+        assert found is not None
+        assert timedelta(minutes=10) - timedelta(seconds=5) <= found <= timedelta(minutes=10)
+    assert items["idle"].oldest_due is None and stats["idle"].oldest_due is None
+    assert (stats["mixed"].due, stats["mixed"].scheduled) == (2, 1)

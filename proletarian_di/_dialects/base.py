@@ -8,7 +8,7 @@ import hashlib
 import os
 import re
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
@@ -995,6 +995,35 @@ class Dialect:
         """Scope of an admin write that may take several statements, in the caller's
         transaction (which the caller commits)."""
         yield
+
+    oldest_in_scan = True
+    """Whether the admin reads take each queue's oldest due job in their scan of the job
+    table (`MIN(...)`); else from `oldest_due`."""
+    rank = "-priority"
+    """The claim index's priority key: lower first."""
+
+    def oldest_due(self, conn: Any, queues: Iterable[str], now: datetime) -> dict[str, datetime]:
+        """Each queue's oldest process_at at or before `now`, read from the claim index's
+        head of each of its priorities: one index dive per priority and one more."""
+        oldest: dict[str, datetime] = {}
+        at = self.encode_time(now)
+        source = self.claim_source()
+        for queue in queues:
+            rank: Any = None
+            while True:
+                after = "" if rank is None else f" AND {self.rank} > %s"
+                row = self.fetchone(
+                    conn,
+                    f"SELECT {self.rank}, process_at FROM {source} WHERE queue = %s{after} "
+                    f"ORDER BY {self.rank}, process_at LIMIT 1",
+                    (queue,) if rank is None else (queue, rank),
+                )
+                if row is None:
+                    break
+                rank, process_at = row
+                if process_at <= at and (queue not in oldest or process_at < oldest[queue]):
+                    oldest[queue] = process_at
+        return {queue: self.decode_time(value) for queue, value in oldest.items()}
 
     def held_rows(self, conn: Any) -> HeldRows:
         """Which job rows other transactions hold locked now (running jobs), told without

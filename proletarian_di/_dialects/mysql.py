@@ -65,6 +65,8 @@ class MySQLDialect(Dialect):
         "(process_at > %s OR (process_at = %s AND job_id >= %s))))"
     )
     claim_order = "queue, priority_rank, process_at"
+    oldest_in_scan = False  # MIN(CASE ...) over a million index entries: a third more scan
+    rank = "priority_rank"
     time_param = "%s"
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
