@@ -413,8 +413,6 @@ def _overview(
             item = entry(queue)
             item.running, item.retrying, item.scheduled = int(leased), int(retrying), int(scheduled)
             item.queued = int(total) - item.running - item.retrying - item.scheduled
-        for queue, oldest in _oldest_due(conn, dialect, rows, now).items():
-            entry(queue).oldest_due = max(timedelta(0), now - _utc(oldest))
         outcomes = HourlyOutcomes() if outcomes is None else outcomes
         hourly = outcomes.read(conn, dialect, tables.archived_job_table, now)
         for queue in hourly:
@@ -425,6 +423,8 @@ def _overview(
         if offset is not None:
             names = names[offset : offset + (count or len(names))]
         shown = [by_queue[name] for name in names]
+        for queue, oldest in _oldest_due(conn, dialect, rows, now, names).items():
+            by_queue[queue].oldest_due = max(timedelta(0), now - _utc(oldest))
         due = {item.queue: item.queued + item.retrying for item in shown}
         for queue, attempts in _held(conn, dialect, tables, now, due):
             item = entry(queue)
@@ -458,12 +458,18 @@ def _oldest_column(dialect: Dialect) -> str:
 
 
 def _oldest_due(
-    conn: Connection, dialect: Dialect, rows: Sequence[Sequence[Any]], now: datetime
+    conn: Connection,
+    dialect: Dialect,
+    rows: Sequence[Sequence[Any]],
+    now: datetime,
+    shown: Sequence[str] | None = None,
 ) -> dict[str, datetime]:
-    """Each queue's oldest due process_at: the last column of the GROUP BY's `rows`, or
-    read from the claim index (`Dialect.oldest_due`)."""
+    """The oldest due process_at of each queue of the GROUP BY's `rows` (of those `shown`):
+    its last column, or read from the claim index (`Dialect.oldest_due`)."""
     if not dialect.oldest_in_scan:
-        return dialect.oldest_due(conn, [row[0] for row in rows], now)
+        waiting = {row[0] for row in rows}
+        queues = sorted(waiting) if shown is None else [q for q in shown if q in waiting]
+        return dialect.oldest_due(conn, queues, now)
     return {row[0]: dialect.decode_time(row[-1]) for row in rows if row[-1] is not None}
 
 

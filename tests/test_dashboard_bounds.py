@@ -258,7 +258,9 @@ def test_a_listing_reads_a_bounded_number_of_rows_with_a_row_held(backend, count
             page = client.get(link)
             assert page.status_code == 200, page.text
             pages += 1
-            assert counted.reads.statements <= 12, counted.reads.sql
+            # as many whatever the queues: on MySQL the oldest due jobs take one per
+            # priority level and one more
+            assert counted.reads.statements <= 13, counted.reads.sql
             # the rows listed, and the ids the probe of them returns
             assert counted.reads.rows <= 2 * admin.MAX_EXAMINED + 10
             seen += listed(page.text)
@@ -345,22 +347,26 @@ def test_the_overview_of_2000_queues_comes_in_bounded_pages(backend, counted):
     holder.cursor().execute(
         f"SELECT job_id FROM {backend.job_table} WHERE queue = %s FOR UPDATE", (names[0],)
     )
-    while link is not None:
-        counted.reads.reset()
-        page = client.get(link)
-        assert page.status_code == 200
-        pages += 1
-        assert len(page.content) < 80_000
-        assert counted.reads.statements <= 12, counted.reads.sql
-        shown = re.findall(r'<tr data-queue="([^"]+)">', page.text)
-        assert len(shown) <= QUEUES_PER_PAGE
-        seen += shown
-        more = re.search(r'<a rel="next" href="([^"]+)">', page.text)
-        link = more and html.unescape(more.group(1))
-    assert seen == names and pages == 2000 // QUEUES_PER_PAGE
-    first = client.get("/").text
-    holder.rollback()
-    holder.close()
+    try:
+        while link is not None:
+            counted.reads.reset()
+            page = client.get(link)
+            assert page.status_code == 200
+            pages += 1
+            assert len(page.content) < 80_000
+            # as many whatever the queues: on MySQL the oldest due jobs take one per
+            # priority level and one more
+            assert counted.reads.statements <= 13, counted.reads.sql
+            shown = re.findall(r'<tr data-queue="([^"]+)">', page.text)
+            assert len(shown) <= QUEUES_PER_PAGE
+            seen += shown
+            more = re.search(r'<a rel="next" href="([^"]+)">', page.text)
+            link = more and html.unescape(more.group(1))
+        assert seen == names and pages == 2000 // QUEUES_PER_PAGE
+        first = client.get("/").text
+    finally:  # a failure must not leave the row locked for the next tests
+        holder.rollback()
+        holder.close()
     assert "2000 in all · page 1 of 40" in first
     row = re.search(r'<tr data-queue="queue-0000">.*?</tr>', first, re.S)
     assert row and '<td class="n" data-count="running">1</td>' in row.group()

@@ -1004,23 +1004,23 @@ class Dialect:
 
     def oldest_due(self, conn: Any, queues: Iterable[str], now: datetime) -> dict[str, datetime]:
         """Each queue's oldest process_at at or before `now`, read from the claim index's
-        head of each of its priorities: one index dive per priority and one more."""
-        oldest: dict[str, datetime] = {}
-        at = self.encode_time(now)
-        source = self.claim_source()
-        for queue in queues:
-            rank: Any = None
-            while True:
+        head of each of its priorities: a statement per priority level (and one more) that
+        dives once into the index per queue, however many queues there are."""
+        oldest: dict[str, Any] = {}
+        at, source = self.encode_time(now), self.claim_source()
+        pending: dict[str, Any] = dict.fromkeys(queues)
+        while pending:
+            heads, params = [], []
+            for queue, rank in pending.items():
                 after = "" if rank is None else f" AND {self.rank} > %s"
-                row = self.fetchone(
-                    conn,
-                    f"SELECT {self.rank}, process_at FROM {source} WHERE queue = %s{after} "
-                    f"ORDER BY {self.rank}, process_at LIMIT 1",
-                    (queue,) if rank is None else (queue, rank),
+                heads.append(
+                    f"(SELECT queue, {self.rank}, process_at FROM {source} "
+                    f"WHERE queue = %s{after} ORDER BY {self.rank}, process_at LIMIT 1)"
                 )
-                if row is None:
-                    break
-                rank, process_at = row
+                params += [queue] if rank is None else [queue, rank]
+            pending = {}
+            for queue, rank, process_at in self.fetchall(conn, " UNION ALL ".join(heads), params):
+                pending[queue] = rank
                 if process_at <= at and (queue not in oldest or process_at < oldest[queue]):
                     oldest[queue] = process_at
         return {queue: self.decode_time(value) for queue, value in oldest.items()}
