@@ -158,6 +158,7 @@ def _summed(conn: Any, dialect: Dialect, since: datetime, now: datetime) -> dict
         return {}
     current = now.replace(minute=0, second=0, microsecond=0)
     hours: dict[datetime, _Hour] = {}
+    whole: set[datetime] = set()
     for hour, queue, succeeded, failed, archived in dialect.fetchall(
         conn,
         f"SELECT hour, queue, succeeded, failed, archived FROM {table} "
@@ -167,11 +168,12 @@ def _summed(conn: Any, dialect: Dialect, since: datetime, now: datetime) -> dict
         start = _utc(dialect.decode_time(hour))
         entry = hours.setdefault(start, _Hour(0, {}))
         if queue == TOTAL:
+            whole.add(start)
             hours[start] = _Hour(int(archived), entry.outcomes)
         else:
             entry.outcomes[queue] = [int(succeeded), int(failed)]
     summed: dict[datetime, _Hour] = {}
-    while (start := since + len(summed) * HOUR) in hours and start < current:
+    while (start := since + len(summed) * HOUR) in whole and start < current:
         summed[start] = hours[start]
     return summed
 
