@@ -17,6 +17,7 @@ from .errors import (
     JobAbandoned,
     JobTimedOut,
     LeaseExpired,
+    NoCurrentJob,
     PayloadError,
     ProletarianError,
     SchemaError,
@@ -26,7 +27,7 @@ from .errors import (
     WorkerStateError,
 )
 from .job_ids import BinaryUUIDStrategy, JobIdStrategy, UUIDStrategy
-from .jobs import DEFAULT_QUEUE, Job
+from .jobs import DEFAULT_QUEUE, Cancel, Job, Snooze, current_job
 from .lifecycle import worker_running
 from .mysql import MySQLDataSource
 from .periodic import PeriodicJob, Scheduler, create_scheduler
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_QUEUE",
     "ArgumentTypeError",
     "BinaryUUIDStrategy",
+    "Cancel",
     "ConfigurationError",
     "CrashLoop",
     "DataSource",
@@ -58,6 +60,7 @@ __all__ = [
     "JobTimedOut",
     "LeaseExpired",
     "MySQLDataSource",
+    "NoCurrentJob",
     "PayloadError",
     "PeriodicJob",
     "ProletarianError",
@@ -66,6 +69,7 @@ __all__ = [
     "Scheduler",
     "SchemaError",
     "Serializer",
+    "Snooze",
     "TransactionAborted",
     "UUIDStrategy",
     "UnknownJobType",
@@ -74,6 +78,7 @@ __all__ = [
     "WorkerStateError",
     "create_queue_worker",
     "create_scheduler",
+    "current_job",
     "enqueue",
     "enqueue_async",
     "enqueue_many",

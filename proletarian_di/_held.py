@@ -23,7 +23,7 @@ from ._dialects import Dialect, Runs, Session, TransactionLost
 from ._slot import Slot
 from ._steps import LOST_WAIT_S, Steps
 from .errors import CrashLoop, JobTimedOut, PayloadError, TransactionAborted
-from .jobs import Job
+from .jobs import Job, Signal
 
 
 class Checkout:
@@ -75,9 +75,11 @@ class Batch:
         self.succeeded: list[tuple[Any, Job]] = []
         """(raw id, job) of each success, archived at the commit."""
         self.settled: list[tuple[str, Job]] = []
-        """(outcome, job) of each attempt written already: "retried" or "failed"."""
-        self.failed: list[Any] = []
-        """Raw ids of the jobs archived as failures."""
+        """(outcome, job) of each attempt written already: "retried", "failed", "snoozed"
+        or "cancelled"."""
+        self.ended: list[Any] = []
+        """Raw ids of the jobs whose claims are settled but not successes: failures,
+        snoozes and cancellations (`max_crashes` forgets their claims at the commit)."""
         self.outcomes: list[bool] = []
 
     def commit(self, runner: HeldMode, ahead: Ahead | None = None) -> None:
@@ -86,7 +88,7 @@ class Batch:
         session = self.session
         if runner.claims is not None:
             runner.claims.forget(
-                session.conn, session.dialect, [*(i for i, _ in self.succeeded), *self.failed]
+                session.conn, session.dialect, [*(i for i, _ in self.succeeded), *self.ended]
             )
         if not self.succeeded:
             session.dialect.commit(session.conn)
@@ -222,6 +224,11 @@ class HeldMode(Steps):
                 if error is None:
                     batch.succeeded.append((raw_id, job))
                     batch.outcomes.append(True)
+                elif isinstance(error, Signal):
+                    outcome = self._settle_signal(conn, dialect, raw_id, job, error)
+                    batch.settled.append((outcome, job))
+                    batch.ended.append(raw_id)
+                    batch.outcomes.append(False)
                 else:
                     self._settle_failure(batch, raw_id, job, error)
             batch.commit(self, ahead)
@@ -248,7 +255,7 @@ class HeldMode(Steps):
             outcome = self._fail(conn, dialect, raw_id, job, error)
         batch.settled.append((outcome, job))
         if outcome == "failed":
-            batch.failed.append(raw_id)
+            batch.ended.append(raw_id)
         batch.outcomes.append(False)
 
     def settle_timed_out(self, slot: Slot, job: Job, raw_id: Any, failure: JobTimedOut) -> bool:

@@ -27,7 +27,7 @@ from ._leases import holding, lease_token
 from ._slot import Replaced, Slot
 from ._steps import Steps
 from .errors import LeaseExpired
-from .jobs import Job
+from .jobs import Job, Signal
 
 
 class LeaseMode(Steps):
@@ -192,6 +192,9 @@ class LeaseMode(Steps):
         def write(conn: Any) -> bool:
             nonlocal ahead
             dialect = self.dialect(conn)
+            if isinstance(failure, Signal):
+                self.record_signal(conn, dialect, raw_id, job, failure, token)
+                return False
             if failure is not None:
                 self.record_attempt(
                     conn, dialect, raw_id, job, failure, stage=stage, lease=token, back=back

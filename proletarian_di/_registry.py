@@ -53,6 +53,9 @@ PRUNE_EVERY = 12
 """Beats between two prunes of a worker (one a minute), besides its first."""
 TIMEOUT_S = 3.0
 """The registry connection's connect, statement and socket timeout."""
+PROGRESS_EVERY_S = 1.0
+"""A job's reported progress is written by an early beat, at most one per this many
+seconds: many reports in a row cost one UPDATE."""
 
 
 def new_worker_id() -> str:
@@ -71,6 +74,8 @@ def thread_activity(name: str, slot: Slot, now: float) -> dict[str, Any]:
     job = slot.job
     if job is not None and slot.activity == "running":
         entry.update(job_id=str(job.job_id), job_type=job.job_type, attempt=job.attempts)
+        if slot.progress is not None:
+            entry["progress"] = slot.progress
     return entry
 
 
@@ -106,14 +111,32 @@ class Registration(threading.Thread):
         self._sums_up_at = time.monotonic() + self.every_s
         """When (`time.monotonic()`) the beat looks for an hour to sum up next: not in the
         first beat, which `start()` waits for."""
+        self._beaten = time.monotonic()
+        self._wake = threading.Event()
+        """Set by `soon()` (a job reported progress) and by `wake()` (the worker stopped)."""
         super().__init__(name=name, daemon=True)
 
     def run(self) -> None:
         try:
-            while not self.done.wait(self.every_s):
+            while True:
+                self._wake.wait(max(0.0, self._beaten + self.every_s - time.monotonic()))
+                if self.done.is_set():
+                    break
+                if self._wake.is_set():  # progress: written once PROGRESS_EVERY_S has passed
+                    self._wake.clear()
+                    if self.done.wait(self._beaten + PROGRESS_EVERY_S - time.monotonic()):
+                        break
                 self.beat()
         finally:
             self.leave()
+
+    def soon(self) -> None:
+        """A job reported progress: beat early, within `PROGRESS_EVERY_S` of the last beat."""
+        self._wake.set()
+
+    def wake(self) -> None:
+        """The worker has stopped (`done` is set): leave now, not at the next beat."""
+        self._wake.set()
 
     def beat(self) -> None:
         """Refresh the row (write it, if it is not there), and now and then prune dead ones;
@@ -121,6 +144,7 @@ class Registration(threading.Thread):
         that a worker is listed before it runs a job."""
         with self._lock:
             if not self._left:
+                self._beaten = time.monotonic()
                 self._beat()
 
     def _beat(self) -> None:
@@ -285,6 +309,8 @@ class WorkerThread:
     job_id: uuid.UUID | None = None
     job_type: str | None = None
     attempt: int | None = None
+    progress: Any = None
+    """What the job last reported with `Job.report_progress` (a float or a JSON object)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,6 +425,7 @@ def _threads(text: str, seen: datetime, now: datetime) -> tuple[WorkerThread, ..
                     job_id=None if job_id is None else uuid.UUID(job_id),
                     job_type=entry.get("job_type"),
                     attempt=entry.get("attempt"),
+                    progress=entry.get("progress"),
                 )
             )
         return tuple(threads)

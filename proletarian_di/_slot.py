@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobTimedOut
@@ -61,6 +62,10 @@ class Slot:
         self.pin: Pin | None = None
         """Where the thread keeps to the worker's shared CPU (`share_cpu`); its handlers
         run on its own CPUs."""
+        self.progress: Any = None
+        """The running job's last `report_progress` value, None until it reports one."""
+        self.on_progress: Callable[[], None] = lambda: None
+        """Called after each report (the worker's registry writes it soon)."""
 
     def mark(self, activity: str) -> None:
         """The thread moves on to `activity` now."""
@@ -70,9 +75,19 @@ class Slot:
         """A job starts running here, to be abandoned `timeout_s` from now (None: never)."""
         with self.lock:
             self.job, self.raw_id, self.lease = job, raw_id, lease
+            self.progress = self.timed_out = None
             self.started = self.since = time.monotonic()
             self.activity = "running"
             self.deadline = None if timeout_s is None else self.started + timeout_s
+
+    def report_progress(self, job: Job, value: Any) -> None:
+        """`job` reports its progress: kept while it is still the job running here (a
+        thread its handler left behind cannot speak for the next job)."""
+        with self.lock:
+            if self.job is not job:
+                return
+            self.progress = value
+        self.on_progress()
 
     def extend(self, seconds: float) -> None:
         with self.lock:
@@ -93,6 +108,7 @@ class Slot:
     def clear(self) -> None:
         with self.lock:
             self.job = self.raw_id = self.lease = self.deadline = self.timed_out = None
+            self.progress = None
 
     def take_overdue(
         self, now: float, force: bool = False

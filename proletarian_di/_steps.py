@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import threading
 import time
@@ -41,7 +42,7 @@ from .errors import (
     PayloadError,
     TransactionAborted,
 )
-from .jobs import Job
+from .jobs import Cancel, Job, Signal, Snooze, running
 from .observers import Observer, notify
 from .retry import to_retry_spec
 
@@ -58,6 +59,7 @@ class Stats:
     def __init__(self, observers: Sequence[Observer] = (), log: LogFn = default_log) -> None:
         self._lock = threading.Lock()
         self.succeeded = self.failed = self.retried = self.abandoned = self.timed_out = 0
+        self.snoozed = self.cancelled = 0
         self.observers, self.log = list(observers), log
 
     def add(self, outcome: str, job: Job) -> None:
@@ -74,6 +76,8 @@ class Stats:
                 "retried": self.retried,
                 "abandoned": self.abandoned,
                 "timed_out": self.timed_out,
+                "snoozed": self.snoozed,
+                "cancelled": self.cancelled,
             }
 
 
@@ -214,8 +218,9 @@ class Steps:
     def _run(
         self, conn: Any, dialect: Dialect, job: Job, slot: Slot | None = None
     ) -> BaseException | None:
-        """Run the handler; the exception that failed the attempt, or None. An async handler
-        is cancelled at the job's timeout (a sync one is left to the worker's watchdog)."""
+        """Run the handler; the exception that failed the attempt, the `Snooze` or `Cancel`
+        it raised or returned, or None. An async handler is cancelled at the job's timeout
+        (a sync one is left to the worker's watchdog)."""
         self.emit("handling_job", job)
         timeout = self.options.timeout_s(job.job_type)
 
@@ -235,17 +240,23 @@ class Steps:
         pin = None if slot is None else slot.pin
         if pin is not None:
             pin.widen()
+        if slot is not None:
+            object.__setattr__(job, "_progress", functools.partial(slot.report_progress, job))
+        current = running(job)
         try:
             if self.advanced:
-                _, error = self._guarded(conn, dialect, "handler", handle, job, slot=slot)
+                result, error = self._guarded(conn, dialect, "handler", handle, job, slot=slot)
             else:
                 try:
-                    handle(job.job_type, job.payload)
+                    result = handle(job.job_type, job.payload)
                 except BaseException as exc:
                     if _interrupts(exc):
                         raise
                     error = exc
+            if error is None and isinstance(result, Signal):
+                error = result
         finally:
+            current.var.reset(current)
             if pin is not None:
                 pin.narrow()
             if observers:
@@ -261,7 +272,7 @@ class Steps:
                 timeout_ms=round(timeout * 1000),
                 reason="cancelled at its timeout",
             )
-        elif error is not None:
+        elif error is not None and not isinstance(error, Signal):
             self.emit("handler_exception", job, exception=error)
         return error
 
@@ -339,6 +350,51 @@ class Steps:
             exception=exc,
         )
         return "retried"
+
+    def _settle_signal(
+        self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, signal: Signal
+    ) -> str:
+        """Write what a handler's `Snooze` or `Cancel` asks, in the transaction that holds the
+        job: due again later with its attempts as they were, or archived as cancelled."""
+        if isinstance(signal, Snooze):
+            try:
+                process_at = self._retry_at(signal.delay_ms)
+            except InvalidRetrySpec as exc:
+                return self._fail(conn, dialect, raw_id, job, exc)
+            dialect.snooze(conn, raw_id, process_at)
+            self.on_reschedule(process_at, job.priority)
+            self.emit(
+                "job_snoozed", job, delay_ms=signal.delay_ms, process_at=process_at.isoformat()
+            )
+            return "snoozed"
+        assert isinstance(signal, Cancel)
+        dialect.archive(
+            conn,
+            [raw_id],
+            "cancelled",
+            self.clock(),
+            f"Cancel: {signal.reason}",
+            started=[job.started_at],
+            worker=job.worker,
+        )
+        self.emit("job_cancelled", job, reason=signal.reason)
+        return "cancelled"
+
+    def record_signal(
+        self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, signal: Signal, lease: str
+    ) -> bool:
+        """Lease mode: write a handler's `Snooze` or `Cancel` in a transaction of its own,
+        if the lease still holds the job (the claim's counted attempt is taken back first).
+        Whether it was written."""
+        if not self._lock_for_record(conn, dialect, raw_id, job, lease=lease):
+            return False
+        job = dataclasses.replace(job, connection=conn)
+        outcome = self._settle_signal(conn, dialect, raw_id, job, signal)
+        if self.claims is not None:
+            self.claims.forget(conn, dialect, [raw_id])
+        dialect.commit(conn)
+        self.stats.add(outcome, job)
+        return True
 
     def _retry_plan(
         self, conn: Any, dialect: Dialect, job: Job, exc: BaseException

@@ -606,6 +606,8 @@ class JobInfo:
     it was enqueued with. `payload_truncated`: the listing read only the payload's first
     characters (see `list_jobs_page`), and `payload` is that text, not decoded. `history`:
     every finished attempt, oldest first (`get_job` reads it; listings leave it empty).
+    `progress`: what a running job last reported (`Job.report_progress`), as its worker's
+    last beat wrote it (`get_job` reads it; None otherwise).
     """
 
     job_id: uuid.UUID
@@ -621,6 +623,7 @@ class JobInfo:
     priority: int = 0
     payload_truncated: bool = False
     history: tuple[Attempt, ...] = ()
+    progress: Any = None
 
     @property
     def error_headline(self) -> str | None:
@@ -859,7 +862,25 @@ def get_job(
         found = _collect(conn, dialect, tables, query, 1, None, codec).jobs
         if not found:
             return None
-        return dataclasses.replace(found[0], history=_history(conn, dialect, tables, found[0]))
+        job = found[0]
+        return dataclasses.replace(
+            job,
+            history=_history(conn, dialect, tables, job),
+            progress=_progress(conn, dialect, tables, job),
+        )
+
+
+def _progress(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> Any:
+    """A running job's progress, from the live worker that runs it (None if it reported
+    none, or the schema predates the live workers' table)."""
+    table = workers_table(tables.job_table)
+    if job.state != "running" or not dialect.table_columns(conn, table):
+        return None
+    for worker in _registry.read_workers(conn, dialect, table, job.queue, STALE_AFTER):
+        for thread in worker.threads:
+            if thread.job_id == job.job_id and thread.progress is not None:
+                return thread.progress
+    return None
 
 
 def _history(

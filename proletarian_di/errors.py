@@ -7,6 +7,7 @@
     ├── PayloadError (ValueError)         a payload cannot be encoded, or a stored one decoded
     ├── InvalidRetrySpec (ValueError)     a retry strategy's answer is not a retry spec
     ├── UnknownJobType (LookupError)      a JobRouter has no handler for a job type
+    ├── NoCurrentJob (LookupError)        current_job() called outside a job's handler
     ├── SchemaError                       the queue tables are missing or incomplete
     ├── UnsupportedDatabase               the server is too old, or the driver unsupported
     ├── EmbeddedPostgresUnavailable (RuntimeError)   the embedded server cannot run
@@ -59,6 +60,10 @@ class UnknownJobType(ProletarianError, LookupError):
         self.known = known
         registered = ", ".join(repr(name) for name in known) or "none"
         super().__init__(f"no handler for job type {job_type!r} (registered: {registered})")
+
+
+class NoCurrentJob(ProletarianError, LookupError):
+    """`current_job()` was called where no job's handler is running."""
 
 
 class SchemaError(ProletarianError):

@@ -18,9 +18,10 @@ from ._types import LogFn
 from .errors import ConfigurationError
 from .jobs import Job
 
-OUTCOMES = ("succeeded", "failed", "retried", "abandoned", "timed_out")
+OUTCOMES = ("succeeded", "failed", "retried", "abandoned", "timed_out", "snoozed", "cancelled")
 """What `job_counted` reports; a timed-out or abandoned attempt is also counted as retried
-or failed, as `QueueWorker.summary()` counts them."""
+or failed, as `QueueWorker.summary()` counts them. "snoozed" and "cancelled" are a handler's
+`Snooze` and `Cancel`."""
 
 
 class Observer:
@@ -37,7 +38,8 @@ class Observer:
         """The handler is about to run this attempt (`job.attempts`), on this thread."""
 
     def job_ended(self, job: Job, error: BaseException | None, seconds: float) -> None:
-        """The handler returned (`error` None) or raised, after `seconds`, on this thread."""
+        """The handler returned (`error` None) or raised, after `seconds`, on this thread; a
+        `Snooze` or `Cancel` it raised or returned is `error` too."""
 
     def job_counted(self, job: Job, outcome: str) -> None:
         """An outcome of the job was counted: one of `OUTCOMES`."""

@@ -95,6 +95,8 @@ class QueueWorker:
         self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
         self._finished = threading.Event()
+        self._progress_reported: Callable[[], None] = lambda: None
+        """Where a slot tells of a job's progress: the registry's `soon`."""
         """Set once the drain is over: the heartbeat and the watchdog end."""
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
@@ -133,7 +135,8 @@ class QueueWorker:
         return self._failure
 
     def summary(self) -> dict[str, int]:
-        """Job outcomes so far: succeeded, failed, retried, abandoned, timed_out (a
+        """Job outcomes so far: succeeded, failed, retried, abandoned, timed_out, snoozed and
+        cancelled (a
         timed-out attempt is also counted as retried or failed; an abandoned one spends no
         retry, and is counted as failed at its third abandonment in a row)."""
         return self.stats.as_dict()
@@ -227,6 +230,7 @@ class QueueWorker:
                 self._cpu = shared_cpu(self.options.worker_threads)
             registration = self._registered()
             self._helpers.append(registration)
+            self._progress_reported = registration.soon
             for n in range(self.options.worker_threads):
                 self._threads.append(self._thread(f"{self.queue_worker_id}-{n}"))
             registration.beat()  # listed before it runs a job
@@ -317,6 +321,7 @@ class QueueWorker:
 
     def _thread(self, name: str) -> threading.Thread:
         slot = self._slots[name] = Slot()
+        slot.on_progress = self._progress_reported
         return threading.Thread(target=self._poll, args=(slot,), name=name, daemon=True)
 
     def _live_slots(self) -> list[Slot]:
@@ -492,6 +497,9 @@ class QueueWorker:
         for held in abandoned:
             self._record(*held)
         self._finished.set()
+        for helper in self._helpers:
+            if isinstance(helper, Registration):
+                helper.wake()
         for helper in self._helpers:
             helper.join(REGISTRY_TIMEOUT_S * 2 if isinstance(helper, Registration) else 1.0)
         if self._runner.claims is not None:

@@ -5,7 +5,8 @@ a 300 ms job timeout} x {no cap, max_running=1}. Lease mode refuses advanced han
 max_running (tested below); of the rest, `COMBINATIONS` is a sample that covers every pair
 of values. Each combination is driven through the events that can befall a job (it
 succeeds, raises, times out, its process is SIGKILLed, `stop()` abandons it, the database
-drops every connection), on both databases, and `Ledger.check` then asserts:
+drops every connection, it snoozes or cancels itself), on both databases, and
+`Ledger.check` then asserts:
 
 - no job lost: each is waiting or archived, never both, never neither;
 - no job runs more often than its retry spec allows, outside a crash;
@@ -13,7 +14,8 @@ drops every connection), on both databases, and `Ledger.check` then asserts:
 - no two runs of one job at once (but a sync handler that timed out, which cannot be
   stopped and is documented to keep running beside its retry);
 - the cap (`max_running`) is never exceeded, timed-out handlers still running included;
-- every attempt is recorded once: an archived job's attempts are the runs it had.
+- every attempt is recorded once: an archived job's attempts are the runs it had, but
+  for its runs that snoozed (`Snooze` spends no attempt).
 
 Every combination's in-process worker runs three threads, so its threads share one CPU while
 they claim and settle (`share_cpu`, on by default) and take their own back in handlers, a
@@ -45,7 +47,14 @@ import pytest
 from faults import TCPProxy, upstream_of
 from psycopg.conninfo import make_conninfo
 
-from proletarian_di import ConfigurationError, RetrySpec, create_queue_worker, enqueue
+from proletarian_di import (
+    Cancel,
+    ConfigurationError,
+    RetrySpec,
+    Snooze,
+    create_queue_worker,
+    enqueue,
+)
 from proletarian_di.mysql import MySQLDataSource
 from proletarian_di.observers import Observer
 
@@ -122,6 +131,7 @@ class Run:
     attempt: int
     started: float
     ended: float | None = None
+    snoozed: bool = False
 
 
 class Ledger:
@@ -165,15 +175,20 @@ class Ledger:
             self.running += 1
             self.most_running = max(self.most_running, self.running)
         try:
-            yield
+            yield run
         finally:
             with self.lock:
                 run.ended = time.monotonic()
                 self.running -= 1
 
-    def of(self, job_id: Any) -> list[Run]:
+    def of(self, job_id: Any, snoozed: bool = True) -> list[Run]:
+        """The job's runs, those that snoozed too unless `snoozed` is false."""
         with self.lock:
-            return [run for run in self.runs if run.job_id == as_uuid(job_id)]
+            return [
+                run
+                for run in self.runs
+                if run.job_id == as_uuid(job_id) and (snoozed or not run.snoozed)
+            ]
 
     def check(
         self,
@@ -196,7 +211,7 @@ class Ledger:
         timed_out = {(as_uuid(e["job_id"]), e["attempt"]) for e in events.named("job_timed_out")}
         for job_id in map(as_uuid, ids):
             assert (job_id in waiting) != (job_id in archived), f"{job_id} lost or doubled"
-            runs = self.of(job_id)
+            runs = self.of(job_id, snoozed=False)
             allowed = RETRIES + 1 + crashes
             assert len(runs) <= allowed, f"{job_id} ran {len(runs)} times"
             if job_id in archived:
@@ -233,12 +248,18 @@ def _ids(backend: Backend, table: str) -> str:
 
 def handler_for(combination: Combination, ledger: Ledger, release: threading.Event) -> Any:
     """ok: returns; boom: raises; slow: its first attempt outlives the timeout; hang:
-    blocks until `release`."""
+    blocks until `release`; nap: snoozes its first run; drop: cancels itself."""
 
     def handle(job_id: Any, job_type: str, attempt: int) -> None:
-        with ledger.run(job_id, attempt):
+        first = not ledger.of(job_id)
+        with ledger.run(job_id, attempt) as run:
             if job_type == "boom":
                 raise RuntimeError("boom")
+            if job_type == "nap" and first:
+                run.snoozed = True
+                raise Snooze(0)
+            if job_type == "drop":
+                raise Cancel("dropped")
             if job_type == "slow" and attempt == 1:
                 time.sleep(0.8)
             elif job_type == "hang":
@@ -301,14 +322,14 @@ def worker_for(
 def test_succeed_raise_time_out_and_be_abandoned(
     backend: Backend, pool: Any, combination: Combination
 ) -> None:
-    """Four jobs succeed, one raises every time, one outlives its timeout once; then one
-    blocks until `stop()` abandons it."""
+    """Four jobs succeed, one raises every time, one outlives its timeout once, one snoozes
+    once, one cancels itself; then one blocks until `stop()` abandons it."""
     ledger, release, events = Ledger(), threading.Event(), Events()
     worker = worker_for(pool, combination, handler_for(combination, ledger, release), events)
     worker.start()
     try:
-        ids = enqueue_jobs(backend, "ok", "ok", "ok", "ok", "boom", "slow")
-        wait_until(lambda: len(backend.archived()) == 6, timeout=20, description="six settled")
+        ids = enqueue_jobs(backend, "ok", "ok", "ok", "ok", "boom", "slow", "nap", "drop")
+        wait_until(lambda: len(backend.archived()) == 8, timeout=20, description="all settled")
         [hang] = enqueue_jobs(backend, "hang")
         wait_until(lambda: ledger.of(hang), timeout=10, description="hang started")
         assert worker.stop() is False, "the hanging job is abandoned"
@@ -322,6 +343,8 @@ def test_succeed_raise_time_out_and_be_abandoned(
     assert by_type["ok"] == ("success", 1)
     assert by_type["boom"] == ("failure", RETRIES + 1)
     assert by_type["slow"] == ("success", 2 if combination.timeout else 1)
+    assert by_type["nap"] == ("success", 1)
+    assert by_type["drop"] == ("cancelled", 1)
     [(attempts, error)] = backend.query(f"SELECT attempts, last_error FROM {backend.job_table}")
     assert attempts == 0 and error.startswith("JobAbandoned: ")
 

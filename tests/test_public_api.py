@@ -49,6 +49,10 @@ PUBLIC = {
     "Scheduler",
     "create_queue_worker",
     "create_scheduler",
+    "Cancel",
+    "NoCurrentJob",
+    "Snooze",
+    "current_job",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
@@ -71,12 +75,13 @@ def test_every_error_derives_from_proletarian_error_and_keeps_its_builtin():
         for obj in vars(errors).values()
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(raised) == 16
+    assert len(raised) == 17
     assert all(issubclass(cls, proletarian_di.ProletarianError) for cls in raised)
     builtins = {
         "ConfigurationError": ValueError,
         "DatabaseURLError": ValueError,
         "ArgumentTypeError": TypeError,
+        "NoCurrentJob": LookupError,
         "PayloadError": ValueError,
         "InvalidRetrySpec": ValueError,
         "UnknownJobType": LookupError,

@@ -50,8 +50,8 @@ def test_quickstart_runs(pg):
     assert "flaky@example.com      success  attempts=3" in result.stdout
     assert "bounce@example.com     failure  attempts=1" in result.stdout
     assert (
-        "{'succeeded': 3, 'failed': 1, 'retried': 2, 'abandoned': 0, 'timed_out': 0}"
-        in result.stdout
+        "{'succeeded': 3, 'failed': 1, 'retried': 2, 'abandoned': 0, 'timed_out': 0, "
+        "'snoozed': 0, 'cancelled': 0}" in result.stdout
     )
 
 

@@ -163,6 +163,8 @@ def test_a_sync_handler_past_its_timeout_fails_and_its_thread_is_replaced(
         "retried": 0,
         "abandoned": 0,
         "timed_out": 1,
+        "snoozed": 0,
+        "cancelled": 0,
     }
 
 

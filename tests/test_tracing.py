@@ -22,8 +22,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from proletarian_di import (
+    Cancel,
     RetrySpec,
     SchemaError,
+    Snooze,
     create_queue_worker,
     enqueue,
     enqueue_async,
@@ -152,6 +154,37 @@ def test_a_failing_attempt_records_its_exception_and_a_retry_has_a_span_of_its_o
         assert dict(event.attributes or {})["exception.type"] == "RuntimeError"
         assert dict(event.attributes or {})["exception.message"] == "boom"
     assert backend.archived() == [("flaky", "failure", 2)]
+
+
+def test_a_snooze_and_a_cancel_end_their_spans_with_their_outcome_not_as_errors(
+    backend, pool, traces
+):
+    enqueue_in_span(backend, traces, ("nap", None), ("drop", None))
+    naps = []
+
+    def handler(job_type: str, payload: Any) -> Any:
+        if job_type == "drop":
+            raise Cancel("not wanted")
+        naps.append(1)
+        return Snooze(0) if len(naps) == 1 else None
+
+    assert run_due_jobs(pool, handler, observers=[tracing(traces.provider)]) == 3
+    outcomes = sorted(
+        (
+            span.name,
+            attributes(span)["proletarian.outcome"],
+            attributes(span).get("proletarian.reason"),
+        )
+        for span in traces.spans()
+        if span.name.startswith("process ")
+    )
+    assert outcomes == [
+        ("process drop", "cancelled", "not wanted"),
+        ("process nap", "snoozed", "snoozed for 0 ms"),
+        ("process nap", "succeeded", None),
+    ]
+    for span in traces.spans():
+        assert span.status.status_code is not StatusCode.ERROR and not span.events
 
 
 def test_a_job_enqueued_outside_a_span_stores_nothing_and_starts_its_own_trace(

@@ -363,6 +363,7 @@ class Dialect:
             f"UPDATE {job} SET attempts = %s, process_at = %s, last_error = %s, leased_by = NULL "
             "WHERE job_id = %s"
         )
+        self.snooze_sql = f"UPDATE {job} SET process_at = %s, leased_by = NULL WHERE job_id = %s"
         self.lease_select_sql = self.claim_statement(
             columns=f"{self.columns}, last_error, priority, leased_by, trace_context"
         )
@@ -628,6 +629,11 @@ class Dialect:
         """Count a failed attempt: due again at `process_at`, with its error kept."""
         params = (attempts, self.encode_time(process_at), error, job_id)
         self.execute(conn, self.reschedule_sql, params)
+
+    def snooze(self, conn: Any, job_id: Any, process_at: datetime) -> None:
+        """Make a job due again at `process_at`, its attempts and last error as they were
+        (a handler's `Snooze`)."""
+        self.execute(conn, self.snooze_sql, (self.encode_time(process_at), job_id))
 
     # Lease mode -------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from .. import __version__
 from ..errors import JobTimedOut
-from ..jobs import Job
+from ..jobs import Cancel, Job, Snooze
 from ..observers import Observer
 
 __all__ = ["TracingObserver", "tracing"]
@@ -51,7 +51,8 @@ class TracingObserver(Observer):
     `messaging.destination.name` (the queue), `messaging.message.id` (the job id),
     `proletarian.job_type`, `proletarian.attempt` (1 for the first) and, at the end,
     `proletarian.outcome`: "succeeded", "failed", or "timed_out" (also "abandoned" for a job
-    given up at `stop()`). A failed attempt records its exception and sets status ERROR.
+    given up at `stop()`, "snoozed" and "cancelled" for a handler's `Snooze` and `Cancel`). A
+    failed attempt records its exception and sets status ERROR.
     """
 
     def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
@@ -94,6 +95,11 @@ class TracingObserver(Observer):
                 outcome = run.outcome
             elif error is None:
                 outcome = "succeeded"
+            elif isinstance(error, (Snooze, Cancel)):
+                outcome = "snoozed" if isinstance(error, Snooze) else "cancelled"
+                span.set_attribute("proletarian.outcome", outcome)
+                span.set_attribute("proletarian.reason", str(error))
+                return
             else:
                 outcome = "timed_out" if isinstance(error, JobTimedOut) else "failed"
             span.set_attribute("proletarian.outcome", outcome)

@@ -215,6 +215,8 @@ def show_job(
         ("enqueued", f"{job.enqueued_at.isoformat()} ({_when(job.enqueued_at)})"),
         ("due", f"{job.process_at.isoformat()} ({_when(job.process_at)})"),
     ]
+    if job.progress is not None:
+        lines.append(("progress", _progress_text(job.progress)))
     if job.finished_at is not None:
         lines.append(("finished", f"{job.finished_at.isoformat()} ({_when(job.finished_at)})"))
     console.print(_escape(where))
@@ -229,6 +231,13 @@ def show_job(
     if job.error:
         console.print("[bold]    error[/]")
         console.print(_escape(job.error, lines=True), soft_wrap=True, highlight=False)
+
+
+def _progress_text(progress: Any) -> str:
+    """A running job's progress: a fraction as a percentage, an object as compact JSON."""
+    if isinstance(progress, (int, float)):
+        return f"{progress:.0%}"
+    return json.dumps(progress, separators=(", ", ": "), ensure_ascii=False)
 
 
 def _attempt_line(attempt: admin.Attempt) -> str:
