@@ -6,6 +6,7 @@ in the same transaction: at-least-once, no broker.
 """
 
 from ._enqueue import enqueue, enqueue_async, enqueue_many
+from ._rates import RateLimit
 from ._types import DataSource, EnqueueOptions, HandlerMode, WorkerOptions
 from .errors import (
     ArgumentTypeError,
@@ -65,6 +66,7 @@ __all__ = [
     "PeriodicJob",
     "ProletarianError",
     "QueueWorker",
+    "RateLimit",
     "RetrySpec",
     "Scheduler",
     "SchemaError",

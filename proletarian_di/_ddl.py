@@ -2,7 +2,7 @@
 
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
-{claims_table}, {attempt_table}, {attempt_index}, {workers_table}, {outcomes_table},
+{claims_table}, {attempt_table}, {attempt_index}, {workers_table}, {outcomes_table}, {rate_table},
 {enqueued_index}, {archived_enqueued_index}, each table's name
 without its schema ({job_table_name}, ...) and, on MySQL, {db} (the tables' database as an SQL
 value) and {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
@@ -114,6 +114,13 @@ CREATE TABLE IF NOT EXISTS {outcomes_table} (
     archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
     PRIMARY KEY (hour, queue)
 );
+CREATE TABLE IF NOT EXISTS {rate_table} (
+    bucket      TEXT NOT NULL,        -- what is limited: the queue
+    slot        INTEGER NOT NULL,     -- 0 to the limit - 1: a start may use it once a period
+    used_at     TIMESTAMPTZ NOT NULL, -- the start it last counted, by the database's clock
+    period_ms   BIGINT NOT NULL,      -- the limit's period, as its workers last set it
+    PRIMARY KEY (bucket, slot)
+);
 """
 
 MYSQL = """\
@@ -210,6 +217,14 @@ CREATE TABLE IF NOT EXISTS {outcomes_table} (
     failed      BIGINT NOT NULL,          -- archived as failure in the hour
     archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
     PRIMARY KEY (hour, queue)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {rate_table} (
+    bucket      VARCHAR(255) NOT NULL,    -- what is limited: the queue
+    slot        INTEGER NOT NULL,         -- 0 to the limit - 1: a start may use it once a period
+    used_at     DATETIME(6) NOT NULL,     -- UTC; the start it last counted, by the database's clock
+    period_ms   BIGINT NOT NULL,          -- the limit's period, as its workers last set it
+    PRIMARY KEY (bucket, slot)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -401,6 +416,10 @@ POSTGRESQL_12 = _statement(POSTGRESQL, "CREATE INDEX IF NOT EXISTS {enqueued_ind
     POSTGRESQL, "CREATE INDEX IF NOT EXISTS {archived_enqueued_index}"
 )
 
+# Rate limits (`rate_limit`): a start of a job of a limited queue takes one of its `limit`
+# slots whose last start is a period old, in the claim's transaction (see _rates).
+POSTGRESQL_13 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {rate_table}")
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -571,6 +590,9 @@ MYSQL_15 = _my_alter(
     ),
 )
 
+# Rate limits (POSTGRESQL_13).
+MYSQL_16 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {rate_table}")
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -638,6 +660,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _pg_index("archived_job_table", "{archived_enqueued_index}"),
             ),
         ),
+        ("rate_limits", POSTGRESQL_13, (_pg_table("rate_table"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -699,6 +722,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _my_index("archived_job_table", "{archived_enqueued_index}"),
             ),
         ),
+        ("rate_limits", MYSQL_16, (_my_table("rate_table"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

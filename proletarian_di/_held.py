@@ -193,6 +193,9 @@ class HeldMode(Steps):
                 frontier.missed(slot)
             dialect.rollback(conn)  # a paused queue's jobs go back unrun
             return []
+        if self.rates is not None and not self.rates.take(conn, dialect):
+            dialect.rollback(conn)  # no start left in the window: the job goes back unrun
+            return []
         self.on_claim()
         if frontier is not None:
             frontier.claimed(slot, dialect.position(rows[-1]))

@@ -50,7 +50,11 @@ class LeaseMode(Steps):
         claim = self._next_claim(slot, limit)
         with connect() as conn:
             dialect = self.dialect(conn)
-            rows = self._claimed(conn, dialect, dialect.lease_claim(conn, *claim), claim, slot)
+            if self.rates is None:
+                claimed = dialect.lease_claim(conn, *claim)
+            else:
+                claimed = dialect.lease_claim_limited(conn, claim, self.rates.take)
+            rows = self._claimed(conn, dialect, claimed, claim, slot)
             dialect.rollback(conn)
         outcomes: list[bool] = []
         while rows:
@@ -76,6 +80,8 @@ class LeaseMode(Steps):
         thread that goes on (`going_on`), on a queue not known to be paused."""
         if going_on is None or not going_on() or self.pauses.known_paused():
             return None
+        if self.rates is not None:
+            return None  # a start is counted in its own claim (`lease_claim_limited`)
         if slot is not None and slot.abandoned:
             return None
         return self._next_claim(slot, limit)

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from ._dialects import check_table_name
 from ._logging import default_log
+from ._rates import RateLimit, check_rate_limit
 from ._secrets import mask
 from ._types import (
     Clock,
@@ -187,6 +188,7 @@ class WorkerSettings:
     listen_conninfo: str | None = None
     keepalive_timeout_ms: int = DEFAULT_KEEPALIVE_TIMEOUT_MS
     share_cpu: bool = True
+    rate_limit: RateLimit | None = None
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -228,6 +230,12 @@ class WorkerSettings:
         object.__setattr__(self, "observers", check_observers(self.observers))
         check_pgbouncer(self)
         check_keepalive_timeout(self.keepalive_timeout_ms)
+        if check_rate_limit(self.rate_limit) is not None and self.batch_size > 1:
+            raise ConfigurationError(
+                "rate_limit and batch_size > 1 cannot go together: a rate limit counts each "
+                "job's start when it is claimed, and a batch claims its later jobs before "
+                "they start; use worker_threads for more at once"
+            )
 
     @property
     def lends_connection(self) -> bool:

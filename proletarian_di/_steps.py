@@ -32,6 +32,7 @@ from ._leases import Leases
 from ._logging import default_log, describe, error_text, safe_log, wanted
 from ._options import WorkerSettings
 from ._pauses import PauseWatch
+from ._rates import RateGate
 from ._slot import Slot
 from ._types import Handler, LogFn
 from .errors import (
@@ -159,6 +160,12 @@ class Steps:
         """Lease mode: the leases the worker's heartbeat renews."""
         self.claims: ClaimCounter | None = None
         """`max_crashes`: where each claim is counted before its job runs."""
+        self.rates = (
+            None
+            if options.rate_limit is None
+            else RateGate(options.rate_limit, options.queue, options.polling_interval_ms / 1000)
+        )
+        """`rate_limit`: where each claim takes its start's slot."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
             _no_connection
         )

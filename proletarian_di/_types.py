@@ -17,6 +17,7 @@ from .retry import RetrySpec
 from .serializers import Serializer
 
 if TYPE_CHECKING:
+    from ._rates import RateLimit
     from .observers import Observer
 
 Connection = Any
@@ -102,3 +103,4 @@ class WorkerOptions(TypedDict, total=False):
     listen_conninfo: str | None
     keepalive_timeout_ms: int | None
     share_cpu: bool | None
+    rate_limit: RateLimit | None

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import _ddl
 from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
-from ._dialects.base import attempt_table_of, claims_table_of, outcomes_table_of
+from ._dialects.base import attempt_table_of, claims_table_of, outcomes_table_of, rate_table_of
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from .errors import ConfigurationError, SchemaError
 
@@ -113,6 +113,7 @@ def _render(
         "attempt_table": attempt_table(job_table),
         "workers_table": workers_table(job_table),
         "outcomes_table": outcomes_table(job_table),
+        "rate_table": rate_table(job_table),
     }
     sql = template.format(
         schema=schema or "public",
@@ -169,6 +170,11 @@ def attempt_table(job_table: str) -> str:
 def workers_table(job_table: str) -> str:
     """Where the running workers of these tables register: `<job table>_workers`."""
     return f"{job_table}{WORKERS_TABLE_SUFFIX}"
+
+
+def rate_table(job_table: str) -> str:
+    """Where rate-limited queues count their starts: `<job table>_rate_slots`."""
+    return rate_table_of(job_table)
 
 
 def outcomes_table(job_table: str) -> str:

@@ -25,6 +25,7 @@ from .schema import (
     outcomes_table,
     paused_table,
     periodic_table,
+    rate_table,
     version_table,
     workers_table,
 )
@@ -253,6 +254,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {attempt_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {workers_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {outcomes_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {rate_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 
@@ -265,6 +267,7 @@ class QueueDatabase:
         self.execute(f"{statement} {self.archived_job_table}")
         self.execute(f"{statement} {attempt_table(self.job_table)}")
         self.execute(f"DELETE FROM {outcomes_table(self.job_table)}")
+        self.execute(f"DELETE FROM {rate_table(self.job_table)}")
         self.execute(f"DELETE FROM {paused_table(self.job_table)}")
 
     def jobs(self) -> list[tuple[Any, ...]]:

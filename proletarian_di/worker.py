@@ -182,6 +182,9 @@ class QueueWorker:
         with self._connect() as conn:
             check_schema(conn, self.options.job_table, self.options.archived_job_table)
             dialect = self._runner.dialect(conn)
+            if self._runner.rates is not None:
+                self._runner.rates.ensure(conn, dialect)
+                dialect.commit(conn)
             if note and not self._pgbouncer and dialect.behind_pooler(conn):
                 self._detected_pooler()
             locate = getattr(dialect, "locate_tables", None)
@@ -646,13 +649,15 @@ class QueueWorker:
                 )
                 slot.conn, slot.dialect = checkout.conn, checkout.dialect
                 while not self._stopping.is_set():
+                    if self._held_back(slot):
+                        continue
                     self._emit("polling_for_jobs")
                     slot.mark("polling")
                     ran = self._runner.run_batch(checkout.session, slot, batch_size, self._going_on)
                     backoff.reset()
                     if checkout.dialect.is_closed(checkout.conn):
                         break  # a handler closed it: take another
-                    if not ran:
+                    if not ran and not self._rate_limited():
                         self._idle(slot, interval)
             except Exception as exc:
                 error = exc
@@ -669,6 +674,8 @@ class QueueWorker:
         backoff = _Backoff()
         interval = self.options.polling_interval_ms / 1000
         while not self._stopping.is_set():
+            if self._held_back(slot):
+                continue
             try:
                 self._emit("polling_for_jobs")
                 slot.mark("polling")
@@ -676,11 +683,27 @@ class QueueWorker:
                     self._lease_connect, slot, self.options.batch_size, self._going_on
                 )
                 backoff.reset()
-                if not ran:
+                if not ran and not self._rate_limited():
                     self._idle(slot, interval)
             except Exception as exc:
                 if not self._polling_failed(slot, exc, backoff):
                     break
+
+    def _rate_limited(self) -> bool:
+        """Whether `rate_limit` has no start left in the window now."""
+        rates = self._runner.rates
+        return rates is not None and rates.wait_s() > 0
+
+    def _held_back(self, slot: Slot) -> bool:
+        """`rate_limit`: while no start is left in the window, sleep until the next one is
+        due (a wake-up meanwhile, such as a new job's, changes nothing); whether it slept."""
+        rates = self._runner.rates
+        wait = 0.0 if rates is None else rates.wait_s()
+        if wait <= 0:
+            return False
+        slot.mark("idle")
+        self._stopping.wait(wait)
+        return True
 
     def _idle(self, slot: Slot, interval: float) -> None:
         """Wait for work: with a listener up (and no `max_running`, whose slots free up
@@ -747,6 +770,9 @@ def process_next_job(
     try:
         with connect() as conn:
             check_schema(conn, runner.options.job_table, runner.options.archived_job_table)
+            if runner.rates is not None:
+                runner.rates.ensure(conn, runner.dialect(conn))
+                conn.commit()
             return runner.run_next(conn)
     finally:
         runner.loops.close()

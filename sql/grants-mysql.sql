@@ -10,7 +10,8 @@
 --                         row among the live workers (job_workers, and prunes the rows
 --                         of dead ones), sums up the archive's hours in
 --                         job_hourly_outcomes (reading only the archive's queue,
---                         status and finished_at). (`max_running` takes GET_LOCK
+--                         status and finished_at), takes the starts of rate-limited
+--                         queues in job_rate_slots. (`max_running` takes GET_LOCK
 --                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
@@ -41,6 +42,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_wo
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_worker;
 GRANT SELECT (queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_hourly_outcomes TO proletarian_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_rate_slots TO proletarian_worker;
 GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 15) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 16) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -98,6 +98,14 @@ CREATE TABLE IF NOT EXISTS proletarian.job_hourly_outcomes (
     failed      BIGINT NOT NULL,          -- archived as failure in the hour
     archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
     PRIMARY KEY (hour, queue)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_rate_slots (
+    bucket      VARCHAR(255) NOT NULL,    -- what is limited: the queue
+    slot        INTEGER NOT NULL,         -- 0 to the limit - 1: a start may use it once a period
+    used_at     DATETIME(6) NOT NULL,     -- UTC; the start it last counted, by the database's clock
+    period_ms   BIGINT NOT NULL,          -- the limit's period, as its workers last set it
+    PRIMARY KEY (bucket, slot)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

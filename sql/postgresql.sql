@@ -1,4 +1,4 @@
--- proletarian-di schema (version 12) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 13) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -100,6 +100,13 @@ CREATE TABLE IF NOT EXISTS proletarian.job_hourly_outcomes (
     failed      BIGINT NOT NULL,      -- archived as failure in the hour
     archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
     PRIMARY KEY (hour, queue)
+);
+CREATE TABLE IF NOT EXISTS proletarian.job_rate_slots (
+    bucket      TEXT NOT NULL,        -- what is limited: the queue
+    slot        INTEGER NOT NULL,     -- 0 to the limit - 1: a start may use it once a period
+    used_at     TIMESTAMPTZ NOT NULL, -- the start it last counted, by the database's clock
+    period_ms   BIGINT NOT NULL,      -- the limit's period, as its workers last set it
+    PRIMARY KEY (bucket, slot)
 );
 
 -- the schema's version, recorded on upgrade

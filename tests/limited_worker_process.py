@@ -1,9 +1,12 @@
-"""A worker with `max_running` in its own process, for the concurrency-limit tests.
+"""A worker with `max_running` or `rate_limit` in its own process, for the limits' tests.
 
-Usage: python limited_worker_process.py EVENTS MAX_RUNNING THREADS HOLD; the database comes
-from the environment (see backends.Backend.env). Runs the default queue until it is empty;
-each job appends "start <ns>" and "end <ns>" lines to the file EVENTS, and holds its slot for
-HOLD seconds in between ("forever": until the process is killed). Prints how many it ran.
+Usage: python limited_worker_process.py EVENTS MAX_RUNNING THREADS HOLD [LIMIT PERIOD_MS
+LEASE_MS]; the database comes from the environment (see backends.Backend.env). MAX_RUNNING
+"-" is none; LIMIT and PERIOD_MS make a `rate_limit` (and the worker polls only every 5
+seconds: held back, it must not wait for its next poll); LEASE_MS, lease mode. Runs the
+default queue until it is empty; each job appends "start <ns>" and "end <ns>" lines to the
+file EVENTS, and holds its slot for HOLD seconds in between ("forever": until the process is
+killed). Prints how many it ran.
 """
 
 from __future__ import annotations
@@ -13,12 +16,20 @@ import sys
 import threading
 import time
 
-from proletarian_di import create_queue_worker
+from proletarian_di import RateLimit, create_queue_worker
 
 from backends import backend_from_env
 
 
-def main(events: str, max_running: str, threads: str, hold: str) -> None:
+def main(
+    events: str,
+    max_running: str,
+    threads: str,
+    hold: str,
+    limit: str = "",
+    period_ms: str = "",
+    lease_ms: str = "0",
+) -> None:
     backend = backend_from_env()
     ran = []
     forever = threading.Event()
@@ -36,8 +47,10 @@ def main(events: str, max_running: str, threads: str, hold: str) -> None:
         source,
         handler,
         worker_threads=int(threads),
-        max_running=int(max_running),
-        polling_interval_ms=20,
+        max_running=None if max_running == "-" else int(max_running),
+        rate_limit=RateLimit(int(limit), int(period_ms)) if limit else None,
+        lease_ms=int(lease_ms) or None,
+        polling_interval_ms=5_000 if limit else 20,
         log=lambda event, data: None,
     )
     with worker:

@@ -1,9 +1,10 @@
 """The engine's promises, checked where its options meet.
 
 The matrix is {held, lease} x {batch 1, batch 5} x {default, advanced handler} x {no timeout,
-a 300 ms job timeout} x {no cap, max_running=1}. Lease mode refuses advanced handlers and
-max_running (tested below); of the rest, `COMBINATIONS` is a sample that covers every pair
-of values. Each combination is driven through the events that can befall a job (it
+a 300 ms job timeout} x {no cap, max_running=1} x {no rate limit, 50 starts a second}. Lease
+mode refuses advanced handlers and max_running, and a rate limit refuses batches (tested
+below and in test_rate_limits); of the rest, `COMBINATIONS` is a sample that covers every
+pair of values. Each combination is driven through the events that can befall a job (it
 succeeds, raises, times out, its process is SIGKILLed, `stop()` abandons it, the database
 drops every connection, it snoozes or cancels itself), on both databases, and
 `Ledger.check` then asserts:
@@ -50,6 +51,7 @@ from psycopg.conninfo import make_conninfo
 from proletarian_di import (
     Cancel,
     ConfigurationError,
+    RateLimit,
     RetrySpec,
     Snooze,
     create_queue_worker,
@@ -71,6 +73,7 @@ class Combination:
     advanced: bool = False
     timeout: bool = False
     cap: bool = False
+    rate: bool = False
 
     @property
     def id(self) -> str:
@@ -78,6 +81,7 @@ class Combination:
         parts += ["advanced"] if self.advanced else []
         parts += ["timeout"] if self.timeout else []
         parts += ["cap1"] if self.cap else []
+        parts += ["rate50"] if self.rate else []
         return "-".join(parts)
 
     def options(self) -> dict[str, Any]:
@@ -87,6 +91,7 @@ class Combination:
             "handler_fn_mode": "advanced" if self.advanced else "default",
             "job_timeout_ms": TIMEOUT_MS if self.timeout else None,
             "max_running": 1 if self.cap else None,
+            "rate_limit": RateLimit(50, 1000) if self.rate else None,
             "keepalive_timeout_ms": 3_000,
         }
 
@@ -111,6 +116,9 @@ COMBINATIONS = [
     Combination(lease=True, timeout=True),
     Combination(lease=True, batch=5),
     Combination(lease=True, batch=5, timeout=True),
+    Combination(rate=True),
+    Combination(advanced=True, timeout=True, cap=True, rate=True),
+    Combination(lease=True, timeout=True, rate=True),
 ]
 ALL = [pytest.param(c, id=c.id) for c in COMBINATIONS]
 # The events that need a process of their own or a proxy: a sample still meeting each value.

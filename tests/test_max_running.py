@@ -38,11 +38,20 @@ def most_at_once(events: Path) -> int:
 
 
 def start_workers(
-    backend: Backend, events: Path, count: int, max_running: int, threads: int, hold: str
+    backend: Backend,
+    events: Path,
+    count: int,
+    max_running: int | None,
+    threads: int,
+    hold: str,
+    *rate: int,
 ) -> list[subprocess.Popen[str]]:
+    """`count` worker processes; `rate`: a rate limit's limit and period, and lease_ms."""
+    cap = "-" if max_running is None else str(max_running)
+    args = [str(events), cap, str(threads), hold, *map(str, rate)]
     return [
         subprocess.Popen(
-            [sys.executable, SCRIPT, str(events), str(max_running), str(threads), hold],
+            [sys.executable, SCRIPT, *args],
             env=backend.env(),
             cwd=Path(__file__).parent,
             stdout=subprocess.PIPE,

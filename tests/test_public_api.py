@@ -51,6 +51,7 @@ PUBLIC = {
     "create_scheduler",
     "Cancel",
     "NoCurrentJob",
+    "RateLimit",
     "Snooze",
     "current_job",
     "enqueue",

@@ -81,6 +81,11 @@ def attempt_table_of(job_table: str) -> str:
     return f"{job_table}_attempt"
 
 
+def rate_table_of(job_table: str) -> str:
+    """Where rate-limited queues count their starts (`rate_limit`): `<job table>_rate_slots`."""
+    return f"{job_table}_rate_slots"
+
+
 def outcomes_table_of(job_table: str) -> str:
     """Where the archive's outcomes are summed up per clock hour and queue:
     `<job table>_hourly_outcomes`."""
@@ -390,6 +395,7 @@ class Dialect:
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
         self.attempt_table = attempt_table_of(self.job_table)
         self.outcomes_table = outcomes_table_of(self.job_table)
+        self.rate_table = rate_table_of(self.job_table)
         # status, finished_at, the error (a failure's own, else the job's last one), then when
         # the last attempt started and its worker (`archive_of` writes the start)
         self.archive_columns = (
@@ -660,6 +666,19 @@ class Dialect:
         self.commit(conn)
         return rows
 
+    def lease_claim_limited(
+        self, conn: Any, claim: LeaseClaim, take: Callable[[Any, Dialect], bool]
+    ) -> list[LeasedRow]:
+        """`lease_claim` under a rate limit: the claim commits only if `take` finds its start
+        a slot in the same transaction; else it is rolled back and nothing is claimed."""
+        self.begin(conn)
+        rows = self._lease(conn, claim)
+        if rows and take(conn, self):
+            self.commit(conn)
+            return rows
+        self.rollback(conn)
+        return []
+
     def _lease(self, conn: Any, claim: LeaseClaim) -> list[LeasedRow]:
         """`lease_claim`'s statements, in the transaction open on `conn`."""
         params = self.claim_params(claim.queue, claim.start, claim.now, claim.limit)
@@ -793,6 +812,60 @@ class Dialect:
         """Set the finished attempts of a job its worker holds (runs whose process died)."""
         sql = f"UPDATE {self.job_table} SET attempts = %s WHERE job_id = %s"
         self.execute(conn, sql, (attempts, job_id))
+
+    # Rate limits (see _rates) ---------------------------------------------------
+
+    insert_ignore = ("INSERT INTO", " ON CONFLICT DO NOTHING")
+    """An INSERT that writes nothing where a row with its key exists: before and after."""
+
+    def ensure_rate_slots(self, conn: Any, bucket: str, limit: int, period_ms: int) -> None:
+        """The bucket's `limit` slots, free (last used at 1970), with this period, and none
+        past the limit; in the caller's transaction."""
+        table, (before, after) = self.rate_table, self.insert_ignore
+        epoch = self.encode_time(datetime(1970, 1, 2, tzinfo=timezone.utc))
+        values = ", ".join(["(%s, %s, %s, %s)"] * limit)
+        params = [v for n in range(limit) for v in (bucket, n, epoch, period_ms)]
+        self.execute(
+            conn,
+            f"{before} {table} (bucket, slot, used_at, period_ms) VALUES {values}{after}",
+            params,
+        )
+        self.execute(
+            conn, f"UPDATE {table} SET period_ms = %s WHERE bucket = %s", (period_ms, bucket)
+        )
+        self.execute(conn, f"DELETE FROM {table} WHERE bucket = %s AND slot >= %s", (bucket, limit))
+
+    def take_rate_slot(self, conn: Any, bucket: str, limit: int, period_ms: int) -> bool:
+        """Take a slot of `bucket` last used a period ago or more, passing over those other
+        transactions hold, and stamp it now (the database's clock): whether one was free."""
+        table = self.rate_table
+        free = self.fetchall(
+            conn,
+            f"SELECT slot FROM {table} WHERE bucket = %s AND slot < %s AND used_at <= "
+            f"{self.lease_end} ORDER BY used_at LIMIT 1 FOR UPDATE SKIP LOCKED",
+            (bucket, limit, self.lease_seconds(-period_ms)),
+        )
+        if not free:
+            return False
+        sql = f"UPDATE {table} SET used_at = {self.db_now} WHERE bucket = %s AND slot = %s"
+        self.execute(conn, sql, (bucket, free[0][0]))
+        return True
+
+    def next_rate_slot_s(self, conn: Any, bucket: str, limit: int, period_ms: int) -> float | None:
+        """After `take_rate_slot` found none free: seconds until the bucket's oldest slot no
+        other transaction holds is a period old; None if they all are held (by claims and,
+        in held mode, by the jobs running: when each frees its slot is not known yet)."""
+        rows = self.fetchall(
+            conn,
+            f"SELECT used_at, {self.db_now} FROM {self.rate_table} WHERE bucket = %s "
+            "AND slot < %s ORDER BY used_at LIMIT 1 FOR UPDATE SKIP LOCKED",
+            (bucket, limit),
+        )
+        if not rows:
+            return None
+        oldest, now = rows[0]
+        since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
+        return period_ms / 1000 - since
 
     def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
         """Drop the claim counts of jobs that left the queue, in their own transaction."""

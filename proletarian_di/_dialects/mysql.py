@@ -70,6 +70,7 @@ class MySQLDialect(Dialect):
     time_param = "%s"
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
+    insert_ignore = ("INSERT IGNORE INTO", "")
 
     def archive_under_lease(
         self,

@@ -353,6 +353,19 @@ class PostgresDialect(Dialect):
             conn.execute("; ".join(self._prepare_one[name] for name in missing))
         return self._prepared
 
+    def take_rate_slot(self, conn: Any, bucket: str, limit: int, period_ms: int) -> bool:
+        """One statement: the free slot is locked and stamped in the same UPDATE."""
+        table = self.rate_table
+        rows = self.fetchall(
+            conn,
+            f"UPDATE {table} AS r SET used_at = statement_timestamp() FROM (SELECT slot FROM "
+            f"{table} WHERE bucket = %s AND slot < %s AND used_at <= {self.lease_end} "
+            "ORDER BY used_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS free "
+            "WHERE r.bucket = %s AND r.slot = free.slot RETURNING r.slot",
+            (bucket, limit, self.lease_seconds(-period_ms), bucket),
+        )
+        return bool(rows)
+
     def session(self, conn: Any) -> PostgresSession:
         return PostgresSession(self, conn)
 

@@ -1,0 +1,224 @@
+"""`rate_limit`: at most `limit` job starts of a queue in any window of `period_ms`, over
+every process and thread, counted in the claim's transaction, so a claim that rolls back
+(a killed process, a handler that ends its transaction) gives its start back; a worker
+held back sleeps until the next start is due instead of polling."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_max_running import start_workers
+
+from proletarian_di import (
+    ConfigurationError,
+    RateLimit,
+    SchemaError,
+    create_queue_worker,
+    process_next_job,
+    worker_running,
+)
+
+from backends import Backend, Events, enqueue_committed, wait_until
+
+MODES = [pytest.param(0, id="held"), pytest.param(10_000, id="lease")]
+
+
+def starts(events: Path) -> list[float]:
+    """The jobs' start times (seconds), in order, from the events' lines."""
+    lines = events.read_text().splitlines()
+    return sorted(int(line.split()[1]) / 1e9 for line in lines if line.startswith("start "))
+
+
+def most_in_a_window(times: list[float], window_s: float) -> int:
+    """The most starts in any half-open window [t, t + window_s) (checking each start's
+    window is enough: a busiest window can be slid right to begin at a start)."""
+    return max(sum(1 for other in times if start <= other < start + window_s) for start in times)
+
+
+@contextlib.contextmanager
+def counted_starts(backend: Backend) -> Iterator[Callable[[], list[datetime]]]:
+    """Log every start the rate limit counts: a trigger copies each slot's new `used_at` to a
+    table, in the claim's transaction, so only the starts that committed are there."""
+    slots, log = f"{backend.job_table}_rate_slots", f"{backend.job_table}_rate_log"
+    if backend.name == "mysql":
+        statements = [
+            f"CREATE TABLE {log} (used_at DATETIME(6) NOT NULL)",
+            f"CREATE TRIGGER {backend.job_table}_rate_logged AFTER UPDATE ON {slots} "
+            f"FOR EACH ROW BEGIN IF NEW.used_at <> OLD.used_at THEN INSERT INTO {log} "
+            "VALUES (NEW.used_at); END IF; END",
+        ]
+    else:
+        statements = [
+            f"CREATE TABLE {log} (used_at TIMESTAMPTZ NOT NULL)",
+            f"CREATE FUNCTION {log}_write() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN INSERT INTO {log} VALUES (NEW.used_at); RETURN NEW; END $$",
+            f"CREATE TRIGGER rate_logged AFTER UPDATE ON {slots} FOR EACH ROW "
+            f"WHEN (OLD.used_at IS DISTINCT FROM NEW.used_at) EXECUTE FUNCTION {log}_write()",
+        ]
+    for sql in statements:
+        backend.execute(sql)
+    try:
+        yield lambda: sorted(row[0] for row in backend.query(f"SELECT used_at FROM {log}"))
+    finally:
+        backend.execute(f"DROP TABLE {log}")
+        if backend.name == "mysql":
+            backend.execute(f"DROP TRIGGER IF EXISTS {backend.job_table}_rate_logged")
+        else:
+            backend.execute(f"DROP TRIGGER rate_logged ON {slots}")
+            backend.execute(f"DROP FUNCTION {log}_write()")
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_three_processes_start_at_most_the_limit_in_every_window(
+    backend: Backend, tmp_path: Path, lease_ms: int
+) -> None:
+    """20 jobs, 4 starts a second, three processes of three threads each: every window of a
+    second holds at most 4 of the starts counted (by the database's clock), each job
+    started once, and the 20 take four periods and a bit, although the workers poll only
+    every 5 seconds."""
+    enqueue_committed(backend, *[("t", n) for n in range(20)])
+    events = tmp_path / "events"
+    with counted_starts(backend) as counted:
+        processes = start_workers(backend, events, 3, None, 3, "0", 4, 1000, lease_ms)
+        outputs = [p.communicate(timeout=120) for p in processes]
+        for process, (_, errors) in zip(processes, outputs, strict=True):
+            assert process.returncode == 0, errors
+        times = [at.timestamp() for at in counted()]
+    assert sum(int(out) for out, _ in outputs) == 20
+    assert len(starts(events)) == len(times) == 20, "each start counted once, none rolled back"
+    assert most_in_a_window(times, 1.0) == 4, "never more than 4 a second, and 4 at times"
+    assert times[-1] - times[0] >= 4.0, "20 starts at 4 a second span four periods at least"
+    assert times[-1] - times[0] < 12.0, "held back, a worker sleeps until the next start"
+
+
+def test_a_killed_worker_does_not_use_up_the_window(backend: Backend, tmp_path: Path) -> None:
+    """Held mode, one start a minute: a process killed while it runs its job gives the start
+    back with its transaction, so the job runs again elsewhere at once, not a minute later."""
+    (_job_id,) = enqueue_committed(backend, ("t", "stuck"))
+    events = tmp_path / "events"
+    [stuck] = start_workers(backend, events, 1, None, 1, "forever", 1, 60_000, 0)
+    try:
+        wait_until(lambda: events.exists() and "start" in events.read_text(), timeout=30)
+        stuck.send_signal(signal.SIGKILL)
+        stuck.wait(10)
+    finally:
+        stuck.kill()
+    ran: list[Any] = []
+    rate = {"rate_limit": RateLimit(1, 60_000)}
+    wait_until(
+        lambda: process_next_job(backend.pool(1), lambda t, p: ran.append(p), **rate),
+        timeout=15,
+        description="the killed process's job runs again within the minute",
+    )
+    assert ran == ["stuck"]
+    assert backend.archived() == [("t", "success", 1)]
+
+
+def test_a_handler_that_ends_its_transaction_gives_its_start_back(backend: Backend) -> None:
+    """An advanced handler that rolls back the job's transaction rolls back its start too:
+    the next job starts within the same minute."""
+    enqueue_committed(backend, ("rude", None), ("polite", None))
+    ran: list[str] = []
+
+    def handler(job: Any) -> None:
+        ran.append(job.job_type)
+        if job.job_type == "rude":
+            job.connection.rollback()
+
+    options = {"rate_limit": RateLimit(1, 60_000), "handler_fn_mode": "advanced"}
+    pool = backend.pool(2)
+    assert process_next_job(pool, handler, **options) is False
+    assert process_next_job(pool, handler, **options) is True
+    assert ran == ["rude", "polite"]
+    assert process_next_job(pool, handler, **options) is None, "the minute's start is spent"
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_held_back_worker_does_not_poll(backend: Backend, lease_ms: int) -> None:
+    """One start every 10 seconds, polling every 20 ms, three threads: in the second after a
+    start, with ten new jobs' wake-ups meanwhile, the worker claims nothing (polling, it
+    would claim 150 times)."""
+    enqueue_committed(backend, *[("t", n) for n in range(3)])
+    events, ran = Events(), []
+    worker = create_queue_worker(
+        backend.pool(4),
+        lambda t, p: ran.append(p),
+        worker_threads=3,
+        polling_interval_ms=20,
+        rate_limit=RateLimit(1, 10_000),
+        lease_ms=lease_ms or None,
+        log=events,
+    )
+    with worker_running(worker):
+        wait_until(lambda: len(ran) == 1, timeout=10, description="one ran")
+        time.sleep(0.2)  # the other threads find the slot taken
+        before = len(events.named("polling_for_jobs"))
+        for n in range(10):  # wake-ups of new jobs change nothing
+            enqueue_committed(backend, ("late", n))
+        time.sleep(1.0)
+        polls = len(events.named("polling_for_jobs")) - before
+        assert len(ran) == 1
+    assert polls == 0, f"{polls} claims while held back"
+
+
+def test_starts_on_both_threads_of_one_worker_stay_within_the_limit(backend: Backend) -> None:
+    """In process: 3 starts per 600 ms, four threads and nine jobs: the third window's jobs
+    cannot start before two periods have passed."""
+    enqueue_committed(backend, *[("t", n) for n in range(9)])
+    times: list[float] = []
+    lock = threading.Lock()
+
+    def handler(job_type: str, payload: Any) -> None:
+        with lock:
+            times.append(time.monotonic())
+
+    worker = create_queue_worker(
+        backend.pool(5),
+        handler,
+        worker_threads=4,
+        polling_interval_ms=5_000,
+        rate_limit=RateLimit(3, 600),
+    )
+    with worker_running(worker):
+        wait_until(lambda: len(times) == 9, timeout=20, description="nine ran")
+    times.sort()
+    assert most_in_a_window(times, 0.55) <= 3
+    assert times[-1] - times[0] >= 1.15
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: RateLimit(0, 1000), "limit must be an int from 1 to 10,000"),
+        (lambda: RateLimit(5, 0), "period_ms must be an int from 1"),
+        (lambda: RateLimit(5, 1.5), "period_ms must be an int"),
+        (lambda: RateLimit(5, 1000, by="tenant"), "by must be 'queue'"),
+    ],
+)
+def test_bad_rate_limits_are_clear_errors(make, message):
+    with pytest.raises(ConfigurationError, match=message):
+        make()
+
+
+def test_rate_limit_refuses_what_it_cannot_count(backend: Backend) -> None:
+    with pytest.raises(ConfigurationError, match="rate_limit must be a RateLimit"):
+        create_queue_worker(backend.pool(1), print, rate_limit=5)
+    with pytest.raises(ConfigurationError, match="rate_limit and batch_size > 1"):
+        create_queue_worker(backend.pool(1), print, rate_limit=RateLimit(5, 100), batch_size=2)
+
+
+def test_a_schema_without_the_slots_table_is_named(backend: Backend) -> None:
+    backend.execute(f"DROP TABLE {backend.job_table}_rate_slots")
+    try:
+        with pytest.raises(SchemaError, match=r"rate_limit needs the .*_rate_slots table"):
+            process_next_job(backend.pool(1), print, rate_limit=RateLimit(1, 1000))
+    finally:
+        backend.recreate()
