@@ -192,3 +192,34 @@ def test_a_due_job_behind_a_busy_uncapped_worker_has_no_reason(backend, pool, ga
             "waiting for a free worker thread (1 live worker polls its queue)"
         )
         gate.release.set()
+
+
+def test_without_the_live_workers_table_nothing_is_said_of_workers(backend):
+    tables = admin.Tables("explain_old.job", "explain_old.archived_job")
+    backend.install(tables.job_table, tables.archived_job_table)
+    backend.with_tables(tables.job_table, tables.archived_job_table).clear()
+    backend.execute(f"DROP TABLE {workers_table(tables.job_table)}")
+    [job_id] = enqueue_committed(backend, ("old", None), job_table=tables.job_table)
+    found = explain(backend, job_id, tables=tables)
+    assert (found.state, found.reasons) == ("queued", [])
+    assert found.note is not None and found.note.endswith("waiting for a free worker thread")
+
+
+def test_a_draining_worker_does_not_poll(backend, pool, gate):
+    [first] = enqueue_committed(backend, ("slow", 1))
+    worker = create_queue_worker(pool, gate, worker_threads=1)
+    worker.start()
+    stopping = threading.Thread(target=worker.stop)
+    try:
+        assert gate.started.wait(30)
+        [second] = enqueue_committed(backend, ("slow", 2))
+        stopping.start()
+        said = "no live worker polls queue 'default' (its 1 worker is stopping)"
+        found = wait_until(lambda: said in (f := explain(backend, second)).reasons and f)
+        assert found.reasons == [said]
+    finally:
+        gate.release.set()
+        if stopping.is_alive():
+            stopping.join(30)
+        worker.stop()
+    assert explain(backend, first).state == "succeeded"
