@@ -147,8 +147,15 @@ class Registration(threading.Thread):
                 self._beaten = time.monotonic()
                 self._beat()
 
+    def _entries(self) -> list[dict[str, Any]]:
+        """The threads' entries for the row's `activity`, each with the worker's `max_running`
+        when it has one: in the entries, so that the row keeps the shape older readers parse."""
+        entries = self.activity()
+        cap = self.identity.get("max_running")
+        return entries if cap is None else [{**entry, "max_running": cap} for entry in entries]
+
     def _beat(self) -> None:
-        row = json.dumps(self.activity(), separators=(",", ":"))
+        row = json.dumps(self._entries(), separators=(",", ":"))
         try:
             with self._connection() as (conn, dialect):
                 params = (self.state(), row, self.identity["worker_id"])
@@ -335,6 +342,8 @@ class WorkerInfo:
     last_seen: datetime
     seen_ago: timedelta
     """How long before the read its row was last refreshed."""
+    max_running: int | None = None
+    """Its `max_running` (None: none, or a worker too old to record it)."""
 
     @property
     def busy(self) -> int:
@@ -389,6 +398,7 @@ def read_workers(
         worker_id, name, queue_, host, pid, state, threads, started, seen, activity, now = row
         started, seen, now = (dialect.decode_time(t) for t in (started, seen, now))
         ago = max(timedelta(0), now - seen)
+        entries = _entries(activity)
         workers.append(
             WorkerInfo(
                 worker_id=worker_id,
@@ -398,20 +408,38 @@ def read_workers(
                 pid=int(pid),
                 state="stale" if ago > stale_after else state,
                 worker_threads=int(threads),
-                threads=_threads(activity, seen, now),
+                threads=_threads(entries, seen, now),
                 started_at=started,
                 last_seen=seen,
                 seen_ago=ago,
+                max_running=_max_running(entries),
             )
         )
     return workers
 
 
-def _threads(text: str, seen: datetime, now: datetime) -> tuple[WorkerThread, ...]:
-    """The threads a row's `activity` JSON describes; none if it cannot be read (a row
-    written by hand, say)."""
+def _entries(text: str) -> list[Any]:
+    """A row's `activity` JSON: a list of entries, one per thread ([] if it cannot be read)."""
     try:
         entries = json.loads(text)
+    except ValueError:
+        return []
+    return entries if isinstance(entries, list) else []
+
+
+def _max_running(entries: list[Any]) -> int | None:
+    """The worker's `max_running`, as its entries carry it (None: none recorded)."""
+    for entry in entries:
+        cap = entry.get("max_running") if isinstance(entry, dict) else None
+        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+            return cap
+    return None
+
+
+def _threads(entries: list[Any], seen: datetime, now: datetime) -> tuple[WorkerThread, ...]:
+    """The threads a row's `activity` entries describe; none if they cannot be read (a row
+    written by hand, say)."""
+    try:
         threads = []
         for entry in entries:
             since = seen - timedelta(seconds=float(entry["for_s"]))

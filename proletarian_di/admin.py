@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from . import _pauses, _registry, _timings
+from . import _explain, _pauses, _registry, _timings
 from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows, attempt_table_of
+from ._explain import Explanation
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._outcomes import DAY_HOURS as _DAY_HOURS
 from ._outcomes import HOUR as _HOUR
@@ -45,6 +46,7 @@ __all__ = [
     "Attempt",
     "ErrorGroup",
     "ErrorGroups",
+    "Explanation",
     "HourlyOutcomes",
     "JobInfo",
     "JobPage",
@@ -63,6 +65,7 @@ __all__ = [
     "delete_archived",
     "discard_failed",
     "error_headline",
+    "explain_job",
     "failure_groups",
     "find_jobs",
     "get_job",
@@ -881,6 +884,39 @@ def _progress(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) 
             if thread.job_id == job.job_id and thread.progress is not None:
                 return thread.progress
     return None
+
+
+def explain_job(
+    conn: Connection,
+    job_id: uuid.UUID | str,
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> Explanation | None:
+    """Why the job with this id is not running now, or None if there is no such job: its
+    state (as `get_job` tells it) and a sentence for each thing that holds it back (its
+    queue paused, scheduled or retrying until a time, its queue's `max_running` full, with
+    the running jobs that hold the slots, no live worker polling its queue). A running or
+    finished job has no reasons; `Explanation.note` then says who runs it, or when it ended.
+
+    The workers are the live workers' registry's (see `list_workers`); on a schema without
+    it, nothing is said about workers. A few small reads, whatever the tables' size."""
+    wanted = _job_id(job_id)
+    at = _utc(now or datetime.now(timezone.utc))
+    dialect = tables.dialect(conn)
+    with dialect.admin_read(conn):
+        held = dialect.held_rows(conn)
+        query = _Query(job_id=wanted)
+        sql, params = _select(dialect, tables, query, held, None, at, 1, 1)
+        rows = dialect.fetchall(conn, sql, params)
+        found = _infos(conn, dialect, rows, held, at, check_serializer(None), 1)
+        if not found:
+            return None
+        registry = workers_table(tables.job_table)
+        workers = None
+        if dialect.table_columns(conn, registry):
+            workers = _registry.read_workers(conn, dialect, registry, found[0].queue, STALE_AFTER)
+        return _explain.explain(_explain.Facts(conn, dialect, found[0], at, workers))
 
 
 def _history(

@@ -301,6 +301,7 @@ class QueueWorker:
             "host": self.worker_id.rsplit(":", 2)[0],
             "pid": os.getpid(),
             "threads": options.worker_threads,
+            "max_running": options.max_running,
         }
         return Registration(
             self.data_source,

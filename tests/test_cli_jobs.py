@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from cli_fixtures.cli_db import JOB, TABLES, CliDB
-from test_cli import one_line, run
+from test_cli import flat, one_line, run
 
 from proletarian_di import RetrySpec, process_next_job
 
@@ -189,6 +189,29 @@ def test_show_missing_or_malformed_id(db):
     assert missing.exit_code == 1
     assert f"no job {MISSING}" in one_line(missing.stderr)
     malformed = run("jobs", "show", "42", "-d", db.url)
+    assert malformed.exit_code == 2
+    assert "not a job id" in one_line(malformed.stderr)
+
+
+def test_explain_says_what_holds_a_job_back(db, pool):
+    [later] = db.enqueue(("later", 1), queue="reports", process_in=timedelta(hours=1))
+    text = run("jobs", "explain", str(later), "-d", db.url, env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    shown = flat(text.stdout)
+    assert f"{later} scheduled in queue reports - scheduled until " in shown
+    assert shown.endswith("UTC - no live worker polls queue 'reports'")
+    record = json.loads(run("jobs", "explain", str(later), "--json", "-d", db.url).stdout)
+    assert (record["job_id"], record["state"], record["note"]) == (str(later), "scheduled", None)
+    assert record["reasons"][0].startswith("scheduled until ") and len(record["reasons"]) == 2
+    [done] = db.enqueue(("ok", 2))
+    assert process(pool, lambda t, p: None) is True
+    finished = flat(run("jobs", "explain", str(done), "-d", db.url).stdout)
+    assert f"{done} succeeded in queue default succeeded at " in finished
+    assert " - " not in finished.split("in queue default", 1)[1]
+    missing = run("jobs", "explain", MISSING, "-d", db.url)
+    assert missing.exit_code == 1
+    assert f"no job {MISSING}" in one_line(missing.stderr)
+    malformed = run("jobs", "explain", "42", "-d", db.url)
     assert malformed.exit_code == 2
     assert "not a job id" in one_line(malformed.stderr)
 

@@ -248,6 +248,29 @@ def test_the_job_page_tells_every_attempt(backend, pool, reader):
     assert "No attempt has finished yet." in reader.get(f"/jobs/{waiting}").text
 
 
+def test_the_job_page_says_why_a_waiting_job_is_not_running(backend, pool, jobs, reader):
+    committed(backend, admin.pause_queue, "mail")
+    [odd] = enqueue_committed(backend, ("x", None), queue="<b>q</b>")
+
+    def reasons(job_id: uuid.UUID) -> list[str] | None:
+        page = reader.get(f"/jobs/{job_id}")
+        assert page.status_code == 200
+        why = re.search(r'<section class="why"[^>]*>(.*?)</section>', page.text, re.S)
+        return None if why is None else re.findall(r"<li>(.*?)</li>", why.group(1))
+
+    queued = reasons(jobs.queued)
+    assert queued is not None and len(queued) == 2
+    assert re.fullmatch(
+        r"its queue &#39;mail&#39; is paused \(since [\d-]+ [\d:]+ UTC\); resume it to run it",
+        queued[0],
+    )
+    assert queued[1] == "no live worker polls queue &#39;mail&#39;"
+    scheduled = reasons(jobs.scheduled)
+    assert scheduled is not None and scheduled[0].startswith("scheduled until ")
+    assert reasons(odd) == ["no live worker polls queue &#39;&lt;b&gt;q&lt;/b&gt;&#39;"]
+    assert reasons(jobs.sent) is None and reasons(jobs.failed) is None
+
+
 def test_the_timings_page_shows_wait_and_run_per_queue_type_and_hour(backend, pool, reader):
     enqueue_committed(backend, ("send_email", {"to": "a@example.com"}), queue="mail")
     enqueue_committed(backend, ("monthly_report", {}), queue="reports")

@@ -1,4 +1,4 @@
-"""`proletarian-di jobs`: list, find, show, retry and cancel jobs, through
+"""`proletarian-di jobs`: list, find, show, explain, retry and cancel jobs, through
 `proletarian_di.admin`."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from ._app import (
 )
 
 jobs_app = command_group(
-    "jobs", "List, find, show, retry and cancel jobs, waiting or archived.", "Operate"
+    "jobs", "List, find, show, explain, retry and cancel jobs, waiting or archived.", "Operate"
 )
 
 JobIds = Annotated[
@@ -238,6 +238,39 @@ def _progress_text(progress: Any) -> str:
     if isinstance(progress, (int, float)):
         return f"{progress:.0%}"
     return json.dumps(progress, separators=(", ", ": "), ensure_ascii=False)
+
+
+@jobs_app.command("explain")
+@_guarded
+def explain_job(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="The job's id (a UUID).", show_default=False)],
+    as_json: AsJSON = False,
+    database_url: DatabaseURL = None,
+    job_table: JobTable = DEFAULT_JOB_TABLE,
+    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> None:
+    """Why a job is not running now: its state, then a line for each thing that holds it
+    back (its queue paused, scheduled or retrying until a time, max_running full, no live
+    worker for its queue)."""
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    (wanted,) = _job_ids([job_id])
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        found = operator.read(admin.explain_job, wanted)
+        where = str(operator.location)
+    if found is None:
+        raise CLIError(f"no job {wanted} in {where}", ExitCode.ERROR)
+    if as_json:
+        typer.echo(json.dumps(found.as_dict(), indent=2, default=str))
+        return
+    console.print(_escape(where))
+    style = _STATE_STYLES.get(found.state)
+    state = f"[{style}]{found.state}[/]" if style else found.state
+    console.print(f"[bold]{found.job_id}[/] {state} [dim]in queue {_escape(found.queue)}[/]")
+    for reason in found.reasons:
+        console.print(f"  - {_escape(reason)}", soft_wrap=True)
+    if found.note:
+        console.print(f"  {_escape(found.note)}", soft_wrap=True)
 
 
 def _attempt_line(attempt: admin.Attempt) -> str:

@@ -364,12 +364,27 @@ class _Dashboard:
     async def job(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
         job_id = _job_id(request.path_params["job_id"])
-        job = await self.read(lambda conn: admin.get_job(conn, job_id, tables=self.tables))
+        job, why = await self.read(lambda conn: self._job_and_why(conn, job_id))
         if job is None:
             raise HTTPException(404, f"no job {job_id}: it never existed, or was pruned")
         return self.render(
-            request, user, "job.html", section="jobs", job=job, payload=self.payload(job, indent=2)
+            request,
+            user,
+            "job.html",
+            section="jobs",
+            job=job,
+            why=why,
+            payload=self.payload(job, indent=2),
         )
+
+    def _job_and_why(
+        self, conn: Any, job_id: uuid.UUID
+    ) -> tuple[admin.JobInfo | None, admin.Explanation | None]:
+        """The job, and for a waiting one, what holds it back (`admin.explain_job`)."""
+        job = admin.get_job(conn, job_id, tables=self.tables)
+        if job is None or job.state not in WAITING:
+            return job, None
+        return job, admin.explain_job(conn, job_id, tables=self.tables)
 
     async def timings(self, request: Request) -> Response:
         """Wait and run times of the last day, per queue and job type: over the day, then
