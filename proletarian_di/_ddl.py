@@ -3,7 +3,7 @@
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
 {claims_table}, {attempt_table}, {attempt_index}, {workers_table}, {outcomes_table}, {rate_table},
-{enqueued_index}, {archived_enqueued_index}, each table's name
+{enqueued_index}, {archived_enqueued_index}, {fair_index}, each table's name
 without its schema ({job_table_name}, ...) and, on MySQL, {db} (the tables' database as an SQL
 value) and {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
     leased_by   TEXT,                 -- lease mode: the claim running it (NULL: none)
-    trace_context TEXT                -- the enqueuer's trace context, JSON (NULL: none)
+    trace_context TEXT,               -- the enqueuer's trace context, JSON (NULL: none)
+    group_key   TEXT NOT NULL DEFAULT '' -- a tenant, say: fair claims take turns by it
 );
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -56,6 +57,10 @@ CREATE INDEX IF NOT EXISTS {claim_index} ON {job_table} (queue, (-priority), pro
 
 -- the listings' order, newest first (admin.list_jobs, the dashboard's pages of jobs)
 CREATE INDEX IF NOT EXISTS {enqueued_index} ON {job_table} (enqueued_at, job_id);
+
+-- fair claims (fair=True) take turns by group key; jobs without one are not in it
+CREATE INDEX IF NOT EXISTS {fair_index} ON {job_table} (queue, group_key, (-priority), process_at)
+    WHERE group_key <> '';
 CREATE INDEX IF NOT EXISTS {archived_enqueued_index} ON {archived_job_table} (enqueued_at, job_id);
 
 CREATE UNIQUE INDEX IF NOT EXISTS {unique_index} ON {job_table} (queue, unique_key)
@@ -140,12 +145,14 @@ CREATE TABLE IF NOT EXISTS {job_table} (
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
+    group_key   VARCHAR(255) NOT NULL DEFAULT '', -- a tenant, say: fair claims take turns by it
     -- the key first: a job with no key (NULL) never sits beside a key in it (see step 10)
     UNIQUE INDEX {unique_index} (unique_key, queue),
     -- the claim's order, the job id breaking ties (see step 13); attempts and leased_by let
     -- the dashboard count without the rows
     INDEX {claim_index} (queue, priority_rank, process_at, job_id, attempts, leased_by),
-    INDEX {enqueued_index} (enqueued_at, job_id) -- the listings' order, newest first
+    INDEX {enqueued_index} (enqueued_at, job_id), -- the listings' order, newest first
+    INDEX {fair_index} (queue, group_key, priority_rank, process_at, job_id) -- fair claims
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {archived_job_table} (
@@ -330,9 +337,12 @@ def _my_alter(table: str, *changes: tuple[str, str]) -> str:
     rebuild, one wait for the table's lock); nothing when all are. Prepared, as MySQL has no
     IF NOT EXISTS for columns and indexes."""
     for _, clause in changes:
-        if any(mark in clause for mark in ("'", ";", "--")):
-            raise ValueError(f"a clause, quoted in a string, holds ' or ; or --: {clause!r}")
-    parts = ",\n    ".join(f"IF({done},\n       NULL, '{clause}')" for done, clause in changes)
+        if any(mark in clause for mark in (";", "--")):
+            raise ValueError(f"a clause, quoted in a string, holds ; or --: {clause!r}")
+    parts = ",\n    ".join(
+        "IF({},\n       NULL, '{}')".format(done, clause.replace("'", "''"))
+        for done, clause in changes
+    )
     return (
         f"SET @ddl = CONCAT_WS(', ',\n    {parts});\n"
         f"SET @ddl = IF(@ddl = '', 'DO 0', CONCAT('ALTER TABLE {{{table}}} ', @ddl));\n"
@@ -419,6 +429,13 @@ POSTGRESQL_12 = _statement(POSTGRESQL, "CREATE INDEX IF NOT EXISTS {enqueued_ind
 # Rate limits (`rate_limit`): a start of a job of a limited queue takes one of its `limit`
 # slots whose last start is a period old, in the claim's transaction (see _rates).
 POSTGRESQL_13 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {rate_table}")
+
+# Fair claims (`fair=True`) and group keys (`enqueue(group_key=...)`): a claim takes turns
+# across a queue's group keys, in the order of an index of its own (partial: jobs without a
+# key cost it nothing).
+POSTGRESQL_14 = _pg_add_column("job_table", "group_key TEXT NOT NULL DEFAULT ''") + _statement(
+    POSTGRESQL, "CREATE INDEX IF NOT EXISTS {fair_index}"
+)
 
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
@@ -593,6 +610,16 @@ MYSQL_15 = _my_alter(
 # Rate limits (POSTGRESQL_13).
 MYSQL_16 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {rate_table}")
 
+# Fair claims and group keys (POSTGRESQL_14); MySQL has no partial index.
+MYSQL_17 = _my_alter(
+    "job_table",
+    (_my_column("job_table", "group_key"), "ADD COLUMN group_key VARCHAR(255) NOT NULL DEFAULT ''"),
+    (
+        _my_index("job_table", "{fair_index}"),
+        "ADD INDEX {fair_index} (queue, group_key, priority_rank, process_at, job_id)",
+    ),
+)
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -661,6 +688,11 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             ),
         ),
         ("rate_limits", POSTGRESQL_13, (_pg_table("rate_table"),)),
+        (
+            "group_keys",
+            POSTGRESQL_14,
+            (_pg_column("job_table", "group_key"), _pg_index("job_table", "{fair_index}")),
+        ),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -723,6 +755,11 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             ),
         ),
         ("rate_limits", MYSQL_16, (_my_table("rate_table"),)),
+        (
+            "group_keys",
+            MYSQL_17,
+            (_my_column("job_table", "group_key"), _my_index("job_table", "{fair_index}")),
+        ),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

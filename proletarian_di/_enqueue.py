@@ -27,6 +27,7 @@ from ._tracing import current_trace_context, missing_column
 from ._types import Connection, EnqueueOptions
 from .errors import ArgumentTypeError, ConfigurationError, PayloadError, SchemaError
 from .jobs import DEFAULT_QUEUE
+from .schema import UPGRADE_HINT
 from .serializers import DEFAULT_SERIALIZER, check_serializer
 
 if TYPE_CHECKING:
@@ -130,6 +131,9 @@ class _Prepared:
         self.strategy = strategy = strategy or self.dialect.default_id_strategy
         key = options.get("unique_key")
         self.unique_key = None if key is None else check_name(key, "unique_key")
+        group = options.get("group_key")
+        group = None if group is None else check_name(group, "group_key")
+        self.grouped = group is not None
         priority = check_priority(options.get("priority", 0))
         now = check_clock(options.get("clock"))()
         due = _due(now, options.get("process_at"), options.get("process_in"))
@@ -144,13 +148,20 @@ class _Prepared:
             raw_id, encoded = strategy.encode(job_id), codec.encode(payload)
             if codec is not DEFAULT_SERIALIZER:
                 check_encoded(encoded, codec)
-            self.rows.append((raw_id, queue, job_type, encoded, now, due, priority, trace))
+            row = (raw_id, queue, job_type, encoded, now, due, priority, trace)
+            self.rows.append(row if group is None else (*row, group))
 
     def schema_error(self, exc: BaseException) -> SchemaError | None:
         """The clear error for an INSERT into a job table that does not exist, or a traced
         INSERT the schema has no column for; else None."""
         if _no_such_table(exc, self.job_table):
             return self.dialect.missing_table(self.job_table, "job_table")
+        if self.grouped and "group_key" in str(exc) and missing_column(exc, "", "group_key"):
+            return SchemaError(
+                f"enqueue with a group_key keeps it in {self.job_table}.group_key, which this "
+                f"schema lacks (it is older than the group_keys step); nothing was written: "
+                f"{UPGRADE_HINT}"
+            )
         if self.trace_context is None:
             return None
         return missing_column(exc, self.job_table)
@@ -183,8 +194,9 @@ def enqueue(
     datetime) which wins over `process_in` (timedelta) (a time in the past or a
     negative duration means now), `priority` (default 0; among due jobs of a queue,
     higher runs first), `unique_key`, `job_table`, `serializer`, `job_id_strategy`,
-    `clock`. The payload is encoded first, so a payload that cannot be serialized
-    writes nothing.
+    `clock`, `group_key` (a tenant, say: fair workers take turns across a queue's
+    group keys, `create_queue_worker(fair=True)`). The payload is encoded first, so a
+    payload that cannot be serialized writes nothing.
 
     With `unique_key`, at most one job of the queue holds the key while it waits, is
     retried or runs: if one does, nothing is written and its id is returned, and the

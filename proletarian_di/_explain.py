@@ -114,8 +114,7 @@ def rate_limited(facts: Facts) -> str | None:
         return None
     rows = dialect.fetchall(
         facts.conn,
-        f"SELECT used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
-        "WHERE bucket = %s",
+        f"SELECT used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} WHERE bucket = %s",
         (queue,),
     )
     if not rows:

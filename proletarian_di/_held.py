@@ -160,7 +160,7 @@ class HeldMode(Steps):
         if self.claims is not None:
             limit = 1
         ahead = None
-        if going_on is not None:
+        if going_on is not None and self.fair is None:  # a fair claim takes its own turn
             ahead = Ahead(slot, limit, going_on)
         try:
             return self._claim_and_run(session, slot, limit, ahead)
@@ -176,6 +176,9 @@ class HeldMode(Steps):
         rows = session.claimed_ahead()
         if rows is not None:
             return rows
+        if self.fair is not None:
+            session.dialect.begin(session.conn)
+            return self.fair.claim(session.conn, session.dialect, self.clock())
         if self.running_slots is None:
             return session.claim(self.options.queue, self.clock(), limit, self.claim_start(slot))
         start = self.claim_start(slot)

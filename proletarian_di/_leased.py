@@ -50,10 +50,11 @@ class LeaseMode(Steps):
         claim = self._next_claim(slot, limit)
         with connect() as conn:
             dialect = self.dialect(conn)
-            if self.rates is None:
+            if self.rates is None and self.fair is None:
                 claimed = dialect.lease_claim(conn, *claim)
             else:
-                claimed = dialect.lease_claim_limited(conn, claim, self.rates.take)
+                take = None if self.rates is None else self.rates.take
+                claimed = dialect.lease_claim_by(conn, claim, self._fair_select(claim), take)
             rows = self._claimed(conn, dialect, claimed, claim, slot)
             dialect.rollback(conn)
         outcomes: list[bool] = []
@@ -73,6 +74,13 @@ class LeaseMode(Steps):
             self.options.queue, self.clock(), limit, start, self.options.lease_ms, lease_token()
         )
 
+    def _fair_select(self, claim: LeaseClaim) -> Callable[[Any], list[Any]] | None:
+        """`fair`: what selects the rows a lease claim takes, the next group's turn."""
+        fair = self.fair
+        if fair is None:
+            return None
+        return lambda conn: fair.claim(conn, self.dialect(conn), claim.now, lease=True)
+
     def _claim_ahead(
         self, slot: Slot | None, limit: int, going_on: Callable[[], bool] | None
     ) -> LeaseClaim | None:
@@ -80,8 +88,8 @@ class LeaseMode(Steps):
         thread that goes on (`going_on`), on a queue not known to be paused."""
         if going_on is None or not going_on() or self.pauses.known_paused():
             return None
-        if self.rates is not None:
-            return None  # a start is counted in its own claim (`lease_claim_limited`)
+        if self.rates is not None or self.fair is not None:
+            return None  # a start is counted, a turn taken, in a claim of its own
         if slot is not None and slot.abandoned:
             return None
         return self._next_claim(slot, limit)

@@ -189,6 +189,7 @@ class WorkerSettings:
     keepalive_timeout_ms: int = DEFAULT_KEEPALIVE_TIMEOUT_MS
     share_cpu: bool = True
     rate_limit: RateLimit | None = None
+    fair: bool = False
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -210,7 +211,7 @@ class WorkerSettings:
             raise ConfigurationError(
                 f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"
             )
-        for name in ("install_shutdown_hook", "share_cpu"):
+        for name in ("install_shutdown_hook", "share_cpu", "fair"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("retry_strategy_fn", "failed_job_fn", "on_polling_error", "on_shutdown"):
@@ -236,6 +237,7 @@ class WorkerSettings:
                 "job's start when it is claimed, and a batch claims its later jobs before "
                 "they start; use worker_threads for more at once"
             )
+        check_fair(self)
 
     @property
     def lends_connection(self) -> bool:
@@ -289,6 +291,22 @@ def check_lease_mode(settings: WorkerSettings) -> None:
             "lease_ms and max_crashes cannot go together: lease mode counts an attempt when "
             "it claims the job, so the retry strategy already bounds a job that crashes "
             "its process"
+        )
+
+
+def check_fair(settings: WorkerSettings) -> None:
+    """`fair`: refuse what would claim past the group's turn."""
+    if not settings.fair:
+        return
+    if settings.batch_size > 1:
+        raise ConfigurationError(
+            "fair=True and batch_size > 1 cannot go together: a fair claim takes one job "
+            "of the next group key at a time; use worker_threads for more at once"
+        )
+    if settings.max_running is not None:
+        raise ConfigurationError(
+            "fair=True and max_running cannot go together yet: the running slots are taken "
+            "in the plain claim's statement"
         )
 
 

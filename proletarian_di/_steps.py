@@ -27,6 +27,7 @@ from ._attempts import worker_name
 from ._crashes import ClaimCounter
 from ._dialects import Dialect, JobRow, LeasedRow, TransactionLost, dialect_for
 from ._dialects.base import running_slots
+from ._fair import FairTurns
 from ._frontier import Frontier
 from ._leases import Leases
 from ._logging import default_log, describe, error_text, safe_log, wanted
@@ -166,6 +167,8 @@ class Steps:
             else RateGate(options.rate_limit, options.queue, options.polling_interval_ms / 1000)
         )
         """`rate_limit`: where each claim takes its start's slot."""
+        self.fair = FairTurns(options.queue) if options.fair else None
+        """`fair`: the worker's turn across the queue's group keys."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
             _no_connection
         )

@@ -31,12 +31,15 @@ def current_trace_context() -> str | None:
     return json.dumps(carrier, separators=(",", ":"), sort_keys=True) if carrier else None
 
 
-def missing_column(exc: BaseException, job_table: str) -> SchemaError | None:
+def missing_column(
+    exc: BaseException, job_table: str, column: str = TRACE_COLUMN
+) -> SchemaError | None:
     """A clear error for an INSERT that failed because `job_table` has no trace context
-    column yet (a schema older than the observability step), else None."""
+    column yet (a schema older than the observability step), else None; with another
+    `column`, any error (truthy) when that column is the one missing."""
     state = getattr(exc, "sqlstate", None)
     code = exc.args[0] if exc.args else None
-    if (state not in _UNDEFINED_COLUMN and code != _BAD_FIELD) or TRACE_COLUMN not in str(exc):
+    if (state not in _UNDEFINED_COLUMN and code != _BAD_FIELD) or column not in str(exc):
         return None
     return SchemaError(
         f"enqueue inside an OpenTelemetry span keeps its trace context in "

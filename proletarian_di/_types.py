@@ -64,6 +64,7 @@ class EnqueueOptions(TypedDict, total=False):
     process_in: timedelta | None
     priority: int
     unique_key: str | None
+    group_key: str | None
     job_table: str
     serializer: Serializer | None
     job_id_strategy: JobIdStrategy | None
@@ -104,3 +105,4 @@ class WorkerOptions(TypedDict, total=False):
     keepalive_timeout_ms: int | None
     share_cpu: bool | None
     rate_limit: RateLimit | None
+    fair: bool | None

@@ -610,7 +610,8 @@ class JobInfo:
     characters (see `list_jobs_page`), and `payload` is that text, not decoded. `history`:
     every finished attempt, oldest first (`get_job` reads it; listings leave it empty).
     `progress`: what a running job last reported (`Job.report_progress`), as its worker's
-    last beat wrote it (`get_job` reads it; None otherwise).
+    last beat wrote it (`get_job` reads it; None otherwise). `group_key`: the one it was
+    enqueued with, while it waits or runs (`get_job` reads it; the archive does not keep it).
     """
 
     job_id: uuid.UUID
@@ -627,6 +628,7 @@ class JobInfo:
     payload_truncated: bool = False
     history: tuple[Attempt, ...] = ()
     progress: Any = None
+    group_key: str | None = None
 
     @property
     def error_headline(self) -> str | None:
@@ -870,7 +872,21 @@ def get_job(
             job,
             history=_history(conn, dialect, tables, job),
             progress=_progress(conn, dialect, tables, job),
+            group_key=_group_key(conn, dialect, tables, job),
         )
+
+
+def _group_key(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> str | None:
+    """A waiting or running job's group key (None: none, or a schema without the column)."""
+    if job.finished_at is not None or "group_key" not in dialect.table_columns(
+        conn, tables.job_table
+    ):
+        return None
+    key = dialect.default_id_strategy.encode(job.job_id)
+    row = dialect.fetchone(
+        conn, f"SELECT group_key FROM {tables.job_table} WHERE job_id = %s", (key,)
+    )
+    return row[0] if row is not None and row[0] else None
 
 
 def _progress(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> Any:

@@ -123,6 +123,7 @@ def _render(
         unique_index=unique_index(job_table),
         finished_index=finished_index(archived_job_table),
         enqueued_index=f"{name}_enqueued_at",
+        fair_index=f"{name}_queue_group_key",
         archived_enqueued_index=f"{archived_job_table.rpartition('.')[2]}_enqueued_at",
         attempt_index=f"{name}_attempt_job_id",
         collation=collation,

@@ -85,7 +85,7 @@ class QueueWorker:
         """Through a transaction pooler: `pgbouncer`, or found so at `start()`."""
         interval = options.polling_interval_ms / 1000
         self._pauses = PauseWatch(options.queue, max(interval, MIN_PAUSE_READ_S))
-        frontier = Frontier(interval)
+        frontier = None if options.fair else Frontier(interval)  # a fair claim has its turns
         self._wakeup = Wakeup(options.worker_threads, frontier)
         self._runner = JobRunner(
             handler, options, self.stats, frontier, self._pauses, self._wakeup.busy

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 16) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 17) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -21,12 +21,14 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     priority_rank INTEGER AS (-priority) VIRTUAL, -- the claim's order: lower first
     leased_by   VARCHAR(255) NULL,      -- lease mode: the claim running it (NULL: none)
     trace_context TEXT NULL,            -- the enqueuer's trace context, JSON (NULL: none)
+    group_key   VARCHAR(255) NOT NULL DEFAULT '', -- a tenant, say: fair claims take turns by it
     -- the key first: a job with no key (NULL) never sits beside a key in it (see step 10)
     UNIQUE INDEX job_queue_unique_key (unique_key, queue),
     -- the claim's order, the job id breaking ties (see step 13); attempts and leased_by let
     -- the dashboard count without the rows
     INDEX job_queue_priority_process_at (queue, priority_rank, process_at, job_id, attempts, leased_by),
-    INDEX job_enqueued_at (enqueued_at, job_id) -- the listings' order, newest first
+    INDEX job_enqueued_at (enqueued_at, job_id), -- the listings' order, newest first
+    INDEX job_queue_group_key (queue, group_key, priority_rank, process_at, job_id) -- fair claims
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 13) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 14) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -16,7 +16,8 @@ CREATE TABLE IF NOT EXISTS proletarian.job (
     unique_key  TEXT,                 -- at most one job per queue and key (NULL: no key)
     priority    INTEGER NOT NULL DEFAULT 0, -- higher runs first among due jobs of its queue
     leased_by   TEXT,                 -- lease mode: the claim running it (NULL: none)
-    trace_context TEXT                -- the enqueuer's trace context, JSON (NULL: none)
+    trace_context TEXT,               -- the enqueuer's trace context, JSON (NULL: none)
+    group_key   TEXT NOT NULL DEFAULT '' -- a tenant, say: fair claims take turns by it
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.archived_job (
@@ -43,6 +44,10 @@ CREATE INDEX IF NOT EXISTS job_queue_priority_process_at ON proletarian.job (que
 
 -- the listings' order, newest first (admin.list_jobs, the dashboard's pages of jobs)
 CREATE INDEX IF NOT EXISTS job_enqueued_at ON proletarian.job (enqueued_at, job_id);
+
+-- fair claims (fair=True) take turns by group key; jobs without one are not in it
+CREATE INDEX IF NOT EXISTS job_queue_group_key ON proletarian.job (queue, group_key, (-priority), process_at)
+    WHERE group_key <> '';
 CREATE INDEX IF NOT EXISTS archived_job_enqueued_at ON proletarian.archived_job (enqueued_at, job_id);
 
 CREATE UNIQUE INDEX IF NOT EXISTS job_queue_unique_key ON proletarian.job (queue, unique_key)

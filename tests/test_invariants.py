@@ -1,10 +1,11 @@
 """The engine's promises, checked where its options meet.
 
 The matrix is {held, lease} x {batch 1, batch 5} x {default, advanced handler} x {no timeout,
-a 300 ms job timeout} x {no cap, max_running=1} x {no rate limit, 50 starts a second}. Lease
-mode refuses advanced handlers and max_running, and a rate limit refuses batches (tested
-below and in test_rate_limits); of the rest, `COMBINATIONS` is a sample that covers every
-pair of values. Each combination is driven through the events that can befall a job (it
+a 300 ms job timeout} x {no cap, max_running=1} x {no rate limit, 50 starts a second} x
+{plain, fair claims}. Lease mode refuses advanced handlers and max_running, a rate limit
+and fair claims refuse batches, fair claims refuse max_running (tested below,
+test_rate_limits and test_fair); of the rest, `COMBINATIONS` is a sample that covers every
+pair of values. Every job has its type as its group key. Each combination is driven through the events that can befall a job (it
 succeeds, raises, times out, its process is SIGKILLed, `stop()` abandons it, the database
 drops every connection, it snoozes or cancels itself), on both databases, and
 `Ledger.check` then asserts:
@@ -74,6 +75,7 @@ class Combination:
     timeout: bool = False
     cap: bool = False
     rate: bool = False
+    fair: bool = False
 
     @property
     def id(self) -> str:
@@ -82,6 +84,7 @@ class Combination:
         parts += ["timeout"] if self.timeout else []
         parts += ["cap1"] if self.cap else []
         parts += ["rate50"] if self.rate else []
+        parts += ["fair"] if self.fair else []
         return "-".join(parts)
 
     def options(self) -> dict[str, Any]:
@@ -92,6 +95,7 @@ class Combination:
             "job_timeout_ms": TIMEOUT_MS if self.timeout else None,
             "max_running": 1 if self.cap else None,
             "rate_limit": RateLimit(50, 1000) if self.rate else None,
+            "fair": self.fair,
             "keepalive_timeout_ms": 3_000,
         }
 
@@ -119,6 +123,8 @@ COMBINATIONS = [
     Combination(rate=True),
     Combination(advanced=True, timeout=True, cap=True, rate=True),
     Combination(lease=True, timeout=True, rate=True),
+    Combination(advanced=True, timeout=True, fair=True),
+    Combination(lease=True, rate=True, fair=True),
 ]
 ALL = [pytest.param(c, id=c.id) for c in COMBINATIONS]
 # The events that need a process of their own or a proxy: a sample still meeting each value.
@@ -302,7 +308,7 @@ class _Observing(Observer):
 def enqueue_jobs(backend: Backend, *job_types: str) -> list[Any]:
     """One job of each type, its payload its type, due in that order; their ids."""
     with contextlib.closing(backend.connect()) as conn:
-        ids = [enqueue(conn, job_type, job_type) for job_type in job_types]
+        ids = [enqueue(conn, job_type, job_type, group_key=job_type) for job_type in job_types]
         conn.commit()
     return ids
 

@@ -666,23 +666,57 @@ class Dialect:
         self.commit(conn)
         return rows
 
-    def lease_claim_limited(
-        self, conn: Any, claim: LeaseClaim, take: Callable[[Any, Dialect], bool]
+    def lease_claim_by(
+        self,
+        conn: Any,
+        claim: LeaseClaim,
+        select: Callable[[Any], list[Any]] | None = None,
+        take: Callable[[Any, Dialect], bool] | None = None,
     ) -> list[LeasedRow]:
-        """`lease_claim` under a rate limit: the claim commits only if `take` finds its start
-        a slot in the same transaction; else it is rolled back and nothing is claimed."""
+        """`lease_claim`, of the rows `select` finds (a fair claim) and under a rate limit:
+        the claim commits only if `take` finds its start a slot in the same transaction;
+        else it is rolled back and nothing is claimed."""
         self.begin(conn)
-        rows = self._lease(conn, claim)
-        if rows and take(conn, self):
+        rows = self._lease(conn, claim, None if select is None else select(conn))
+        if rows and (take is None or take(conn, self)):
             self.commit(conn)
             return rows
         self.rollback(conn)
         return []
 
-    def _lease(self, conn: Any, claim: LeaseClaim) -> list[LeasedRow]:
-        """`lease_claim`'s statements, in the transaction open on `conn`."""
-        params = self.claim_params(claim.queue, claim.start, claim.now, claim.limit)
-        claimed = self.fetchall(conn, self.lease_select_sql, params)
+    fair_order = "group_key, -priority, process_at"
+
+    def fair_claim(
+        self, conn: Any, queue: str, after: str | None, now: datetime, lease: bool
+    ) -> tuple[Any, ...] | None:
+        """Lock the first due job of the first group key past `after` (None: the first due
+        job without a key), in the caller's transaction: its claim row (a lease claim's,
+        with `lease`) followed by its group key; None if there is none."""
+        columns = f"{self.columns}, last_error, priority, " + (
+            "leased_by, trace_context" if lease else "trace_context"
+        )
+        if after is None:
+            sql = self.claim_statement("group_key = '' AND ", f"{columns}, group_key")
+            params = self.claim_params(queue, None, now, 1)
+        else:
+            sql = (
+                f"SELECT {columns}, group_key FROM {self.job_table} WHERE queue = %s "
+                "AND group_key <> '' AND group_key > %s AND process_at <= %s "
+                f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
+                f"ORDER BY {self.fair_order} LIMIT 1 FOR UPDATE SKIP LOCKED"
+            )
+            params = (queue, after, self.encode_time(now))
+        rows = self.fetchall(conn, sql, params)
+        return tuple(rows[0]) if rows else None
+
+    def _lease(
+        self, conn: Any, claim: LeaseClaim, claimed: list[Any] | None = None
+    ) -> list[LeasedRow]:
+        """`lease_claim`'s statements, in the transaction open on `conn`: the claim, unless
+        the rows are `claimed` already, then their leases."""
+        if claimed is None:
+            params = self.claim_params(claim.queue, claim.start, claim.now, claim.limit)
+            claimed = self.fetchall(conn, self.lease_select_sql, params)
         sql = (
             f"UPDATE {self.job_table} SET attempts = attempts + %s, "
             f"process_at = {self.lease_end}, leased_by = %s WHERE job_id = %s"
@@ -884,8 +918,8 @@ class Dialect:
         self, row: Sequence[Any], key: str | None = None
     ) -> tuple[str, tuple[Any, ...]]:
         """The INSERT for one enqueued row `(id, queue, type, payload, enqueued_at, due,
-        priority, trace_context)`, with its unique `key` if it has one."""
-        job_id, queue, job_type, payload, enqueued_at, process_at, priority, trace = row
+        priority, trace_context[, group_key])`, with its unique `key` if it has one."""
+        job_id, queue, job_type, payload, enqueued_at, process_at, priority, trace, *more = row
         extra: tuple[str, ...] = ()
         values: tuple[Any, ...] = ()
         if priority:
@@ -894,6 +928,8 @@ class Dialect:
             extra, values = (*extra, "unique_key"), (*values, key)
         if trace is not None:
             extra, values = (*extra, "trace_context"), (*values, trace)
+        if more and more[0] is not None:
+            extra, values = (*extra, "group_key"), (*values, more[0])
         sql = self._inserts.get(extra)
         if sql is None:
             sql = self._inserts[extra] = self.insert_into(extra)

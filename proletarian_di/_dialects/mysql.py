@@ -71,6 +71,7 @@ class MySQLDialect(Dialect):
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
     insert_ignore = ("INSERT IGNORE INTO", "")
+    fair_order = "group_key, priority_rank, process_at, job_id"
 
     def archive_under_lease(
         self,
@@ -384,8 +385,9 @@ class MySQLDialect(Dialect):
         costs a look at the connection's (once per connection) or an exact count."""
         shared = _FIXED_BOUND + 4 * len(key or "")
         for row in rows:
-            _, queue, job_type, payload, *_, trace = row
-            bound = shared + 4 * (len(queue) + len(job_type) + len(trace or ""))
+            _, queue, job_type, payload, *_ = row
+            texts = (queue, job_type, *(text or "" for text in row[7:]))
+            bound = shared + 4 * sum(map(len, texts))
             bound += (2 if payload.isascii() else 4) * len(payload)
             if bound < _MIN_PACKET or bound < self._packet_limit(conn):
                 continue
@@ -421,8 +423,9 @@ class MySQLDialect(Dialect):
         if not rows:
             return
         enqueued_at, process_at = (self.encode_time(value) for value in rows[0][4:6])
-        priority, trace = rows[0][6:8]
+        priority, trace, *more = rows[0][6:]
         given = ((priority,) if priority else ()) + (() if trace is None else (trace,))
+        given += (more[0],) if more and more[0] is not None else ()
         params = [
             (row[0], row[1], row[2], row[3], 0, enqueued_at, process_at, *given) for row in rows
         ]

@@ -149,15 +149,17 @@ class PostgresDialect(Dialect):
             "LEFT JOIN leased ON true"
         )
         self.insert_many_sql = {
-            (priority, traced): (
+            (priority, traced, grouped): (
                 f"WITH job AS (INSERT INTO {job} ({self.columns}{', priority' * priority}"
-                f"{', trace_context' * traced}) SELECT u.job_id, %s, u.job_type, u.payload, 0, "
-                f"%s, %s{', %s' * priority}{', %s' * traced} "
+                f"{', trace_context' * traced}{', group_key' * grouped}) SELECT u.job_id, %s, "
+                f"u.job_type, u.payload, 0, %s, %s{', %s' * priority}{', %s' * traced}"
+                f"{', %s' * grouped} "
                 "FROM unnest(%b::uuid[], %b::text[], %b::text[]) AS u(job_id, job_type, payload))"
                 + _NOTIFY
             )
             for priority in (False, True)
             for traced in (False, True)
+            for grouped in (False, True)
         }
 
     def _lease_claim(self, condition: str, update_as: str = " ") -> str:
@@ -513,13 +515,15 @@ class PostgresDialect(Dialect):
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         if not rows:
             return
-        _, queue, _, _, enqueued_at, process_at, priority, trace = rows[0]
+        _, queue, _, _, enqueued_at, process_at, priority, trace, *more = rows[0]
+        group = more[0] if more else None
         ids = [r[0] for r in rows]
         types = [r[2] for r in rows]
         payloads = [r[3] for r in rows]
         given = ((priority,) if priority else ()) + (() if trace is None else (trace,))
+        given += () if group is None else (group,)
         conn.execute(
-            self.insert_many_sql[bool(priority), trace is not None],
+            self.insert_many_sql[bool(priority), trace is not None, group is not None],
             (
                 queue,
                 enqueued_at,
