@@ -5,9 +5,10 @@ a 300 ms job timeout} x {no cap, max_running=1} x {no rate limit, 50 starts a se
 {plain, fair claims}. Lease mode refuses advanced handlers and max_running, a rate limit
 and fair claims refuse batches, fair claims refuse max_running (tested below,
 test_rate_limits and test_fair); of the rest, `COMBINATIONS` is a sample that covers every
-pair of values. Every job has its type as its group key. Each combination is driven through the events that can befall a job (it
-succeeds, raises, times out, its process is SIGKILLed, `stop()` abandons it, the database
-drops every connection, it snoozes or cancels itself), on both databases, and
+pair of values. Every job has its type as its group key. Each combination is driven
+through the events that can befall a job (it succeeds, raises, times out, its process is
+SIGKILLed, `stop()` abandons it, the database drops every connection, it snoozes or
+cancels itself), on both databases, and
 `Ledger.check` then asserts:
 
 - no job lost: each is waiting or archived, never both, never neither;
