@@ -16,6 +16,7 @@ from typing import Any
 from . import _pauses
 from ._dialects import Dialect
 from ._dialects.base import RunningSlots, running_slots
+from ._rates import bucket_of
 from ._registry import WorkerInfo
 
 WAITING_STATES = ("queued", "scheduled", "retrying")
@@ -107,29 +108,37 @@ def slots_full(facts: Facts) -> str | None:
 
 
 def rate_limited(facts: Facts) -> str | None:
-    """Due, but its queue's `rate_limit` has no start left in the window: until when, from
-    the slots' last starts (by the database's clock)."""
-    dialect, queue = facts.dialect, facts.job.queue
+    """Due, but its queue's (or its group key's) `rate_limit` has no start left in the
+    window: until when, from the slots' last starts (by the database's clock)."""
+    dialect, job = facts.dialect, facts.job
     if not facts.due or not dialect.table_columns(facts.conn, dialect.rate_table):
         return None
+    group = bucket_of(job.queue, job.group_key or "")
     rows = dialect.fetchall(
         facts.conn,
-        f"SELECT used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} WHERE bucket = %s",
-        (queue,),
+        f"SELECT bucket, used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
+        "WHERE bucket IN (%s, %s)",
+        (job.queue, group),
     )
-    if not rows:
-        return None
-    period = timedelta(milliseconds=int(rows[0][1]))
-    now = dialect.decode_time(rows[0][2])
-    free_at = min(dialect.decode_time(used_at) for used_at, _, _ in rows) + period
-    if free_at <= now:
-        return None
-    limit = len(rows)
-    return (
-        f"rate limited until {moment(free_at)}: queue {queue!r} starts at most {limit} "
-        f"job{'s' if limit > 1 else ''} in any {period.total_seconds():g} s, and has"
-        f" {'started them' if limit > 1 else 'started it'} in the last one"
-    )
+    for bucket, what in (
+        (group, f"group key {job.group_key or ''!r} of queue"),
+        (job.queue, "queue"),
+    ):
+        slots = [row for row in rows if row[0] == bucket]
+        if not slots:
+            continue
+        period = timedelta(milliseconds=int(slots[0][2]))
+        now = dialect.decode_time(slots[0][3])
+        free_at = min(dialect.decode_time(row[1]) for row in slots) + period
+        if free_at <= now:
+            continue
+        limit = len(slots)
+        return (
+            f"rate limited until {moment(free_at)}: {what} {job.queue!r} starts at most "
+            f"{limit} job{'s' if limit > 1 else ''} in any {period.total_seconds():g} s, and "
+            f"has {'started them' if limit > 1 else 'started it'} in the last one"
+        )
+    return None
 
 
 def no_live_worker(facts: Facts) -> str | None:

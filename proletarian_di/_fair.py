@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from ._dialects import Dialect
+from ._rates import RateGate
 
 
 class FairTurns:
@@ -28,18 +29,49 @@ class FairTurns:
         """The group key served last ('' : the round starts again)."""
         self._lock = threading.Lock()
 
-    def claim(self, conn: Any, dialect: Dialect, now: datetime, lease: bool = False) -> list[Any]:
+    def claim(
+        self,
+        conn: Any,
+        dialect: Dialect,
+        now: datetime,
+        lease: bool = False,
+        gate: RateGate | None = None,
+    ) -> list[Any]:
         """The next group's first due job, locked in the transaction open on `conn` (a
-        held-mode `JobRow`, or with `lease` the row `Dialect._lease` takes); [] if none."""
-        after = self.after
-        row = dialect.fair_claim(conn, self.queue, after, now, lease)
-        if row is None:
-            row = dialect.fair_claim(conn, self.queue, None, now, lease)
-            if row is None and after:
-                row = dialect.fair_claim(conn, self.queue, "", now, lease)
-        if row is None:
-            return []
-        *job, group = row
-        with self._lock:
-            self.after = group
-        return [tuple(job)]
+        held-mode `JobRow`, or with `lease` the row `Dialect._lease` takes); [] if none.
+
+        With a rate limit by group key (`gate`), a group without a free slot is passed
+        over (its row stays locked until the transaction ends, unrun) and the next one
+        tried; when none is left the gate makes the threads sleep."""
+        limited = gate if gate is not None and gate.by_group else None
+        after: str | None = self.after
+        ungrouped_tried, restarted = False, after == ""
+        for _ in range(MAX_TRIES):
+            row = dialect.fair_claim(conn, self.queue, after, now, lease)
+            if row is None or (limited is not None and self._held(conn, dialect, row, limited)):
+                if row is not None and after is not None:
+                    after = row[-1]  # that group is held back: on to the next
+                elif after is not None and not ungrouped_tried:
+                    after, ungrouped_tried = None, True  # the turn of the jobs without a key
+                elif not restarted:
+                    after, restarted = "", True  # the round starts again
+                else:
+                    break
+                continue
+            *job, group = row
+            with self._lock:
+                self.after = group
+            return [tuple(job)]
+        if limited is not None:
+            limited.all_held()
+        return []
+
+    @staticmethod
+    def _held(conn: Any, dialect: Dialect, row: tuple[Any, ...], gate: RateGate) -> bool:
+        """Whether the row's group has no free slot (known already, or found so now)."""
+        group = row[-1]
+        return gate.held(group) or not gate.take(conn, dialect, group)
+
+
+MAX_TRIES = 32
+"""The most claims one fair turn makes, past groups held back by a rate limit."""

@@ -178,7 +178,7 @@ class HeldMode(Steps):
             return rows
         if self.fair is not None:
             session.dialect.begin(session.conn)
-            return self.fair.claim(session.conn, session.dialect, self.clock())
+            return self.fair.claim(session.conn, session.dialect, self.clock(), gate=self.rates)
         if self.running_slots is None:
             return session.claim(self.options.queue, self.clock(), limit, self.claim_start(slot))
         start = self.claim_start(slot)
@@ -196,7 +196,8 @@ class HeldMode(Steps):
                 frontier.missed(slot)
             dialect.rollback(conn)  # a paused queue's jobs go back unrun
             return []
-        if self.rates is not None and not self.rates.take(conn, dialect):
+        rates = self.rates
+        if rates is not None and not rates.by_group and not rates.take(conn, dialect):
             dialect.rollback(conn)  # no start left in the window: the job goes back unrun
             return []
         self.on_claim()

@@ -53,7 +53,8 @@ class LeaseMode(Steps):
             if self.rates is None and self.fair is None:
                 claimed = dialect.lease_claim(conn, *claim)
             else:
-                take = None if self.rates is None else self.rates.take
+                rates = self.rates
+                take = None if rates is None or rates.by_group else rates.take
                 claimed = dialect.lease_claim_by(conn, claim, self._fair_select(claim), take)
             rows = self._claimed(conn, dialect, claimed, claim, slot)
             dialect.rollback(conn)
@@ -79,7 +80,9 @@ class LeaseMode(Steps):
         fair = self.fair
         if fair is None:
             return None
-        return lambda conn: fair.claim(conn, self.dialect(conn), claim.now, lease=True)
+        return lambda conn: fair.claim(
+            conn, self.dialect(conn), claim.now, lease=True, gate=self.rates
+        )
 
     def _claim_ahead(
         self, slot: Slot | None, limit: int, going_on: Callable[[], bool] | None

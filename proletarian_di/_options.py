@@ -296,6 +296,12 @@ def check_lease_mode(settings: WorkerSettings) -> None:
 
 def check_fair(settings: WorkerSettings) -> None:
     """`fair`: refuse what would claim past the group's turn."""
+    rate = settings.rate_limit
+    if rate is not None and rate.by == "group_key" and not settings.fair:
+        raise ConfigurationError(
+            "rate_limit by='group_key' needs fair=True: a plain claim would wait behind the "
+            "first job of a group held back, where a fair one goes on to the next group"
+        )
     if not settings.fair:
         return
     if settings.batch_size > 1:

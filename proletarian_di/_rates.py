@@ -1,9 +1,11 @@
-"""Rate limits (`rate_limit=RateLimit(limit, period_ms)`): at most `limit` job starts of a
-queue in any window of `period_ms`, over every process and thread.
+"""Rate limits (`rate_limit=RateLimit(limit, period_ms, by=...)`): at most `limit` job starts
+of a queue (or of each of its group keys) in any window of `period_ms`, over every process
+and thread.
 
-A limited queue has `limit` slots, rows of `<job table>_rate_slots`. A start takes a slot
-whose last start is at least a period old (`SELECT … FOR UPDATE SKIP LOCKED`) and stamps it
-with the database's clock, in the claim's own transaction, right after the claim. So:
+A limited queue (or group key: a bucket) has `limit` slots, rows of
+`<job table>_rate_slots`. A start takes a slot whose last start is at least a period old
+(`SELECT … FOR UPDATE SKIP LOCKED`) and stamps it with the database's clock, in the claim's
+own transaction, right after the claim. So:
 
 - two starts on one slot are a period apart or more, and `limit` slots make at most `limit`
   starts in any window of a period, whatever the number of workers;
@@ -16,13 +18,22 @@ A worker that finds every slot taken sleeps until the oldest one is a period old
 polling meanwhile (`RateGate.wait_s`); when every slot is held by a claim or a running job
 (held mode), whose start is not known yet, it looks again after the shorter of its polling
 interval and a period divided by the limit.
+
+Limited by group key (`by="group_key"`, with `fair=True`), a group without a free slot is
+passed over: the fair claim goes on to the next group key, and the worker remembers until
+when that group is held back. Only when every due group is held back do its threads sleep,
+until the first of them is free again. A group's slots are written the first time the
+worker meets it, on a connection of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ._dialects import Dialect
@@ -34,7 +45,8 @@ MAX_RATE_LIMIT = 10_000
 
 @dataclasses.dataclass(frozen=True)
 class RateLimit:
-    """At most `limit` job starts of the worker's queue in any window of `period_ms`
+    """At most `limit` job starts of the worker's queue (`by="queue"`), or of each of its
+    group keys (`by="group_key"`, with `fair=True`), in any window of `period_ms`
     milliseconds, over every process and thread (`create_queue_worker(rate_limit=...)`).
     A start is counted when its job is claimed, by the database's clock, in the claim's
     transaction: a claim rolled back does not count."""
@@ -52,10 +64,9 @@ class RateLimit:
                 raise ConfigurationError(
                     f"RateLimit's {name} must be an int from 1 to {most:,}, got {value!r}"
                 )
-        if self.by != "queue":
+        if self.by not in ("queue", "group_key"):
             raise ConfigurationError(
-                f"RateLimit's by must be 'queue', got {self.by!r} (limits per group key are "
-                "not built yet)"
+                f"RateLimit's by must be 'queue' or 'group_key', got {self.by!r}"
             )
 
 
@@ -66,20 +77,45 @@ def check_rate_limit(value: Any) -> RateLimit | None:
     return value
 
 
+BUCKET_LENGTH = 255
+"""The longest bucket name (MySQL's VARCHAR(255))."""
+
+
+def bucket_of(queue: str, group_key: str | None) -> str:
+    """The slots' name of a queue, or of one group key of it: `queue`, or `queue`, a unit
+    separator and the key (a digest of the key where that would be too long)."""
+    if group_key is None:
+        return queue
+    bucket = f"{queue}\x1f{group_key}"
+    if len(bucket) <= BUCKET_LENGTH:
+        return bucket
+    digest = hashlib.blake2s(group_key.encode(), digest_size=16).hexdigest()
+    return f"{queue[: BUCKET_LENGTH - 34]}\x1f#{digest}"
+
+
 class RateGate:
     """One worker's side of its queue's rate limit: it makes sure the slots exist, takes one
-    for each claim, and knows how long its threads should sleep when none was free."""
+    for each claim, and knows how long its threads should sleep when none was free (and,
+    by group key, which groups are held back until when)."""
 
     def __init__(self, rate: RateLimit, queue: str, polling_interval_s: float) -> None:
-        self.rate, self.bucket = rate, queue
+        self.rate, self.queue = rate, queue
+        self.by_group = rate.by == "group_key"
         self.polling_interval_s = polling_interval_s
         self._lock = threading.Lock()
         self._held_back_until = 0.0
         """When (`time.monotonic()`) a slot is expected to be free again."""
+        self._groups_held: dict[str, float] = {}
+        """By group key: until when (`time.monotonic()`) it has no free slot."""
+        self._ensured: set[str] = set()
+        self.connect: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+        """A connection beside the claim's, where a new group's slots are written."""
+        self.dialect_of: Callable[[Any], Dialect] | None = None
 
     def ensure(self, conn: Any, dialect: Dialect) -> None:
-        """Write the queue's slots (and this limit's period) if they are not there, and
-        drop slots past the limit, on `conn` (the caller commits)."""
+        """Check the slots' table, and write the queue's slots (and this limit's period) if
+        they are not there, dropping slots past the limit, on `conn` (the caller commits);
+        by group key, each group's are written when it is first met."""
         table = dialect.rate_table
         if not dialect.table_columns(conn, table):
             from .schema import UPGRADE_HINT
@@ -87,20 +123,61 @@ class RateGate:
             raise SchemaError(
                 f"rate_limit needs the {table} table (schema step rate_limits): {UPGRADE_HINT}"
             )
-        dialect.ensure_rate_slots(conn, self.bucket, self.rate.limit, self.rate.period_ms)
+        if not self.by_group:
+            self._write_slots(conn, dialect, self.queue)
 
-    def take(self, conn: Any, dialect: Dialect) -> bool:
-        """Take a free slot for a job just claimed, in the claim's transaction; False (and
-        the time to wait noted) if none is free."""
+    def _write_slots(self, conn: Any, dialect: Dialect, bucket: str) -> None:
+        dialect.ensure_rate_slots(conn, bucket, self.rate.limit, self.rate.period_ms)
+        self._ensured.add(bucket)
+
+    def take(self, conn: Any, dialect: Dialect, group_key: str | None = None) -> bool:
+        """Take a free slot for a job just claimed (of `group_key`, limited by group), in
+        the claim's transaction; False (and the time to wait noted) if none is free."""
         rate = self.rate
-        if dialect.take_rate_slot(conn, self.bucket, rate.limit, rate.period_ms):
+        bucket = bucket_of(self.queue, group_key if self.by_group else None)
+        if bucket not in self._ensured:
+            self._ensure_elsewhere(bucket)
+        if dialect.take_rate_slot(conn, bucket, rate.limit, rate.period_ms):
             return True
-        free_in = dialect.next_rate_slot_s(conn, self.bucket, rate.limit, rate.period_ms)
+        free_in = dialect.next_rate_slot_s(conn, bucket, rate.limit, rate.period_ms)
         if free_in is None:  # every slot in use: look again in a share of the period
             free_in = min(self.polling_interval_s, rate.period_ms / 1000 / rate.limit)
+        until = time.monotonic() + max(free_in, 0.001)
         with self._lock:
-            self._held_back_until = time.monotonic() + max(free_in, 0.001)
+            if self.by_group:
+                self._groups_held[group_key or ""] = until
+            else:
+                self._held_back_until = until
         return False
+
+    def _ensure_elsewhere(self, bucket: str) -> None:
+        """Write a group's slots on a connection of their own, committed at once: two
+        claims meeting a new group never wait on each other's transaction."""
+        if self.connect is None or self.dialect_of is None:
+            raise RuntimeError("a rate limit by group key needs a connection for its slots")
+        with self.connect() as conn:
+            self._write_slots(conn, self.dialect_of(conn), bucket)
+            conn.commit()
+
+    def held(self, group_key: str) -> bool:
+        """By group key: whether the group is known to have no free slot now."""
+        with self._lock:
+            until = self._groups_held.get(group_key)
+            if until is None:
+                return False
+            if until <= time.monotonic():
+                del self._groups_held[group_key]
+                return False
+            return True
+
+    def all_held(self) -> None:
+        """By group key: a claim found no due job of a group with a free slot; the threads
+        sleep until the first held group is free again (if any is held)."""
+        with self._lock:
+            now = time.monotonic()
+            waits = [until for until in self._groups_held.values() if until > now]
+            if waits:
+                self._held_back_until = min(waits)
 
     def wait_s(self) -> float:
         """How long a thread should sleep before it claims again (0: claim now)."""

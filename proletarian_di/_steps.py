@@ -167,6 +167,9 @@ class Steps:
             else RateGate(options.rate_limit, options.queue, options.polling_interval_ms / 1000)
         )
         """`rate_limit`: where each claim takes its start's slot."""
+        if self.rates is not None:
+            self.rates.connect = lambda: self.recording_connection()
+            self.rates.dialect_of = self.dialect
         self.fair = FairTurns(options.queue) if options.fair else None
         """`fair`: the worker's turn across the queue's group keys."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (

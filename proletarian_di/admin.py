@@ -912,7 +912,8 @@ def explain_job(
     """Why the job with this id is not running now, or None if there is no such job: its
     state (as `get_job` tells it) and a sentence for each thing that holds it back (its
     queue paused, scheduled or retrying until a time, its queue's `max_running` full, with
-    the running jobs that hold the slots, no live worker polling its queue). A running or
+    the running jobs that hold the slots, its queue's or group's rate limit spent until a
+    time, no live worker polling its queue). A running or
     finished job has no reasons; `Explanation.note` then says who runs it, or when it ended.
 
     The workers are the live workers' registry's (see `list_workers`); on a schema without
@@ -928,11 +929,12 @@ def explain_job(
         found = _infos(conn, dialect, rows, held, at, check_serializer(None), 1)
         if not found:
             return None
+        job = dataclasses.replace(found[0], group_key=_group_key(conn, dialect, tables, found[0]))
         registry = workers_table(tables.job_table)
         workers = None
         if dialect.table_columns(conn, registry):
             workers = _registry.read_workers(conn, dialect, registry, found[0].queue, STALE_AFTER)
-        return _explain.explain(_explain.Facts(conn, dialect, found[0], at, workers))
+        return _explain.explain(_explain.Facts(conn, dialect, job, at, workers))
 
 
 def _history(

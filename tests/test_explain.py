@@ -253,3 +253,16 @@ def test_a_rate_limited_queue_says_until_when(backend, pool):
     assert explain(backend, first).state == "succeeded"
     other = explain(backend, enqueue_committed(backend, ("call", 3))[0])
     assert not [r for r in other.reasons if r.startswith("rate limited")], "another queue"
+
+
+def test_a_group_key_held_back_by_its_rate_limit_is_named(backend, pool):
+    [_, second] = enqueue_committed(backend, ("call", 1), ("call", 2), group_key="tenant-9")
+    [other] = enqueue_committed(backend, ("call", 3), group_key="tenant-4")
+    rate = {"rate_limit": RateLimit(1, 60_000, by="group_key"), "fair": True}
+    ran: list[int] = []
+    for _ in range(3):  # tenant-4's job, tenant-9's first, then nothing: tenant-9 is held
+        process_next_job(pool, lambda t, p: ran.append(p), **rate)
+    assert ran == [3, 1]
+    [reason] = [r for r in explain(backend, second).reasons if r.startswith("rate limited")]
+    assert "group key 'tenant-9' of queue 'default' starts at most 1 job in any 60 s" in reason
+    assert explain(backend, other).state == "succeeded"

@@ -22,11 +22,12 @@ from proletarian_di import (
     RateLimit,
     SchemaError,
     create_queue_worker,
+    enqueue,
     process_next_job,
     worker_running,
 )
 
-from backends import Backend, Events, enqueue_committed, wait_until
+from backends import Backend, Events, connection, enqueue_committed, wait_until
 
 MODES = [pytest.param(0, id="held"), pytest.param(10_000, id="lease")]
 
@@ -44,29 +45,33 @@ def most_in_a_window(times: list[float], window_s: float) -> int:
 
 
 @contextlib.contextmanager
-def counted_starts(backend: Backend) -> Iterator[Callable[[], list[datetime]]]:
-    """Log every start the rate limit counts: a trigger copies each slot's new `used_at` to a
-    table, in the claim's transaction, so only the starts that committed are there."""
+def counted_starts(backend: Backend) -> Iterator[Callable[..., list[datetime]]]:
+    """Log every start the rate limit counts: a trigger copies each slot's bucket and new
+    `used_at` to a table, in the claim's transaction, so only the starts that committed are
+    there. Yields the counted starts of a bucket (default: the default queue's)."""
     slots, log = f"{backend.job_table}_rate_slots", f"{backend.job_table}_rate_log"
     if backend.name == "mysql":
         statements = [
-            f"CREATE TABLE {log} (used_at DATETIME(6) NOT NULL)",
+            f"CREATE TABLE {log} (bucket VARCHAR(255) NOT NULL, used_at DATETIME(6) NOT NULL)",
             f"CREATE TRIGGER {backend.job_table}_rate_logged AFTER UPDATE ON {slots} "
             f"FOR EACH ROW BEGIN IF NEW.used_at <> OLD.used_at THEN INSERT INTO {log} "
-            "VALUES (NEW.used_at); END IF; END",
+            "VALUES (NEW.bucket, NEW.used_at); END IF; END",
         ]
     else:
         statements = [
-            f"CREATE TABLE {log} (used_at TIMESTAMPTZ NOT NULL)",
+            f"CREATE TABLE {log} (bucket TEXT NOT NULL, used_at TIMESTAMPTZ NOT NULL)",
             f"CREATE FUNCTION {log}_write() RETURNS trigger LANGUAGE plpgsql AS "
-            f"$$ BEGIN INSERT INTO {log} VALUES (NEW.used_at); RETURN NEW; END $$",
+            f"$$ BEGIN INSERT INTO {log} VALUES (NEW.bucket, NEW.used_at); RETURN NEW; END $$",
             f"CREATE TRIGGER rate_logged AFTER UPDATE ON {slots} FOR EACH ROW "
             f"WHEN (OLD.used_at IS DISTINCT FROM NEW.used_at) EXECUTE FUNCTION {log}_write()",
         ]
     for sql in statements:
         backend.execute(sql)
     try:
-        yield lambda: sorted(row[0] for row in backend.query(f"SELECT used_at FROM {log}"))
+        yield lambda bucket="default": sorted(
+            row[0]
+            for row in backend.query(f"SELECT used_at FROM {log} WHERE bucket = %s", (bucket,))
+        )
     finally:
         backend.execute(f"DROP TABLE {log}")
         if backend.name == "mysql":
@@ -194,13 +199,56 @@ def test_starts_on_both_threads_of_one_worker_stay_within_the_limit(backend: Bac
     assert times[-1] - times[0] >= 1.15
 
 
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_each_group_key_starts_at_most_its_limit_and_a_held_group_holds_no_other_back(
+    backend: Backend, lease_ms: int
+) -> None:
+    """By group key, 2 starts a second each: group a's ten jobs take five seconds, every
+    window of a second holding two of a's starts at most, while groups b and c, enqueued
+    after all of a's, run within their own limits meanwhile rather than after a."""
+    with connection(backend) as conn:
+        for group, count in (("a", 10), ("b", 4), ("c", 4)):
+            for n in range(count):
+                enqueue(conn, "work", f"{group}-{n}", group_key=group)
+        conn.commit()
+    ran: dict[str, list[float]] = {"a": [], "b": [], "c": []}
+    lock = threading.Lock()
+
+    def handler(job_type: str, payload: str) -> None:
+        with lock:
+            ran[payload[0]].append(time.monotonic())
+
+    worker = create_queue_worker(
+        backend.pool(4),
+        handler,
+        worker_threads=3,
+        fair=True,
+        polling_interval_ms=5_000,
+        rate_limit=RateLimit(2, 1000, by="group_key"),
+        lease_ms=lease_ms or None,
+    )
+    with counted_starts(backend) as counted, worker_running(worker):
+        wait_until(lambda: len(ran["a"]) == 10, timeout=30, description="a's ten ran")
+        by_group = {g: [at.timestamp() for at in counted(f"default\x1f{g}")] for g in "abc"}
+    assert [len(by_group[g]) for g in "abc"] == [10, 4, 4], "each start counted once"
+    for group in "abc":
+        assert most_in_a_window(by_group[group], 1.0) == 2, group
+    assert by_group["a"][-1] - by_group["a"][0] >= 4.0, "ten at two a second span 4 s"
+    assert max(ran["b"] + ran["c"]) < ran["a"][-1], "b and c were not held behind a"
+
+
+def test_a_rate_limit_by_group_key_needs_fair_claims(backend: Backend) -> None:
+    with pytest.raises(ConfigurationError, match="by='group_key' needs fair=True"):
+        create_queue_worker(backend.pool(1), print, rate_limit=RateLimit(1, 100, by="group_key"))
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (lambda: RateLimit(0, 1000), "limit must be an int from 1 to 10,000"),
         (lambda: RateLimit(5, 0), "period_ms must be an int from 1"),
         (lambda: RateLimit(5, 1.5), "period_ms must be an int"),
-        (lambda: RateLimit(5, 1000, by="tenant"), "by must be 'queue'"),
+        (lambda: RateLimit(5, 1000, by="tenant"), "by must be 'queue' or 'group_key'"),
     ],
 )
 def test_bad_rate_limits_are_clear_errors(make, message):
