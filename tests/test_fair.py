@@ -113,13 +113,24 @@ def test_two_fair_workers_share_between_groups(backend: Backend, pool: Any) -> N
     assert a_done < 80, f"{a_done} of a's jobs ran before b's 20 were done"
 
 
-def test_get_job_shows_the_group_key(backend: Backend) -> None:
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_get_job_jobs_show_and_the_job_page_show_the_group_key(backend: Backend, pool) -> None:
+    from starlette.testclient import TestClient
+    from test_cli import run
+
+    from proletarian_di.contrib.dashboard import dashboard
+
     with connection(backend) as conn:
-        grouped = enqueue(conn, "work", None, group_key="tenant-7")
+        grouped = enqueue(conn, "work", None, group_key="<tenant-7>")
         plain = enqueue(conn, "work", None)
         conn.commit()
-        assert admin.get_job(conn, grouped).group_key == "tenant-7"
+        assert admin.get_job(conn, grouped).group_key == "<tenant-7>"
         assert admin.get_job(conn, plain).group_key is None
+    tables = ["--job-table", backend.job_table, "--archived-job-table", backend.archived_job_table]
+    shown = run("jobs", "show", str(grouped), "-d", backend.url, *tables)
+    assert shown.exit_code == 0 and "group key <tenant-7>" in shown.stdout, shown.output
+    page = TestClient(dashboard(pool)).get(f"/jobs/{grouped}").text
+    assert "<dt>Group key</dt><dd><code>&lt;tenant-7&gt;</code></dd>" in page
 
 
 @pytest.mark.parametrize(

@@ -215,6 +215,8 @@ def show_job(
         ("enqueued", f"{job.enqueued_at.isoformat()} ({_when(job.enqueued_at)})"),
         ("due", f"{job.process_at.isoformat()} ({_when(job.process_at)})"),
     ]
+    if job.group_key is not None:
+        lines.append(("group key", job.group_key))
     if job.progress is not None:
         lines.append(("progress", _progress_text(job.progress)))
     if job.finished_at is not None:
