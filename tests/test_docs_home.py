@@ -39,6 +39,14 @@ DENIALS = [
     ("pausing a queue", "queues.md", r"\b(no|without) (\w+ ){0,3}paus"),
     ("a dashboard", "observability.md#the-dashboard", r"\b(no|without) (\w+ ){0,3}dashboard\b"),
     ("metrics", "observability.md#metrics", r"\b(no|without) (\w+ ){0,3}metrics\b"),
+    (
+        "rate limits",
+        "queues.md#at-most-n-starts-a-period-rate_limit",
+        r"\b(no|without) (\w+ ){0,3}rate limit|\bneed (\w+ ){0,3}rate limits?\b"
+        r"|\boffer more \([^)]*rate limits",
+    ),
+    ("fair shares", "queues.md#fair-shares-fair", r"\b(no|without) (\w+ ){0,3}fair"),
+    ("snooze and cancel from a job", "flow-control.md", r"\b(no|without) (\w+ ){0,3}snooz"),
 ]
 
 
