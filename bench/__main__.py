@@ -44,6 +44,8 @@ DRAIN_THREADS = (1, 4, 8)
 BATCH_SIZE = 10
 LEASE_MS = 30_000  # lease mode: claim and outcome in two transactions, a heartbeat between
 MAX_RUNNING = 4  # as many running slots as threads: the cap's own cost, never its waiting
+RATE_LIMIT, RATE_PERIOD_MS = 500, 1_000  # rate_limit: far below a 4-thread drain's pace
+RATE_ROWS = ("drain_rated", "rated_lease")
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
@@ -183,6 +185,21 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
         args.jobs,
         DRAIN_INTERVAL,
     )
+    if measure.worker_option("rate_limit"):
+        for row, lease_ms in zip(RATE_ROWS, (None, LEASE_MS), strict=True):
+            results.record(
+                db,
+                row,
+                "ours",
+                functools.partial(measure.drain_rate_limited, lease_ms=lease_ms),
+                db,
+                "ours",
+                4,
+                args.rate_jobs,
+                DRAIN_INTERVAL,
+                RATE_LIMIT,
+                RATE_PERIOD_MS,
+            )
     if measure.worker_option("share_cpu"):
         results.record(
             db,
@@ -288,6 +305,8 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_batch", f"drain, 4 threads, batch_size={BATCH_SIZE} (opt-in)"),
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
+        ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),
+        ("rated_lease", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()}, lease mode"),
         ("drain_unshared", "drain, 4 threads, share_cpu=False"),
         (
             f"drain_{PROCESSES}x{PROCESS_THREADS}",
@@ -303,6 +322,30 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("rss_start", f"worker RSS at start (MB), {MEMORY_THREADS} threads"),
         ("rss_end", f"worker RSS after {args.memory_jobs:,} jobs (MB)"),
     ]
+
+
+def rate_limit() -> str:
+    period = "s" if RATE_PERIOD_MS == 1000 else f"{RATE_PERIOD_MS:,} ms"
+    return f"rate_limit {RATE_LIMIT:,}/{period}"
+
+
+def against_limit(dbs: list[Database], results: Results) -> str | None:
+    """The rate-limited rows against their limit, or None where they did not run."""
+    per_s = RATE_LIMIT * 1000 / RATE_PERIOD_MS
+    parts = []
+    for db in dbs:
+        figures = [results.median(db, row, "ours") for row in RATE_ROWS]
+        if any(figure is not None for figure in figures):
+            held, lease = (f"{f / per_s:.2f}" if f is not None else "—" for f in figures)
+            parts.append(f"{db.label} {held} (lease mode {lease})")
+    if not parts:
+        return None
+    return (
+        f"{rate_limit()} rows: handler starts a second after the first {RATE_LIMIT:,} (the "
+        "limit's slots start free), against the limit (ideal: just under 1.00): "
+        + ", ".join(parts)
+        + "."
+    )
 
 
 def table(dbs: list[Database], args: argparse.Namespace, results: Results) -> Table:
@@ -467,6 +510,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.runs = max(1, args.runs or (1 if args.quick else 3))
     args.jobs = max(8, args.jobs or (1_000 if args.quick else 20_000))
+    args.rate_jobs = (3 if args.quick else 5) * RATE_LIMIT  # 2 or 4 periods past the first
     args.enqueue_jobs = min(args.jobs, 500 if args.quick else 5_000)
     args.bulk = 20_000
     args.latency_samples = 30 if args.quick else 200
@@ -524,7 +568,10 @@ def main(argv: list[str] | None = None) -> int:
         return failover.main(args.failover_rate)
     if args.compare:
         return compared(args)
-    per_run = 8 * measure.deadline_for(args.jobs)
+    rated = (
+        measure.deadline_for(args.rate_jobs) + args.rate_jobs / RATE_LIMIT * RATE_PERIOD_MS / 1000
+    )
+    per_run = 8 * measure.deadline_for(args.jobs) + len(RATE_ROWS) * rated
     watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
     results = Results()
     started = time.perf_counter()
@@ -549,6 +596,9 @@ def main(argv: list[str] | None = None) -> int:
     out.print(table(dbs, args, results))
     out.print(cpu_table(dbs, args, results))
     out.print(f"machine: {host}")
+    limited = against_limit(dbs, results)
+    if limited:
+        out.print(limited)
     out.print(
         "ratio = proletarian-di / plain loop (same SQL, same threads). Plain latency on "
         "PostgreSQL uses LISTEN/NOTIFY; elsewhere it polls like the worker. Peers run with "

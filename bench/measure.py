@@ -131,6 +131,57 @@ def drain(
     return figure
 
 
+def drain_rate_limited(
+    db: Database,
+    impl: str,
+    threads: int,
+    jobs: int,
+    interval: float,
+    limit: int,
+    period_ms: int = 1_000,
+    lease_ms: int | None = None,
+) -> Figure:
+    """Starts a second of one in-process worker of `threads` threads emptying `jobs` jobs
+    under `rate_limit=RateLimit(limit, period_ms)` (in lease mode with `lease_ms`).
+
+    The limit's slots start free, so the first `limit` jobs start at once; the rate is
+    that of the starts after them, from the first window's last start to the drain's last
+    one (handler clock): at most `limit` a period, and ideally just under. CPU per job is
+    over the whole drain, waits included. Needs a proletarian-di with `RateLimit` (see
+    `worker_option`: `--compare` runs older revisions too)."""
+    from proletarian_di import RateLimit  # a revision --compare builds may have none
+
+    if jobs <= limit:
+        raise BenchError(f"a rate-limited drain needs more than {limit} jobs, got {jobs}")
+    prefill(db, jobs)
+    starts: list[float] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        starts.append(time.perf_counter())  # one append: atomic under the GIL
+
+    options: dict[str, Any] = {"rate_limit": RateLimit(limit, period_ms)}
+    if lease_ms is not None:
+        options["lease_ms"] = lease_ms
+    worker = make_worker(impl, db, threads, interval, handler, **options)
+    figure = Figure(0.0, jobs)
+    try:
+        deadline = time.perf_counter() + deadline_for(jobs) + jobs / limit * period_ms / 1000
+        with metered(db, figure):
+            worker.start()
+            while worker.done() < jobs:
+                if time.perf_counter() > deadline:
+                    raise BenchError(f"drain timed out after {worker.done()}/{jobs} jobs")
+                time.sleep(POLL_S)
+    finally:
+        worker.stop()
+    check_count(db.waiting(), 0, "left in the job table")
+    ordered = sorted(starts)
+    if len(ordered) < jobs:
+        raise BenchError(f"{len(ordered)} handler starts for {jobs} jobs")
+    figure.rate = (jobs - limit) / (ordered[jobs - 1] - ordered[limit - 1])
+    return figure
+
+
 class Child:
     """A worker process (`python -m bench.child`) and its JSON replies."""
 
