@@ -14,10 +14,11 @@ own transaction, right after the claim. So:
 - in held mode a slot stays locked while its job runs, so a limited queue also runs at most
   `limit` jobs at once.
 
-A worker that finds every slot taken sleeps until the oldest one is a period old, not
-polling meanwhile (`RateGate.wait_s`); when every slot is held by a claim or a running job
-(held mode), whose start is not known yet, it looks again after the shorter of its polling
-interval and a period divided by the limit.
+A worker that finds every slot's last start (as committed) less than a period old sleeps
+until the oldest one is a period old, not polling meanwhile (`RateGate.wait_s`): no slot
+can be free before. A slot that is free but held by a claim in flight (or, in held mode, a
+running job) only makes the thread that met it wait as an idle thread does, until woken or
+its next poll: that claim may roll back.
 
 Limited by group key (`by="group_key"`, with `fair=True`), a group without a free slot is
 passed over: the fair claim goes on to the next group key, and the worker remembers until
@@ -140,9 +141,9 @@ class RateGate:
         if dialect.take_rate_slot(conn, bucket, rate.limit, rate.period_ms):
             return True
         free_in = dialect.next_rate_slot_s(conn, bucket, rate.limit, rate.period_ms)
-        if free_in is None:  # every slot in use: look again in a share of the period
-            free_in = min(self.polling_interval_s, rate.period_ms / 1000 / rate.limit)
-        until = time.monotonic() + max(free_in, 0.001)
+        if free_in is None:
+            return False  # a slot is free but held by a claim in flight: no wait for all
+        until = time.monotonic() + free_in
         with self._lock:
             if self.by_group:
                 self._groups_held[group_key or ""] = until

@@ -871,12 +871,14 @@ class Dialect:
 
     def take_rate_slot(self, conn: Any, bucket: str, limit: int, period_ms: int) -> bool:
         """Take a slot of `bucket` last used a period ago or more, passing over those other
-        transactions hold, and stamp it now (the database's clock): whether one was free."""
+        transactions hold, and stamp it now (the database's clock): whether one was free.
+        The first free slot in the key's order: no sort, and (at READ COMMITTED) no lock on
+        the slots passed over."""
         table = self.rate_table
         free = self.fetchall(
             conn,
             f"SELECT slot FROM {table} WHERE bucket = %s AND slot < %s AND used_at <= "
-            f"{self.lease_end} ORDER BY used_at LIMIT 1 FOR UPDATE SKIP LOCKED",
+            f"{self.lease_end} LIMIT 1 FOR UPDATE SKIP LOCKED",
             (bucket, limit, self.lease_seconds(-period_ms)),
         )
         if not free:
@@ -886,20 +888,20 @@ class Dialect:
         return True
 
     def next_rate_slot_s(self, conn: Any, bucket: str, limit: int, period_ms: int) -> float | None:
-        """After `take_rate_slot` found none free: seconds until the bucket's oldest slot no
-        other transaction holds is a period old; None if they all are held (by claims and,
-        in held mode, by the jobs running: when each frees its slot is not known yet)."""
-        rows = self.fetchall(
+        """After `take_rate_slot` found none free: seconds until the bucket's oldest slot, as
+        committed, is a period old; None if it is already (a claim or, in held mode, a
+        running job holds it: when each frees its slot is not known yet). A plain read."""
+        [(oldest, now)] = self.fetchall(
             conn,
-            f"SELECT used_at, {self.db_now} FROM {self.rate_table} WHERE bucket = %s "
-            "AND slot < %s ORDER BY used_at LIMIT 1 FOR UPDATE SKIP LOCKED",
+            f"SELECT MIN(used_at), {self.db_now} FROM {self.rate_table} "
+            "WHERE bucket = %s AND slot < %s",
             (bucket, limit),
         )
-        if not rows:
+        if oldest is None:
             return None
-        oldest, now = rows[0]
         since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
-        return period_ms / 1000 - since
+        left = period_ms / 1000 - since
+        return left if left > 0 else None
 
     def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
         """Drop the claim counts of jobs that left the queue, in their own transaction."""

@@ -362,7 +362,7 @@ class PostgresDialect(Dialect):
             conn,
             f"UPDATE {table} AS r SET used_at = statement_timestamp() FROM (SELECT slot FROM "
             f"{table} WHERE bucket = %s AND slot < %s AND used_at <= {self.lease_end} "
-            "ORDER BY used_at LIMIT 1 FOR UPDATE SKIP LOCKED) AS free "
+            "LIMIT 1 FOR UPDATE SKIP LOCKED) AS free "
             "WHERE r.bucket = %s AND r.slot = free.slot RETURNING r.slot",
             (bucket, limit, self.lease_seconds(-period_ms), bucket),
         )
