@@ -45,12 +45,19 @@ def deadline_for(jobs: int) -> float:
     return 30.0 + jobs / 25
 
 
-def prefill(db: Database, jobs: int) -> None:
-    """Empty tables, then `jobs` due no-op jobs, then fresh statistics."""
+def prefill(db: Database, jobs: int, groups: int = 0) -> None:
+    """Empty tables, then `jobs` due no-op jobs, then fresh statistics; with `groups`, the
+    jobs spread over that many group keys, one after the other (`enqueue_many`)."""
     db.clean()
     with contextlib.closing(db.connect()) as conn:
-        for start in range(0, jobs, 5_000):
-            plain.enqueue_bulk(db, conn, [{"n": i} for i in range(start, min(jobs, start + 5_000))])
+        if groups:
+            for group in range(groups):
+                rows = [("noop", {"n": i}) for i in range(group, jobs, groups)]
+                enqueue_many(conn, rows, group_key=f"tenant-{group}", job_table=JOB_TABLE)
+        else:
+            for start in range(0, jobs, 5_000):
+                batch = [{"n": i} for i in range(start, min(jobs, start + 5_000))]
+                plain.enqueue_bulk(db, conn, batch)
         conn.commit()
     db.analyze()
 
@@ -103,12 +110,13 @@ def drain(
     interval: float,
     batch_size: int = 1,
     lease_ms: int | None = None,
+    groups: int = 0,
     **options: Any,
 ) -> Figure:
     """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs (in lease
-    mode with `lease_ms`; other worker `options` as given). The worker's start and stop are
-    outside the CPU figures."""
-    prefill(db, jobs)
+    mode with `lease_ms`; over `groups` group keys; other worker `options` as given). The
+    worker's start and stop are outside the CPU figures."""
+    prefill(db, jobs, groups)
     if batch_size > 1:
         options["batch_size"] = batch_size
     if lease_ms is not None:

@@ -13,6 +13,7 @@ worker keeps its own turn; several workers each take turns, so the groups still 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -23,10 +24,15 @@ from ._rates import RateGate
 class FairTurns:
     """One worker's place in the round of its queue's group keys."""
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queue: str, recheck_s: float = 0.1) -> None:
         self.queue = queue
         self.after = ""
         """The group key served last ('' : the round starts again)."""
+        self.recheck_s = recheck_s
+        self._none_ungrouped_until = 0.0
+        """Where the jobs without a key are read through the claim index (PostgreSQL's fair
+        index leaves them out), a turn that found none skips them until then
+        (`time.monotonic()`): that read walks over the due jobs with a key."""
         self._lock = threading.Lock()
 
     def claim(
@@ -51,12 +57,18 @@ class FairTurns:
             if row is None or (limited is not None and self._held(conn, dialect, row, limited)):
                 if row is not None and after is not None:
                     after = row[-1]  # that group is held back: on to the next
-                elif after is not None and not ungrouped_tried:
-                    after, ungrouped_tried = None, True  # the turn of the jobs without a key
-                elif not restarted:
-                    after, restarted = "", True  # the round starts again
-                else:
+                    continue
+                if after is None:  # the jobs without a key had their turn
+                    if row is None and not dialect.fair_index_has_all:
+                        self._none_ungrouped_until = time.monotonic() + self.recheck_s
+                elif not ungrouped_tried:  # past the last group: the jobs without a key
+                    ungrouped_tried = True
+                    if self._ungrouped_due(dialect):
+                        after = None
+                        continue
+                if restarted:
                     break
+                after, restarted = "", True  # the round starts again
                 continue
             *job, group = row
             with self._lock:
@@ -65,6 +77,10 @@ class FairTurns:
         if limited is not None:
             limited.all_held()
         return []
+
+    def _ungrouped_due(self, dialect: Dialect) -> bool:
+        """Whether the jobs without a key have their turn now (see `_none_ungrouped_until`)."""
+        return dialect.fair_index_has_all or time.monotonic() >= self._none_ungrouped_until
 
     @staticmethod
     def _held(conn: Any, dialect: Dialect, row: tuple[Any, ...], gate: RateGate) -> bool:

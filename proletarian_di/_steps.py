@@ -170,7 +170,11 @@ class Steps:
         if self.rates is not None:
             self.rates.connect = lambda: self.recording_connection()
             self.rates.dialect_of = self.dialect
-        self.fair = FairTurns(options.queue) if options.fair else None
+        self.fair = (
+            FairTurns(options.queue, max(0.05, options.polling_interval_ms / 1000))
+            if options.fair
+            else None
+        )
         """`fair`: the worker's turn across the queue's group keys."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
             _no_connection

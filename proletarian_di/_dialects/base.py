@@ -685,6 +685,13 @@ class Dialect:
         return []
 
     fair_order = "group_key, -priority, process_at"
+    fair_index_has_all = False
+    """Whether the fair index holds the jobs without a group key too (else they are claimed
+    through the claim index)."""
+
+    def fair_source(self) -> str:
+        """The job table, as a fair claim reads it (through the fair index)."""
+        return self.job_table
 
     def fair_claim(
         self, conn: Any, queue: str, after: str | None, now: datetime, lease: bool
@@ -695,17 +702,18 @@ class Dialect:
         columns = f"{self.columns}, last_error, priority, " + (
             "leased_by, trace_context" if lease else "trace_context"
         )
-        if after is None:
+        if after is None and not self.fair_index_has_all:
             sql = self.claim_statement("group_key = '' AND ", f"{columns}, group_key")
             params = self.claim_params(queue, None, now, 1)
         else:
+            group = "group_key = ''" if after is None else "group_key <> '' AND group_key > %s"
             sql = (
-                f"SELECT {columns}, group_key FROM {self.job_table} WHERE queue = %s "
-                "AND group_key <> '' AND group_key > %s AND process_at <= %s "
+                f"SELECT {columns}, group_key FROM {self.fair_source()} WHERE queue = %s "
+                f"AND {group} AND process_at <= %s "
                 f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
                 f"ORDER BY {self.fair_order} LIMIT 1 FOR UPDATE SKIP LOCKED"
             )
-            params = (queue, after, self.encode_time(now))
+            params = (queue, *(() if after is None else (after,)), self.encode_time(now))
         rows = self.fetchall(conn, sql, params)
         return tuple(rows[0]) if rows else None
 

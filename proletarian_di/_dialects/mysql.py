@@ -72,6 +72,8 @@ class MySQLDialect(Dialect):
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
     insert_ignore = ("INSERT IGNORE INTO", "")
     fair_order = "group_key, priority_rank, process_at, job_id"
+    fair_index_has_all = True  # no partial index; and a scan of the claim index for the
+    # jobs without a key would keep a lock on every grouped job it passes over
 
     def archive_under_lease(
         self,
@@ -94,6 +96,10 @@ class MySQLDialect(Dialect):
             return True
         self.rollback(conn)
         return False
+
+    def fair_source(self) -> str:
+        """Through the fair index: a sort would lock every due row it reads (`claim_source`)."""
+        return f"{self.job_table} FORCE INDEX ({self.job_table.rpartition('.')[2]}_queue_group_key)"
 
     def claim_source(self) -> str:
         """The job table, read through the claim index: a claim of several jobs from the
