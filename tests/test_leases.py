@@ -391,6 +391,8 @@ def test_a_lost_lease_outcome_is_discarded(backend: Backend, late_outcome: str, 
             "retried": 0,
             "abandoned": 0,
             "timed_out": 0,
+            "snoozed": 0,
+            "cancelled": 0,
         }
     assert b_ran == ["contested"]
     assert [data["attempt"] for data in b_log.named("lease_expired")] == [1]

@@ -139,6 +139,8 @@ def test_worker_drains_back_to_back_and_names_its_threads(backend, pool):
         "retried": 0,
         "abandoned": 0,
         "timed_out": 0,
+        "snoozed": 0,
+        "cancelled": 0,
     }
 
 
@@ -222,6 +224,8 @@ def test_a_job_outliving_the_timeout_is_abandoned_and_runs_again_its_retries_uns
         "retried": 0,
         "abandoned": 1,
         "timed_out": 0,
+        "snoozed": 0,
+        "cancelled": 0,
     }
     assert backend.jobs() == [("stuck", 0, "default")], "rolled back, no retry spent"
     [(last_error,)] = backend.query(f"SELECT last_error FROM {backend.job_table}")
@@ -524,6 +528,8 @@ def test_batch_claiming_settles_each_job_on_its_own(backend, pool, effects):
         "retried": 1,
         "abandoned": 0,
         "timed_out": 0,
+        "snoozed": 0,
+        "cancelled": 0,
     }
 
 
