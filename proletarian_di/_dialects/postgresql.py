@@ -356,15 +356,15 @@ class PostgresDialect(Dialect):
         return self._prepared
 
     def take_rate_slot(self, conn: Any, bucket: str, limit: int, period_ms: int) -> bool:
-        """One statement: the free slot is locked and stamped in the same UPDATE."""
+        """One statement: the free slot is locked and stamped in the same UPDATE. The slot
+        is a scalar subquery, evaluated once (joined, a plan may scan it for each row)."""
         table = self.rate_table
         rows = self.fetchall(
             conn,
-            f"UPDATE {table} AS r SET used_at = statement_timestamp() FROM (SELECT slot FROM "
-            f"{table} WHERE bucket = %s AND slot < %s AND used_at <= {self.lease_end} "
-            "LIMIT 1 FOR UPDATE SKIP LOCKED) AS free "
-            "WHERE r.bucket = %s AND r.slot = free.slot RETURNING r.slot",
-            (bucket, limit, self.lease_seconds(-period_ms), bucket),
+            f"UPDATE {table} SET used_at = statement_timestamp() WHERE bucket = %s AND slot = "
+            f"(SELECT slot FROM {table} WHERE bucket = %s AND slot < %s AND used_at <= "
+            f"{self.lease_end} LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING slot",
+            (bucket, bucket, limit, self.lease_seconds(-period_ms)),
         )
         return bool(rows)
 
