@@ -3,7 +3,7 @@
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
 {claims_table}, {attempt_table}, {attempt_index}, {workers_table}, {outcomes_table}, {rate_table},
-{enqueued_index}, {archived_enqueued_index}, {fair_index}, each table's name
+{enqueued_index}, {archived_enqueued_index}, {fair_index}, {results_table}, each table's name
 without its schema ({job_table_name}, ...) and, on MySQL, {db} (the tables' database as an SQL
 value) and {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
@@ -126,6 +126,16 @@ CREATE TABLE IF NOT EXISTS {rate_table} (
     period_ms   BIGINT NOT NULL,      -- the limit's period, as its workers last set it
     PRIMARY KEY (bucket, slot)
 );
+CREATE TABLE IF NOT EXISTS {results_table} (
+    job_id       UUID PRIMARY KEY,     -- an archived job's id
+    status       VARCHAR(16) NOT NULL, -- success (the Django backend writes its own statuses)
+    return_value TEXT,                 -- the handler's return value, JSON
+    errors       TEXT,                 -- the Django backend's errors, JSON
+    attempts     INTEGER NOT NULL,
+    worker_id    VARCHAR(255),         -- who ran it: host:pid thread
+    started_at   TIMESTAMPTZ,
+    finished_at  TIMESTAMPTZ NOT NULL
+);
 """
 
 MYSQL = """\
@@ -232,6 +242,17 @@ CREATE TABLE IF NOT EXISTS {rate_table} (
     used_at     DATETIME(6) NOT NULL,     -- UTC; the start it last counted, by the database's clock
     period_ms   BIGINT NOT NULL,          -- the limit's period, as its workers last set it
     PRIMARY KEY (bucket, slot)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {results_table} (
+    job_id       BINARY(16) PRIMARY KEY,   -- an archived job's id
+    status       VARCHAR(16) NOT NULL,     -- success (the Django backend writes its own)
+    return_value MEDIUMTEXT NULL,          -- the handler's return value, JSON
+    errors       MEDIUMTEXT NULL,          -- the Django backend's errors, JSON
+    attempts     INTEGER NOT NULL,
+    worker_id    VARCHAR(255) NULL,        -- who ran it: host:pid thread
+    started_at   DATETIME(6) NULL,         -- UTC
+    finished_at  DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -437,6 +458,10 @@ POSTGRESQL_14 = _pg_add_column("job_table", "group_key TEXT NOT NULL DEFAULT ''"
     POSTGRESQL, "CREATE INDEX IF NOT EXISTS {fair_index}"
 )
 
+# Results: a handler's return value, kept with its archived job (and the Django backend's
+# task results, in the table it created before this step).
+POSTGRESQL_15 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {results_table}")
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -620,6 +645,9 @@ MYSQL_17 = _my_alter(
     ),
 )
 
+# Results (POSTGRESQL_15).
+MYSQL_18 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {results_table}")
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -693,6 +721,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             POSTGRESQL_14,
             (_pg_column("job_table", "group_key"), _pg_index("job_table", "{fair_index}")),
         ),
+        ("results", POSTGRESQL_15, (_pg_table("results_table"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -760,6 +789,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             MYSQL_17,
             (_my_column("job_table", "group_key"), _my_index("job_table", "{fair_index}")),
         ),
+        ("results", MYSQL_18, (_my_table("results_table"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

@@ -225,9 +225,14 @@ class HeldMode(Steps):
                     continue
                 if slot is not None:
                     slot.begin(job, raw_id, self.options.timeout_s(job.job_type), None)
-                error = self._run(conn, dialect, job, slot)
+                error, result = self._run(conn, dialect, job, slot)
                 if slot is not None:
                     slot.end()
+                if error is None:
+                    too_large = self._keep_result(conn, dialect, raw_id, job, result)
+                    if too_large is not None:  # it would be as large again: no retry
+                        self._settle_failure(batch, raw_id, job, too_large, retry=False)
+                        continue
                 if error is None:
                     batch.succeeded.append((raw_id, job))
                     batch.outcomes.append(True)
@@ -249,6 +254,18 @@ class HeldMode(Steps):
                 slot.batch = None
         batch.count(self)
         return batch.outcomes
+
+    def _keep_result(
+        self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, result: Any
+    ) -> PayloadError | None:
+        """Keep a success's return value in its transaction; the error of one too large."""
+        try:
+            text = self.result_to_store(conn, dialect, job, result)
+        except PayloadError as exc:
+            return exc
+        if text is not None:
+            self.store_result(conn, dialect, raw_id, job, text)
+        return None
 
     def _settle_failure(
         self, batch: Batch, raw_id: Any, job: Job, error: BaseException, retry: bool = True

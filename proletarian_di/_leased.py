@@ -26,7 +26,7 @@ from ._dialects.base import died_running, reserved
 from ._leases import holding, lease_token
 from ._slot import Replaced, Slot
 from ._steps import Steps
-from .errors import LeaseExpired
+from .errors import LeaseExpired, PayloadError
 from .jobs import Job, Signal
 
 
@@ -184,6 +184,7 @@ class LeaseMode(Steps):
         job, undecodable = self._job(row, None, dialect)
         error: BaseException | None = undecodable
         stage, back = "handler", 1
+        result: Any = None
         lease = row[9]
         if lease is not None and died_running(lease):
             job = dataclasses.replace(
@@ -197,7 +198,7 @@ class LeaseMode(Steps):
             if slot is not None:
                 slot.begin(job, raw_id, self.options.timeout_s(job.job_type), token)
             try:
-                error = self._run(None, dialect, job, slot)
+                error, result = self._run(None, dialect, job, slot)
                 if slot is not None:
                     slot.end()
             finally:
@@ -218,6 +219,19 @@ class LeaseMode(Steps):
                 )
                 return False
             runs, due = Runs([job.started_at], job.worker), job.process_at
+            try:
+                text = self.result_to_store(conn, dialect, job, result)
+            except PayloadError as exc:
+                self.record_attempt(conn, dialect, raw_id, job, exc, stage="result", lease=token)
+                return False
+            if text is not None:  # the result and the archive in one transaction
+                archived = dialect.archive_under_lease(conn, raw_id, token, self.clock(), due, runs)
+                if archived:
+                    self.store_result(conn, dialect, raw_id, job, text)
+                    dialect.commit(conn)
+                else:
+                    self._lease_lost(job)
+                return archived
             following = next_claim()
             if following is None:
                 archived = dialect.archive_leased(conn, raw_id, token, self.clock(), due, runs)

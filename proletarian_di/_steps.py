@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import re
 import threading
 import time
@@ -52,6 +53,9 @@ if TYPE_CHECKING:
     pass
 
 _LOCK_POLL = 0.05
+
+MAX_RESULT_BYTES = 64 * 1024
+"""The largest return value a job keeps, as JSON in UTF-8 bytes (`admin.get_result`)."""
 
 
 class Stats:
@@ -176,6 +180,8 @@ class Steps:
             else None
         )
         """`fair`: the worker's turn across the queue's group keys."""
+        self._keeps_results: bool | None = None
+        """Whether the schema has the results table (read when a handler first returns)."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
             _no_connection
         )
@@ -234,10 +240,10 @@ class Steps:
 
     def _run(
         self, conn: Any, dialect: Dialect, job: Job, slot: Slot | None = None
-    ) -> BaseException | None:
-        """Run the handler; the exception that failed the attempt, the `Snooze` or `Cancel`
-        it raised or returned, or None. An async handler is cancelled at the job's timeout
-        (a sync one is left to the worker's watchdog)."""
+    ) -> tuple[BaseException | None, Any]:
+        """Run the handler: (the exception that failed the attempt, the `Snooze` or `Cancel`
+        it raised or returned, or None; what it returned). An async handler is cancelled at
+        the job's timeout (a sync one is left to the worker's watchdog)."""
         self.emit("handling_job", job)
         timeout = self.options.timeout_s(job.job_type)
 
@@ -250,6 +256,7 @@ class Steps:
             return self.loops.run(result, timeout)
 
         error: BaseException | None = None
+        result: Any = None
         observers = self.stats.observers
         if observers:
             notify(observers, self.log, "job_started", job)
@@ -291,7 +298,37 @@ class Steps:
             )
         elif error is not None and not isinstance(error, Signal):
             self.emit("handler_exception", job, exception=error)
-        return error
+        return error, (None if error is not None else result)
+
+    def result_to_store(self, conn: Any, dialect: Dialect, job: Job, result: Any) -> str | None:
+        """The JSON of a successful handler's return value, to keep with its archived job;
+        None when there is none to keep: it returned None, the value is not JSON (logged,
+        `result_not_stored`), or the schema has no results table. `PayloadError` when its
+        JSON is larger than `MAX_RESULT_BYTES`: the attempt fails, saying so."""
+        if result is None:
+            return None
+        if self._keeps_results is None:
+            self._keeps_results = bool(dialect.table_columns(conn, dialect.results_table))
+        if not self._keeps_results:
+            return None
+        try:
+            text = json.dumps(result, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            self.emit("result_not_stored", job, reason=f"not JSON: {describe(exc)}")
+            return None
+        size = len(text.encode())
+        if size > MAX_RESULT_BYTES:
+            raise PayloadError(
+                f"the handler returned {size:,} bytes of JSON, more than the "
+                f"{MAX_RESULT_BYTES:,} a result may have: return less (a reference to it)"
+            )
+        return text
+
+    def store_result(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, text: str) -> None:
+        """Keep a success's return value in the job's transaction (see `result_to_store`)."""
+        dialect.store_result(
+            conn, raw_id, text, job.attempts, job.worker, job.started_at, self.clock()
+        )
 
     def _lease_lost(self, job: Job) -> None:
         self.emit(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -69,6 +70,7 @@ __all__ = [
     "failure_groups",
     "find_jobs",
     "get_job",
+    "get_result",
     "id_fragment",
     "in_batches",
     "list_jobs",
@@ -874,6 +876,28 @@ def get_job(
             progress=_progress(conn, dialect, tables, job),
             group_key=_group_key(conn, dialect, tables, job),
         )
+
+
+def get_result(
+    conn: Connection, job_id: uuid.UUID | str, *, tables: Tables = DEFAULT_TABLES
+) -> Any:
+    """The value the job's handler returned, kept with the job when it succeeded (decoded
+    from JSON); None if it returned None, has not succeeded (yet), returned a value that is
+    not JSON, or there is no such job. A retry that succeeds again replaces it; purging the
+    archived job deletes it."""
+    dialect = tables.dialect(conn)
+    with dialect.admin_read(conn):
+        if not dialect.table_columns(conn, dialect.results_table):
+            return None
+        key = dialect.default_id_strategy.encode(_job_id(job_id))
+        row = dialect.fetchone(
+            conn,
+            f"SELECT r.return_value FROM {dialect.results_table} r JOIN "
+            f"{tables.archived_job_table} a ON a.job_id = r.job_id "
+            "WHERE r.job_id = %s AND a.status = 'success'",
+            (key,),
+        )
+    return None if row is None or row[0] is None else json.loads(row[0])
 
 
 def _group_key(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> str | None:

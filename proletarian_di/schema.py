@@ -19,7 +19,13 @@ from typing import Any
 
 from . import _ddl
 from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
-from ._dialects.base import attempt_table_of, claims_table_of, outcomes_table_of, rate_table_of
+from ._dialects.base import (
+    attempt_table_of,
+    claims_table_of,
+    outcomes_table_of,
+    rate_table_of,
+    results_table_of,
+)
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from .errors import ConfigurationError, SchemaError
 
@@ -114,6 +120,7 @@ def _render(
         "workers_table": workers_table(job_table),
         "outcomes_table": outcomes_table(job_table),
         "rate_table": rate_table(job_table),
+        "results_table": results_table(job_table),
     }
     sql = template.format(
         schema=schema or "public",
@@ -171,6 +178,11 @@ def attempt_table(job_table: str) -> str:
 def workers_table(job_table: str) -> str:
     """Where the running workers of these tables register: `<job table>_workers`."""
     return f"{job_table}{WORKERS_TABLE_SUFFIX}"
+
+
+def results_table(job_table: str) -> str:
+    """Where handlers' return values are kept with their archived jobs: `<job table>_results`."""
+    return results_table_of(job_table)
 
 
 def rate_table(job_table: str) -> str:

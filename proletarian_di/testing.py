@@ -26,6 +26,7 @@ from .schema import (
     paused_table,
     periodic_table,
     rate_table,
+    results_table,
     version_table,
     workers_table,
 )
@@ -255,6 +256,7 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {workers_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {outcomes_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {rate_table(self.job_table)}")
+        self.execute(f"DROP TABLE IF EXISTS {results_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 
@@ -268,6 +270,7 @@ class QueueDatabase:
         self.execute(f"{statement} {attempt_table(self.job_table)}")
         self.execute(f"DELETE FROM {outcomes_table(self.job_table)}")
         self.execute(f"DELETE FROM {rate_table(self.job_table)}")
+        self.execute(f"DELETE FROM {results_table(self.job_table)}")
         self.execute(f"DELETE FROM {paused_table(self.job_table)}")
 
     def jobs(self) -> list[tuple[Any, ...]]:

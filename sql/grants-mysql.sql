@@ -11,7 +11,8 @@
 --                         of dead ones), sums up the archive's hours in
 --                         job_hourly_outcomes (reading only the archive's queue,
 --                         status and finished_at), takes the starts of rate-limited
---                         queues in job_rate_slots. (`max_running` takes GET_LOCK
+--                         queues in job_rate_slots, keeps handlers' return values in
+--                         job_results. (`max_running` takes GET_LOCK
 --                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
@@ -43,6 +44,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_w
 GRANT SELECT (queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_hourly_outcomes TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_rate_slots TO proletarian_worker;
+GRANT SELECT, INSERT, DELETE ON proletarian.job_results TO proletarian_worker;
 GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

@@ -10,7 +10,8 @@
 --                         rows of dead ones), sums up the archive's hours in
 --                         job_hourly_outcomes (reading only the archive's queue,
 --                         status and finished_at), takes the starts of rate-limited
---                         queues in job_rate_slots, and reads the schema's version
+--                         queues in job_rate_slots, keeps handlers' return values in
+--                         job_results, and reads the schema's version
 --                         at start. Nothing else: it
 --                         cannot read archived payloads, pause a queue, create or
 --                         drop tables, or enqueue. (`max_running` takes advisory locks,
@@ -30,6 +31,7 @@
 -- For other table names, replace proletarian.job / proletarian.archived_job
 -- (and proletarian.job_periodic, proletarian.job_paused, proletarian.job_claims,
 -- proletarian.job_workers, proletarian.job_hourly_outcomes, proletarian.job_rate_slots,
+-- proletarian.job_results,
 -- proletarian.job_attempt
 -- and its sequence,
 -- proletarian.job_schema_version).
@@ -59,6 +61,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_w
 GRANT SELECT (queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_hourly_outcomes TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_rate_slots TO proletarian_worker;
+GRANT SELECT, INSERT, DELETE ON proletarian.job_results TO proletarian_worker;
 GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
 GRANT USAGE ON SEQUENCE proletarian.job_attempt_id_seq TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 17) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 18) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -108,6 +108,17 @@ CREATE TABLE IF NOT EXISTS proletarian.job_rate_slots (
     used_at     DATETIME(6) NOT NULL,     -- UTC; the start it last counted, by the database's clock
     period_ms   BIGINT NOT NULL,          -- the limit's period, as its workers last set it
     PRIMARY KEY (bucket, slot)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_results (
+    job_id       BINARY(16) PRIMARY KEY,   -- an archived job's id
+    status       VARCHAR(16) NOT NULL,     -- success (the Django backend writes its own)
+    return_value MEDIUMTEXT NULL,          -- the handler's return value, JSON
+    errors       MEDIUMTEXT NULL,          -- the Django backend's errors, JSON
+    attempts     INTEGER NOT NULL,
+    worker_id    VARCHAR(255) NULL,        -- who ran it: host:pid thread
+    started_at   DATETIME(6) NULL,         -- UTC
+    finished_at  DATETIME(6) NOT NULL      -- UTC
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

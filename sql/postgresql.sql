@@ -1,4 +1,4 @@
--- proletarian-di schema (version 14) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 15) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -112,6 +112,16 @@ CREATE TABLE IF NOT EXISTS proletarian.job_rate_slots (
     used_at     TIMESTAMPTZ NOT NULL, -- the start it last counted, by the database's clock
     period_ms   BIGINT NOT NULL,      -- the limit's period, as its workers last set it
     PRIMARY KEY (bucket, slot)
+);
+CREATE TABLE IF NOT EXISTS proletarian.job_results (
+    job_id       UUID PRIMARY KEY,     -- an archived job's id
+    status       VARCHAR(16) NOT NULL, -- success (the Django backend writes its own statuses)
+    return_value TEXT,                 -- the handler's return value, JSON
+    errors       TEXT,                 -- the Django backend's errors, JSON
+    attempts     INTEGER NOT NULL,
+    worker_id    VARCHAR(255),         -- who ran it: host:pid thread
+    started_at   TIMESTAMPTZ,
+    finished_at  TIMESTAMPTZ NOT NULL
 );
 
 -- the schema's version, recorded on upgrade

@@ -81,6 +81,11 @@ def attempt_table_of(job_table: str) -> str:
     return f"{job_table}_attempt"
 
 
+def results_table_of(job_table: str) -> str:
+    """Where handlers' return values are kept with their archived jobs: `<job table>_results`."""
+    return f"{job_table}_results"
+
+
 def rate_table_of(job_table: str) -> str:
     """Where rate-limited queues count their starts (`rate_limit`): `<job table>_rate_slots`."""
     return f"{job_table}_rate_slots"
@@ -396,6 +401,7 @@ class Dialect:
         self.attempt_table = attempt_table_of(self.job_table)
         self.outcomes_table = outcomes_table_of(self.job_table)
         self.rate_table = rate_table_of(self.job_table)
+        self.results_table = results_table_of(self.job_table)
         # status, finished_at, the error (a failure's own, else the job's last one), then when
         # the last attempt started and its worker (`archive_of` writes the start)
         self.archive_columns = (
@@ -855,6 +861,36 @@ class Dialect:
         sql = f"UPDATE {self.job_table} SET attempts = %s WHERE job_id = %s"
         self.execute(conn, sql, (attempts, job_id))
 
+    # Results -----------------------------------------------------------------
+
+    def store_result(
+        self,
+        conn: Any,
+        job_id: Any,
+        value: str,
+        attempts: int,
+        worker: str | None,
+        started_at: datetime | None,
+        finished_at: datetime,
+    ) -> None:
+        """Keep a successful job's return value (JSON) in the caller's transaction, the job's
+        own: it commits with the job's archive, or not at all."""
+        table, encode = self.results_table, self.encode_time
+        self.execute(conn, f"DELETE FROM {table} WHERE job_id = %s", (job_id,))
+        self.execute(
+            conn,
+            f"INSERT INTO {table} (job_id, status, return_value, attempts, worker_id, "
+            "started_at, finished_at) VALUES (%s, 'success', %s, %s, %s, %s, %s)",
+            (
+                job_id,
+                value,
+                attempts,
+                worker,
+                None if started_at is None else encode(started_at),
+                encode(finished_at),
+            ),
+        )
+
     # Rate limits (see _rates) ---------------------------------------------------
 
     insert_ignore = ("INSERT INTO", " ON CONFLICT DO NOTHING")
@@ -1182,15 +1218,18 @@ class Dialect:
         raise NotImplementedError
 
     def purge_archived(self, conn: Any, where: str, params: Sequence[Any]) -> int:
-        """Delete the archived jobs matching `where`, and their attempts; how many jobs."""
+        """Delete the archived jobs matching `where`, their attempts and results; how many
+        jobs."""
         archive = self.archived_job_table
         self.forget_hours(conn, where, params)
-        self.execute(
-            conn,
-            f"DELETE FROM {self.attempt_table} WHERE job_id IN "
-            f"(SELECT job_id FROM {archive} WHERE {where})",
-            params,
-        )
+        for table in (self.attempt_table, self.results_table):
+            if table == self.results_table and not self.table_columns(conn, table):
+                continue
+            self.execute(
+                conn,
+                f"DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM {archive} WHERE {where})",
+                params,
+            )
         return self.execute_count(conn, f"DELETE FROM {archive} WHERE {where}", params)
 
 

@@ -2,7 +2,9 @@
 
 The archive keeps a job's status, payload and last error but has no column for a
 return value, so the backend keeps `<job_table>_results` beside the queue tables
-(`proletarian.job_results` by default). The worker writes a task's row through the
+(`proletarian.job_results` by default): the schema's own results table (step `results`),
+where any worker keeps a handler's return value too, and `admin.get_result` reads it. The
+backend creates it where the schema predates that step. The worker writes a task's row through the
 job's connection, so it commits exactly once, with the job's archive, or not at all.
 """
 
@@ -16,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..._dialects import check_table_name, dialect_name
+from ..._dialects.base import results_table_of
 from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ...errors import ConfigurationError
 
@@ -54,8 +57,9 @@ class ResultTooLarge(ValueError):
 
 
 def results_table(job_table: str = DEFAULT_JOB_TABLE) -> str:
-    """The results table that goes with `job_table`: `<job_table>_results`."""
-    return check_table_name(f"{check_table_name(job_table)}_results", "results table")
+    """The results table that goes with `job_table`: `<job_table>_results`, the schema's
+    own (step `results`), where workers keep any handler's return value too."""
+    return check_table_name(results_table_of(check_table_name(job_table)), "results table")
 
 
 def _key(dialect: str, job_id: uuid.UUID) -> Any:
