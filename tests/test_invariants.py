@@ -121,9 +121,7 @@ COMBINATIONS = [
     Combination(lease=True, timeout=True),
     Combination(lease=True, batch=5),
     Combination(lease=True, batch=5, timeout=True),
-    Combination(rate=True),
     Combination(advanced=True, timeout=True, cap=True, rate=True),
-    Combination(lease=True, timeout=True, rate=True),
     Combination(advanced=True, timeout=True, fair=True),
     Combination(lease=True, rate=True, fair=True),
 ]
