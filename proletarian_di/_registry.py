@@ -113,7 +113,7 @@ class Registration(threading.Thread):
         first beat, which `start()` waits for."""
         self._beaten = time.monotonic()
         self._wake = threading.Event()
-        """Set by `soon()` (a job reported progress) and by `wake()` (the worker stopped)."""
+        """Set by `wake()`: a job reported progress, or the worker stopped."""
         super().__init__(name=name, daemon=True)
 
     def run(self) -> None:
@@ -130,12 +130,9 @@ class Registration(threading.Thread):
         finally:
             self.leave()
 
-    def soon(self) -> None:
-        """A job reported progress: beat early, within `PROGRESS_EVERY_S` of the last beat."""
-        self._wake.set()
-
     def wake(self) -> None:
-        """The worker has stopped (`done` is set): leave now, not at the next beat."""
+        """Beat early: a job reported progress (written within `PROGRESS_EVERY_S` of the last
+        beat), or the worker has stopped (`done` is set: leave now)."""
         self._wake.set()
 
     def beat(self) -> None:

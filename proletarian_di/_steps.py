@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import re
 import threading
@@ -265,7 +264,7 @@ class Steps:
         if pin is not None:
             pin.widen()
         if slot is not None:
-            object.__setattr__(job, "_progress", functools.partial(slot.report_progress, job))
+            object.__setattr__(job, "_progress", slot)
         current = running(job)
         try:
             if self.advanced:

@@ -9,14 +9,19 @@ import dataclasses
 import json
 import math
 import uuid
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import ConfigurationError, NoCurrentJob
 
 DEFAULT_QUEUE = "default"
 """The queue used when none is named (Proletarian's `:proletarian/default`)."""
+
+
+class ProgressSink(Protocol):
+    """What keeps a running job's progress (a worker thread's `Slot`)."""
+
+    def report_progress(self, job: Job, value: Any) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +52,10 @@ class Job:
     trace_context: str | None = dataclasses.field(default=None, repr=False)
     started_at: datetime | None = dataclasses.field(default=None, repr=False, compare=False)
     worker: str | None = dataclasses.field(default=None, repr=False, compare=False)
-    _progress: Callable[[Any], None] | None = dataclasses.field(
+    _progress: ProgressSink | None = dataclasses.field(
         default=None, init=False, repr=False, compare=False
     )
+    """Where the running job's progress goes: its worker thread's slot."""
 
     def report_progress(self, value: float | dict[str, Any]) -> None:
         """Say how far this attempt is: a fraction from 0 to 1, or a small JSON object (at
@@ -59,7 +65,7 @@ class Job:
         (`process_next_job`) it is checked and then dropped: no other connection sees it."""
         checked = progress_value(value)
         if self._progress is not None:
-            self._progress(checked)
+            self._progress.report_progress(self, checked)
 
 
 MAX_PROGRESS_BYTES = 2048

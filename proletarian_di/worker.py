@@ -96,7 +96,7 @@ class QueueWorker:
         self._stopping = threading.Event()
         self._finished = threading.Event()
         self._progress_reported: Callable[[], None] = lambda: None
-        """Where a slot tells of a job's progress: the registry's `soon`."""
+        """Where a slot tells of a job's progress: the registry's `wake`."""
         """Set once the drain is over: the heartbeat and the watchdog end."""
         self._threads: list[threading.Thread] = []
         self._slots: dict[str, Slot] = {}
@@ -233,7 +233,7 @@ class QueueWorker:
                 self._cpu = shared_cpu(self.options.worker_threads)
             registration = self._registered()
             self._helpers.append(registration)
-            self._progress_reported = registration.soon
+            self._progress_reported = registration.wake
             for n in range(self.options.worker_threads):
                 self._threads.append(self._thread(f"{self.queue_worker_id}-{n}"))
             registration.beat()  # listed before it runs a job

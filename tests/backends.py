@@ -207,3 +207,15 @@ class CountedConnections:
         conn._execute_command = counted
         self.made.append(conn)
         return conn
+
+
+class Gate:
+    """A handler that blocks until released, saying when it has started (the `gate`
+    fixture)."""
+
+    def __init__(self) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, job_type: str, payload: Any) -> None:
+        self.started.set()
+        assert self.release.wait(30)

@@ -26,7 +26,7 @@ from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 
 import private_mariadb
-from backends import MYSQL_URL, Backend, MySQLBackend, PostgresBackend
+from backends import MYSQL_URL, Backend, Gate, MySQLBackend, PostgresBackend
 
 
 def _import_the_cli_with_no_fixed_width() -> None:
@@ -186,6 +186,14 @@ def pool(backend: Backend) -> Iterator[object]:
     source = backend.pool(8)
     yield source
     source.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    """A blocking handler (`backends.Gate`), released at the test's end whatever happened."""
+    blocking = Gate()
+    yield blocking
+    blocking.release.set()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -32,24 +31,6 @@ from backends import Backend, committed, connection, enqueue_committed, wait_unt
 def quick_beats(monkeypatch: pytest.MonkeyPatch) -> None:
     """Workers beat every 50 ms here, so that the registry shows a running job at once."""
     monkeypatch.setattr(_registry, "BEAT_S", 0.05)
-
-
-class Gate:
-    """A handler that blocks until released, saying when it has started."""
-
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
-
-    def __call__(self, job_type: str, payload: Any) -> None:
-        self.started.set()
-        assert self.release.wait(30)
-
-
-@pytest.fixture
-def gate() -> Iterator[Gate]:
-    gate = Gate()
-    yield gate
-    gate.release.set()
 
 
 def explain(backend: Backend, job_id: Any, **options: Any) -> admin.Explanation:

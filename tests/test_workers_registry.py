@@ -12,10 +12,8 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import uuid
 import warnings
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -64,24 +62,6 @@ def beats_after(backend: Backend, worker_id: str, seen: Any) -> admin.WorkerInfo
     """The worker's row once a beat has refreshed it after `seen`, else None."""
     found = [w for w in workers(backend) if w.worker_id == worker_id]
     return found[0] if found and found[0].last_seen > seen else None
-
-
-class Gate:
-    """A handler that blocks until released, saying when it has started."""
-
-    def __init__(self) -> None:
-        self.started, self.release = threading.Event(), threading.Event()
-
-    def __call__(self, job_type: str, payload: Any) -> None:
-        self.started.set()
-        assert self.release.wait(30)
-
-
-@pytest.fixture
-def gate() -> Iterator[Gate]:
-    gate = Gate()
-    yield gate
-    gate.release.set()
 
 
 def test_a_started_worker_is_listed_with_its_threads_and_leaves_at_stop(backend, pool):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Annotated, Any
 
@@ -184,6 +185,26 @@ def find_jobs(
         console.print(note)
 
 
+def _one_job(
+    ctx: typer.Context,
+    read: Callable[..., Any],
+    job_id: str,
+    database_url: str | None,
+    job_table: str,
+    archived_job_table: str,
+) -> tuple[Any, str]:
+    """`read(conn, id)` of one job (`admin.get_job`, `admin.explain_job`) and where it was
+    read; exit 1 naming the tables when there is no such job, 2 for a malformed id."""
+    refuse_mixed_tables(ctx, job_table, archived_job_table)
+    (wanted,) = _job_ids([job_id])
+    with _admin(database_url, job_table, archived_job_table) as operator:
+        found = operator.read(read, wanted)
+        where = str(operator.location)
+    if found is None:
+        raise CLIError(f"no job {wanted} in {where}", ExitCode.ERROR)
+    return found, where
+
+
 @jobs_app.command("show")
 @_guarded
 def show_job(
@@ -196,13 +217,7 @@ def show_job(
 ) -> None:
     """One job: its payload, attempts, times, state, every attempt (start, duration, worker,
     outcome), and its last error in full."""
-    refuse_mixed_tables(ctx, job_table, archived_job_table)
-    (wanted,) = _job_ids([job_id])
-    with _admin(database_url, job_table, archived_job_table) as operator:
-        job = operator.read(admin.get_job, wanted)
-        where = str(operator.location)
-    if job is None:
-        raise CLIError(f"no job {wanted} in {where}", ExitCode.ERROR)
+    job, where = _one_job(ctx, admin.get_job, job_id, database_url, job_table, archived_job_table)
     if as_json:
         typer.echo(json.dumps(job.as_dict(), indent=2, default=str))
         return
@@ -255,13 +270,9 @@ def explain_job(
     """Why a job is not running now: its state, then a line for each thing that holds it
     back (its queue paused, scheduled or retrying until a time, max_running full, no live
     worker for its queue)."""
-    refuse_mixed_tables(ctx, job_table, archived_job_table)
-    (wanted,) = _job_ids([job_id])
-    with _admin(database_url, job_table, archived_job_table) as operator:
-        found = operator.read(admin.explain_job, wanted)
-        where = str(operator.location)
-    if found is None:
-        raise CLIError(f"no job {wanted} in {where}", ExitCode.ERROR)
+    found, where = _one_job(
+        ctx, admin.explain_job, job_id, database_url, job_table, archived_job_table
+    )
     if as_json:
         typer.echo(json.dumps(found.as_dict(), indent=2, default=str))
         return
