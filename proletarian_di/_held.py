@@ -229,11 +229,8 @@ class HeldMode(Steps):
                 if slot is not None:
                     slot.end()
                 if error is None:
-                    too_large = self._keep_result(conn, dialect, raw_id, job, result)
-                    if too_large is not None:  # it would be as large again: no retry
-                        self._settle_failure(batch, raw_id, job, too_large, retry=False)
-                        continue
-                if error is None:
+                    if result is not None:
+                        self.keep_result(conn, dialect, raw_id, job, result)
                     batch.succeeded.append((raw_id, job))
                     batch.outcomes.append(True)
                 elif isinstance(error, Signal):
@@ -254,18 +251,6 @@ class HeldMode(Steps):
                 slot.batch = None
         batch.count(self)
         return batch.outcomes
-
-    def _keep_result(
-        self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, result: Any
-    ) -> PayloadError | None:
-        """Keep a success's return value in its transaction; the error of one too large."""
-        try:
-            text = self.result_to_store(conn, dialect, job, result)
-        except PayloadError as exc:
-            return exc
-        if text is not None:
-            self.store_result(conn, dialect, raw_id, job, text)
-        return None
 
     def _settle_failure(
         self, batch: Batch, raw_id: Any, job: Job, error: BaseException, retry: bool = True

@@ -26,7 +26,7 @@ from ._dialects.base import died_running, reserved
 from ._leases import holding, lease_token
 from ._slot import Replaced, Slot
 from ._steps import Steps
-from .errors import LeaseExpired, PayloadError
+from .errors import LeaseExpired
 from .jobs import Job, Signal
 
 
@@ -219,15 +219,10 @@ class LeaseMode(Steps):
                 )
                 return False
             runs, due = Runs([job.started_at], job.worker), job.process_at
-            try:
-                text = self.result_to_store(conn, dialect, job, result)
-            except PayloadError as exc:
-                self.record_attempt(conn, dialect, raw_id, job, exc, stage="result", lease=token)
-                return False
-            if text is not None:  # the result and the archive in one transaction
+            if result is not None:  # the result and the archive in one transaction
                 archived = dialect.archive_under_lease(conn, raw_id, token, self.clock(), due, runs)
                 if archived:
-                    self.store_result(conn, dialect, raw_id, job, text)
+                    self.keep_result(conn, dialect, raw_id, job, result)
                     dialect.commit(conn)
                 else:
                     self._lease_lost(job)

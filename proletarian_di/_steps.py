@@ -241,18 +241,22 @@ class Steps:
         self, conn: Any, dialect: Dialect, job: Job, slot: Slot | None = None
     ) -> tuple[BaseException | None, Any]:
         """Run the handler: (the exception that failed the attempt, the `Snooze` or `Cancel`
-        it raised or returned, or None; what it returned). An async handler is cancelled at
-        the job's timeout (a sync one is left to the worker's watchdog)."""
+        it raised or returned, or None; its return value's JSON, to keep with the job, or
+        None). A return value too large to keep fails the attempt as an exception would. An
+        async handler is cancelled at the job's timeout (a sync one is left to the worker's
+        watchdog)."""
         self.emit("handling_job", job)
         timeout = self.options.timeout_s(job.job_type)
 
         def handle(*args: Any) -> Any:
             result = self.handler(*args)
-            if not is_awaitable(result):
+            if is_awaitable(result):
+                if slot is not None:
+                    slot.extend(ASYNC_GRACE_S)
+                result = self.loops.run(result, timeout)
+            if result is None or isinstance(result, Signal):
                 return result
-            if slot is not None:
-                slot.extend(ASYNC_GRACE_S)
-            return self.loops.run(result, timeout)
+            return self._encoded(job, result)  # in advanced mode, inside its savepoint
 
         error: BaseException | None = None
         result: Any = None
@@ -299,16 +303,12 @@ class Steps:
             self.emit("handler_exception", job, exception=error)
         return error, (None if error is not None else result)
 
-    def result_to_store(self, conn: Any, dialect: Dialect, job: Job, result: Any) -> str | None:
-        """The JSON of a successful handler's return value, to keep with its archived job;
-        None when there is none to keep: it returned None, the value is not JSON (logged,
-        `result_not_stored`), or the schema has no results table. `PayloadError` when its
-        JSON is larger than `MAX_RESULT_BYTES`: the attempt fails, saying so."""
-        if result is None:
-            return None
-        if self._keeps_results is None:
-            self._keeps_results = bool(dialect.table_columns(conn, dialect.results_table))
-        if not self._keeps_results:
+    def _encoded(self, job: Job, result: Any) -> str | None:
+        """The JSON of a handler's return value, to keep with its archived job; None when it
+        is not kept: the schema has no results table (known after the first store), or the
+        value is not JSON (logged, `result_not_stored`). `PayloadError` past
+        `MAX_RESULT_BYTES`."""
+        if self._keeps_results is False:
             return None
         try:
             text = json.dumps(result, ensure_ascii=False, allow_nan=False)
@@ -323,11 +323,15 @@ class Steps:
             )
         return text
 
-    def store_result(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, text: str) -> None:
-        """Keep a success's return value in the job's transaction (see `result_to_store`)."""
-        dialect.store_result(
-            conn, raw_id, text, job.attempts, job.worker, job.started_at, self.clock()
-        )
+    def keep_result(self, conn: Any, dialect: Dialect, raw_id: Any, job: Job, text: str) -> None:
+        """Keep a success's return value (`_encoded`) in the job's transaction, where the
+        schema has the results table."""
+        if self._keeps_results is None:
+            self._keeps_results = bool(dialect.table_columns(conn, dialect.results_table))
+        if self._keeps_results:
+            dialect.store_result(
+                conn, raw_id, text, job.attempts, job.worker, job.started_at, self.clock()
+            )
 
     def _lease_lost(self, job: Job) -> None:
         self.emit(

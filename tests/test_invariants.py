@@ -107,6 +107,8 @@ class Combination:
         args += ["--advanced"] if self.advanced else []
         args += ["--job-timeout-ms", str(TIMEOUT_MS)] if self.timeout else []
         args += ["--max-running", "1"] if self.cap else []
+        args += ["--rate-per-s", "50"] if self.rate else []
+        args += ["--fair"] if self.fair else []
         return args
 
 
@@ -129,7 +131,15 @@ ALL = [pytest.param(c, id=c.id) for c in COMBINATIONS]
 # The events that need a process of their own or a proxy: a sample still meeting each value.
 SAMPLE = [
     pytest.param(c, id=c.id)
-    for c in (COMBINATIONS[0], COMBINATIONS[1], COMBINATIONS[3], COMBINATIONS[7], COMBINATIONS[9])
+    for c in (
+        COMBINATIONS[0],
+        COMBINATIONS[1],
+        COMBINATIONS[3],
+        COMBINATIONS[7],
+        COMBINATIONS[9],
+        COMBINATIONS[10],
+        COMBINATIONS[12],
+    )
 ]
 
 

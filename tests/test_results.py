@@ -10,7 +10,15 @@ import pytest
 from proletarian_di import admin, create_queue_worker, process_next_job, worker_running
 from proletarian_di._steps import MAX_RESULT_BYTES
 
-from backends import Backend, Events, committed, connection, enqueue_committed, wait_until
+from backends import (
+    Backend,
+    Events,
+    committed,
+    connection,
+    enqueue_committed,
+    wait_until,
+    write_effect,
+)
 
 MODES = [pytest.param({}, id="held"), pytest.param({"lease_ms": 10_000}, id="lease")]
 
@@ -111,3 +119,19 @@ def test_a_schema_without_the_results_table_keeps_none(backend: Backend, pool: A
         assert result(backend, job_id) is None
     finally:
         backend.recreate()
+
+
+def test_an_advanced_handler_whose_result_is_too_large_has_its_writes_undone(
+    backend: Backend, pool: Any, effects: Any
+) -> None:
+    [job_id] = enqueue_committed(backend, ("big", None))
+
+    def handler(job: Any) -> str:
+        write_effect(job, "written")
+        return "x" * MAX_RESULT_BYTES
+
+    assert process_next_job(pool, handler, handler_fn_mode="advanced") is False
+    assert effects() == []
+    with connection(backend) as conn:
+        info = admin.get_job(conn, job_id)
+    assert info.state == "failed" and "a result may have" in info.error
