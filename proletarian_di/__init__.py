@@ -37,6 +37,7 @@ from .router import JobRouter
 from .schema import install_schema
 from .serializers import JSONSerializer, Serializer
 from .worker import QueueWorker, create_queue_worker, process_next_job
+from .workflows import Workflow, WorkflowJob
 
 __version__ = "0.1.0"
 
@@ -78,6 +79,8 @@ __all__ = [
     "UnsupportedDatabase",
     "WorkerOptions",
     "WorkerStateError",
+    "Workflow",
+    "WorkflowJob",
     "create_queue_worker",
     "create_scheduler",
     "current_job",

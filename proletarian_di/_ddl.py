@@ -3,7 +3,8 @@
 Templates take {schema}, {job_table}, {archived_job_table}, {index}, {claim_index},
 {unique_index}, {finished_index}, {version_table}, {periodic_table}, {paused_table},
 {claims_table}, {attempt_table}, {attempt_index}, {workers_table}, {outcomes_table}, {rate_table},
-{enqueued_index}, {archived_enqueued_index}, {fair_index}, {results_table}, each table's name
+{enqueued_index}, {archived_enqueued_index}, {fair_index}, {results_table}, {dependencies_table},
+{dependencies_index}, {blocked_table}, {workflows_table}, {workflows_index}, each table's name
 without its schema ({job_table_name}, ...) and, on MySQL, {db} (the tables' database as an SQL
 value) and {collation} (a `COLLATE` clause that each server reads for itself). Step 1 is
 Proletarian's own schema, exactly as its docs give it, so a database created by Proletarian
@@ -136,6 +137,25 @@ CREATE TABLE IF NOT EXISTS {results_table} (
     started_at   TIMESTAMPTZ,
     finished_at  TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {dependencies_table} (
+    parent_id     UUID NOT NULL,        -- the job waited on
+    job_id        UUID NOT NULL,        -- the job that waits on it (blocked until released)
+    wait_for      VARCHAR(16) NOT NULL, -- success: every parent must succeed; complete: end
+    parent_status VARCHAR(16),          -- the parent's outcome, once known (NULL: not yet)
+    PRIMARY KEY (parent_id, job_id)
+);
+CREATE INDEX IF NOT EXISTS {dependencies_index} ON {dependencies_table} (job_id, parent_status);
+CREATE TABLE IF NOT EXISTS {blocked_table} (
+    job_id      UUID PRIMARY KEY,       -- a job waiting on others (its process_at: the end of time)
+    wait_for    VARCHAR(16) NOT NULL,   -- as its dependencies' wait_for
+    blocked_at  TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {workflows_table} (
+    job_id      UUID PRIMARY KEY,       -- a job of a workflow
+    workflow_id UUID NOT NULL,          -- the workflow's id (`Workflow.enqueue`)
+    name        TEXT NOT NULL           -- the workflow's name
+);
+CREATE INDEX IF NOT EXISTS {workflows_index} ON {workflows_table} (workflow_id);
 """
 
 MYSQL = """\
@@ -253,6 +273,27 @@ CREATE TABLE IF NOT EXISTS {results_table} (
     worker_id    VARCHAR(255) NULL,        -- who ran it: host:pid thread
     started_at   DATETIME(6) NULL,         -- UTC
     finished_at  DATETIME(6) NOT NULL      -- UTC
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+CREATE TABLE IF NOT EXISTS {dependencies_table} (
+    parent_id     BINARY(16) NOT NULL,      -- the job waited on
+    job_id        BINARY(16) NOT NULL,      -- the job that waits on it (blocked until released)
+    wait_for      VARCHAR(16) NOT NULL,     -- success: every parent must succeed; complete: end
+    parent_status VARCHAR(16) NULL,         -- the parent's outcome, once known (NULL: not yet)
+    PRIMARY KEY (parent_id, job_id),
+    INDEX {dependencies_index} (job_id, parent_status)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {blocked_table} (
+    job_id      BINARY(16) PRIMARY KEY,   -- a job waiting on others (process_at: the end of time)
+    wait_for    VARCHAR(16) NOT NULL,     -- as its dependencies' wait_for
+    blocked_at  DATETIME(6) NOT NULL      -- UTC
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
+
+CREATE TABLE IF NOT EXISTS {workflows_table} (
+    job_id      BINARY(16) PRIMARY KEY,   -- a job of a workflow
+    workflow_id BINARY(16) NOT NULL,      -- the workflow's id (`Workflow.enqueue`)
+    name        VARCHAR(255) NOT NULL,    -- the workflow's name
+    INDEX {workflows_index} (workflow_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 """
 
@@ -462,6 +503,19 @@ POSTGRESQL_14 = _pg_add_column("job_table", "group_key TEXT NOT NULL DEFAULT ''"
 # task results, in the table it created before this step).
 POSTGRESQL_15 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {results_table}")
 
+# Dependencies and workflows: a job blocked until the jobs it depends on have ended (see
+# _dependencies), and the workflows that enqueue such graphs.
+POSTGRESQL_16 = "".join(
+    _statement(POSTGRESQL, start)
+    for start in (
+        "CREATE TABLE IF NOT EXISTS {dependencies_table}",
+        "CREATE INDEX IF NOT EXISTS {dependencies_index}",
+        "CREATE TABLE IF NOT EXISTS {blocked_table}",
+        "CREATE TABLE IF NOT EXISTS {workflows_table}",
+        "CREATE INDEX IF NOT EXISTS {workflows_index}",
+    )
+)
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -648,6 +702,16 @@ MYSQL_17 = _my_alter(
 # Results (POSTGRESQL_15).
 MYSQL_18 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {results_table}")
 
+# Dependencies and workflows (POSTGRESQL_16).
+MYSQL_19 = "".join(
+    _statement(MYSQL, start)
+    for start in (
+        "CREATE TABLE IF NOT EXISTS {dependencies_table}",
+        "CREATE TABLE IF NOT EXISTS {blocked_table}",
+        "CREATE TABLE IF NOT EXISTS {workflows_table}",
+    )
+)
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -722,6 +786,15 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             (_pg_column("job_table", "group_key"), _pg_index("job_table", "{fair_index}")),
         ),
         ("results", POSTGRESQL_15, (_pg_table("results_table"),)),
+        (
+            "workflows",
+            POSTGRESQL_16,
+            (
+                _pg_index("dependencies_table", "{dependencies_index}"),
+                _pg_table("blocked_table"),
+                _pg_index("workflows_table", "{workflows_index}"),
+            ),
+        ),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -790,6 +863,15 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             (_my_column("job_table", "group_key"), _my_index("job_table", "{fair_index}")),
         ),
         ("results", MYSQL_18, (_my_table("results_table"),)),
+        (
+            "workflows",
+            MYSQL_19,
+            (
+                _my_table("dependencies_table"),
+                _my_table("blocked_table"),
+                _my_table("workflows_table"),
+            ),
+        ),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

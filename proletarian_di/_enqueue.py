@@ -7,10 +7,11 @@ commits (the outbox pattern).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from . import _dependencies
 from ._connections import async_driver_connection, async_statements, driver_connection
 from ._dialects import Dialect, check_table_name, connection_kind, dialect_named
 from ._dialects.base import UNIQUE_TRIES
@@ -58,12 +59,13 @@ def _due(now: datetime, process_at: datetime | None, process_in: timedelta | Non
     else:
         return now
     try:
-        if due is not None:
+        if due is not None and due < _dependencies.LATEST_DUE:
             return due.astimezone(timezone.utc)
     except OverflowError:
         pass
     raise ConfigurationError(
-        f"{option} is too far ahead: a job must be due by 9999-12-31 23:59:59 UTC"
+        f"{option} is too far ahead: a job must be due before 9999-12-30 00:00 UTC (later "
+        "times mark jobs that wait on others)"
     )
 
 
@@ -81,7 +83,9 @@ def check_encoded(text: Any, codec: Any) -> None:
         ) from None
 
 
-def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
+def _dialect(
+    conn: Any, job_table: str, asynchronous: bool, archive: str = DEFAULT_ARCHIVED_JOB_TABLE
+) -> Dialect:
     """The dialect of `conn`, checked before anything is written: a synchronous psycopg 3
     or PyMySQL connection for `enqueue`, a psycopg `AsyncConnection` or an asyncpg
     connection for `enqueue_async` (SQLAlchemy's are unwrapped before)."""
@@ -98,7 +102,8 @@ def _dialect(conn: Any, job_table: str, asynchronous: bool) -> Dialect:
             f"SQLAlchemy AsyncSession/AsyncConnection, got {kind}: "
             "use `enqueue(conn, ...)` with it"
         )
-    return dialect_named(name, check_table_name(job_table, "job_table"), DEFAULT_ARCHIVED_JOB_TABLE)
+    job_table = check_table_name(job_table, "job_table")
+    return dialect_named(name, job_table, check_table_name(archive, "archived_job_table"))
 
 
 _OPTIONS = frozenset(EnqueueOptions.__annotations__)
@@ -116,6 +121,7 @@ class _Prepared:
         jobs: Iterable[tuple[str, Any]],
         options: Mapping[str, Any],
         asynchronous: bool = False,
+        wait_for: str = "success",
     ) -> None:
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
@@ -124,7 +130,8 @@ class _Prepared:
                 f"valid options: {', '.join(sorted(_OPTIONS))}"
             )
         job_table = options.get("job_table", DEFAULT_JOB_TABLE)
-        self.dialect = _dialect(conn, job_table, asynchronous)
+        archive = options.get("archived_job_table", DEFAULT_ARCHIVED_JOB_TABLE)
+        self.dialect = _dialect(conn, job_table, asynchronous, archive)
         queue = check_queue(options.get("queue", DEFAULT_QUEUE))
         codec = check_serializer(options.get("serializer"))
         strategy = check_id_strategy(options.get("job_id_strategy"))
@@ -135,8 +142,15 @@ class _Prepared:
         group = None if group is None else check_name(group, "group_key")
         self.grouped = group is not None
         priority = check_priority(options.get("priority", 0))
-        now = check_clock(options.get("clock"))()
+        self.now = now = check_clock(options.get("clock"))()
         due = _due(now, options.get("process_at"), options.get("process_in"))
+        parents = options.get("depends_on")
+        parents = [] if parents is None else _dependencies.check_parents(parents)
+        self.wait_for = _dependencies.check_wait_for(wait_for)
+        if parents:
+            _refuse_with_parents(options)
+            due = _dependencies.BLOCKED_AT
+        self.parents = [strategy.encode(parent) for parent in parents]
         self.job_table = job_table
         self.trace_context = trace = current_trace_context()
         self.ids: list[uuid.UUID] = []
@@ -150,6 +164,18 @@ class _Prepared:
                 check_encoded(encoded, codec)
             row = (raw_id, queue, job_type, encoded, now, due, priority, trace)
             self.rows.append(row if group is None else (*row, group))
+
+    def check_parents(self, conn: Any) -> None:
+        """Refuse `depends_on` naming a job that does not exist, before anything is written."""
+        if self.parents:
+            _dependencies.check_known(conn, self.dialect, self.parents)
+
+    def block(self, conn: Any, ids: Sequence[Any]) -> None:
+        """Make the jobs just written (raw ids) wait on their parents, in the same transaction."""
+        if self.parents:
+            _dependencies.block(
+                conn, self.dialect, ids, self.parents, self.wait_for, self.now, _no_wake
+            )
 
     def schema_error(self, exc: BaseException) -> SchemaError | None:
         """The clear error for an INSERT into a job table that does not exist, or a traced
@@ -165,6 +191,21 @@ class _Prepared:
         if self.trace_context is None:
             return None
         return missing_column(exc, self.job_table)
+
+
+def _no_wake(queue: str, priority: int) -> None:
+    """A dependent released at its enqueue wakes workers by notification (on PostgreSQL)."""
+
+
+def _refuse_with_parents(options: Mapping[str, Any]) -> None:
+    """The options a job that waits on others cannot take (yet), refused by name."""
+    for option, why in (
+        ("unique_key", "a job that waits on others holds no unique key"),
+        ("process_at", "it falls due when its last parent ends"),
+        ("process_in", "it falls due when its last parent ends"),
+    ):
+        if options.get(option) is not None:
+            raise ConfigurationError(f"depends_on cannot be given with {option}: {why}")
 
 
 _UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE
@@ -193,10 +234,13 @@ def enqueue(
     Options (`EnqueueOptions`): `queue` (default "default"), `process_at` (aware
     datetime) which wins over `process_in` (timedelta) (a time in the past or a
     negative duration means now), `priority` (default 0; among due jobs of a queue,
-    higher runs first), `unique_key`, `job_table`, `serializer`, `job_id_strategy`,
-    `clock`, `group_key` (a tenant, say: fair workers take turns across a queue's
-    group keys, `create_queue_worker(fair=True)`). The payload is encoded first, so a
-    payload that cannot be serialized writes nothing.
+    higher runs first), `unique_key`, `job_table` (and `archived_job_table`, where
+    `depends_on` looks for jobs that ended), `serializer`, `job_id_strategy`, `clock`,
+    `group_key` (a tenant, say: fair workers take turns across a queue's
+    group keys, `create_queue_worker(fair=True)`), `depends_on` (job ids: the job is
+    blocked until every one of them has succeeded, and cancelled if one fails for good or is
+    cancelled; see `Workflow` for more). The payload is encoded first, so a payload that
+    cannot be serialized writes nothing.
 
     With `unique_key`, at most one job of the queue holds the key while it waits, is
     retried or runs: if one does, nothing is written and its id is returned, and the
@@ -205,12 +249,21 @@ def enqueue(
     Inside an OpenTelemetry span, the span's trace context is kept with the job, so that
     its run joins the trace (`proletarian_di.contrib.opentelemetry`).
     """
+    return _enqueue_one(conn, job_type, payload, options)
+
+
+def _enqueue_one(
+    conn: Connection, job_type: str, payload: Any, options: Mapping[str, Any], when: str = "success"
+) -> uuid.UUID:
+    """`enqueue`, with what a `Workflow` adds: `when` a job waiting on others may run."""
     conn = driver_connection(conn)
-    prepared = _Prepared(conn, [(job_type, payload)], options)
+    prepared = _Prepared(conn, [(job_type, payload)], options, wait_for=when)
     prepared.dialect.check_rows(conn, prepared.rows, prepared.unique_key)
+    prepared.check_parents(conn)
     try:
         if prepared.unique_key is None:
             prepared.dialect.insert_one(conn, prepared.rows[0])
+            prepared.block(conn, [prepared.rows[0][0]])
             return prepared.ids[0]
         holder = prepared.dialect.insert_unique(conn, prepared.rows[0], prepared.unique_key)
     except Exception as exc:
@@ -237,9 +290,11 @@ def enqueue_many(
     conn = driver_connection(conn)
     prepared = _Prepared(conn, jobs, options)
     prepared.dialect.check_rows(conn, prepared.rows, None)
+    prepared.check_parents(conn)
     try:
         for start in range(0, len(prepared.rows), BATCH_SIZE):
             prepared.dialect.insert_many(conn, prepared.rows[start : start + BATCH_SIZE])
+        prepared.block(conn, [row[0] for row in prepared.rows])
     except Exception as exc:
         error = prepared.schema_error(exc)
         if error is None:
@@ -258,6 +313,11 @@ async def enqueue_async(
     (`postgresql+psycopg://`, `postgresql+asyncpg://`). Same options, ids and
     notifications as `enqueue`.
     """
+    if options.get("depends_on"):
+        raise ConfigurationError(
+            "enqueue_async takes no depends_on yet: enqueue a job that waits on others with "
+            "enqueue (or a Workflow) on a synchronous connection"
+        )
     aconn = await async_driver_connection(aconn)
     prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
     row, key, dialect = prepared.rows[0], prepared.unique_key, prepared.dialect

@@ -19,7 +19,7 @@ from ._dialects.base import RunningSlots, running_slots
 from ._rates import bucket_of
 from ._registry import WorkerInfo
 
-WAITING_STATES = ("queued", "scheduled", "retrying")
+WAITING_STATES = ("blocked", "queued", "scheduled", "retrying")
 """The states in which something may hold a job back."""
 
 
@@ -71,10 +71,31 @@ def paused(facts: Facts) -> str | None:
     return f"its queue {facts.job.queue!r} is paused (since {moment(since)}); resume it to run it"
 
 
+def waiting_on_parents(facts: Facts) -> str | None:
+    """It waits on jobs it depends on that have not ended (`depends_on`)."""
+    if facts.job.state != "blocked":
+        return None
+    dialect = facts.dialect
+    ids = dialect.default_id_strategy
+    rows = dialect.fetchall(
+        facts.conn,
+        f"SELECT parent_id FROM {dialect.dependencies_table} WHERE job_id = %s "
+        "AND parent_status IS NULL",
+        (ids.encode(facts.job.job_id),),
+    )
+    waiting = sorted(str(ids.decode(row[0])) for row in rows)
+    if not waiting:
+        return "waiting on dependencies: all have ended, and it is about to be released"
+    shown = ", ".join(waiting[:10]) + (
+        f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
+    )
+    return f"waiting on dependencies: {len(waiting)} job(s) it depends on have not ended ({shown})"
+
+
 def not_due(facts: Facts) -> str | None:
     """It is not due yet: scheduled, or waiting out a retry's delay."""
     job = facts.job
-    if facts.due:
+    if facts.due or job.state == "blocked":
         return None
     if job.attempts > 0:
         tries = "attempt" if job.attempts == 1 else "attempts"
@@ -157,6 +178,7 @@ def no_live_worker(facts: Facts) -> str | None:
 
 
 REASONS: Sequence[Callable[[Facts], str | None]] = (
+    waiting_on_parents,
     paused,
     not_due,
     slots_full,

@@ -95,6 +95,14 @@ class Batch:
             return
         ids, now = [i for i, _ in self.succeeded], runner.clock()
         runs = Runs([job.started_at for _, job in self.succeeded], self.succeeded[0][1].worker)
+        if runner.graph_active is not False and runner.writes_ends(session.conn, session.dialect):
+            dialect = session.dialect
+            dialect.archive(
+                session.conn, ids, "success", now, started=runs.started, worker=runs.worker
+            )
+            runner.ended(session.conn, dialect, ids, "success")
+            dialect.commit(session.conn)
+            return
         if (
             ahead is None
             or runner.claims is not None

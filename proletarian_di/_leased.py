@@ -219,10 +219,12 @@ class LeaseMode(Steps):
                 )
                 return False
             runs, due = Runs([job.started_at], job.worker), job.process_at
-            if result is not None:  # the result and the archive in one transaction
+            if result is not None or self.graph_active is not False:  # in one transaction
                 archived = dialect.archive_under_lease(conn, raw_id, token, self.clock(), due, runs)
                 if archived:
-                    self.keep_result(conn, dialect, raw_id, job, result)
+                    if result is not None:
+                        self.keep_result(conn, dialect, raw_id, job, result)
+                    self.ended(conn, dialect, [raw_id], "success")
                     dialect.commit(conn)
                 else:
                     self._lease_lost(job)

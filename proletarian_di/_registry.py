@@ -53,6 +53,8 @@ PRUNE_EVERY = 12
 """Beats between two prunes of a worker (one a minute), besides its first."""
 TIMEOUT_S = 3.0
 """The registry connection's connect, statement and socket timeout."""
+CHORE_EVERY_S = 1.0
+"""How often the registry thread runs its chore (`Registration.chore`)."""
 PROGRESS_EVERY_S = 1.0
 """A job's reported progress is written by an early beat, at most one per this many
 seconds: many reports in a row cost one UPDATE."""
@@ -112,6 +114,11 @@ class Registration(threading.Thread):
         """When (`time.monotonic()`) the beat looks for an hour to sum up next: not in the
         first beat, which `start()` waits for."""
         self._beaten = time.monotonic()
+        self.chore: Callable[[Any, Dialect], None] | None = None
+        """Run on the registry's connection every `CHORE_EVERY_S` besides the beat: the
+        worker's watch over jobs that wait on others (`Steps.watch_dependencies`)."""
+        self._chored = time.monotonic()
+        self._chore_failing: str | None = None
         self._wake = threading.Event()
         """Set by `wake()`: a job reported progress, or the worker stopped."""
         super().__init__(name=name, daemon=True)
@@ -119,14 +126,21 @@ class Registration(threading.Thread):
     def run(self) -> None:
         try:
             while True:
-                self._wake.wait(max(0.0, self._beaten + self.every_s - time.monotonic()))
+                until = self._beaten + self.every_s
+                if self.chore is not None:
+                    until = min(until, self._chored + CHORE_EVERY_S)
+                self._wake.wait(max(0.0, until - time.monotonic()))
                 if self.done.is_set():
                     break
                 if self._wake.is_set():  # progress: written once PROGRESS_EVERY_S has passed
                     self._wake.clear()
                     if self.done.wait(self._beaten + PROGRESS_EVERY_S - time.monotonic()):
                         break
-                self.beat()
+                    self.beat()
+                elif time.monotonic() >= self._beaten + self.every_s:
+                    self.beat()
+                if self.chore is not None and time.monotonic() >= self._chored + CHORE_EVERY_S:
+                    self._run_chore(self.chore)
         finally:
             self.leave()
 
@@ -143,6 +157,26 @@ class Registration(threading.Thread):
             if not self._left:
                 self._beaten = time.monotonic()
                 self._beat()
+
+    def _run_chore(self, chore: Callable[[Any, Dialect], None]) -> None:
+        """Run the chore; a failure is logged once per run of failures, and the beat goes on."""
+        with self._lock:
+            if self._left:
+                return
+            self._chored = time.monotonic()
+            try:
+                with self._connection() as (conn, dialect):
+                    chore(conn, dialect)
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    if self._conn is not None:
+                        self._conn.rollback()
+                reason = f"watching jobs that wait on others: {describe(exc)}"
+                if reason != self._chore_failing:
+                    self._chore_failing = reason
+                    self.emit("registry_error", exception=exc, table=self.table, reason=reason)
+                return
+            self._chore_failing = None
 
     def _entries(self) -> list[dict[str, Any]]:
         """The threads' entries for the row's `activity`, each with the worker's `max_running`

@@ -18,10 +18,12 @@ import json
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from . import _dependencies
 from ._async import EventLoops, is_awaitable
 from ._attempts import worker_name
 from ._crashes import ClaimCounter
@@ -179,6 +181,13 @@ class Steps:
             else None
         )
         """`fair`: the worker's turn across the queue's group keys."""
+        self.graph_active: bool | None = None
+        """Whether some job waits on others, so that jobs' ends are written for them (None:
+        not known yet). A worker's registry thread reads it again every
+        `_dependencies.SWEEP_EVERY_S` (`watch_dependencies`); without it, every job does."""
+        self.watched = False
+        """Whether `watch_dependencies` keeps `graph_active` fresh (a running worker)."""
+        self._sweep_from: Any = None
         self._keeps_results: bool | None = None
         """Whether the schema has the results table (read when a handler first returns)."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
@@ -269,6 +278,7 @@ class Steps:
             pin.widen()
         if slot is not None:
             object.__setattr__(job, "_progress", slot)
+        object.__setattr__(job, "_parents", self._parent_results)
         current = running(job)
         try:
             if self.advanced:
@@ -332,6 +342,67 @@ class Steps:
             dialect.store_result(
                 conn, raw_id, text, job.attempts, job.worker, job.started_at, self.clock()
             )
+
+    def writes_ends(self, conn: Any, dialect: Dialect) -> bool:
+        """Whether the ends of the jobs settled in this transaction are to be written for the
+        jobs that wait on them (`ended`)."""
+        if self.graph_active is None or not self.watched:
+            self.graph_active = _dependencies.in_use(conn, dialect)
+        return self.graph_active
+
+    def ended(self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any], status: str) -> None:
+        """Jobs archived with `status` in the transaction open on `conn`: release or cancel,
+        in it, the jobs that waited on them (see `_dependencies`)."""
+        if self.writes_ends(conn, dialect):
+            _dependencies.ended(conn, dialect, raw_ids, status, self.clock(), self._released)
+
+    def _released(self, queue: str, priority: int) -> None:
+        if queue == self.options.queue:
+            self.on_reschedule(self.clock(), priority)
+
+    def _parent_results(self, job: Job) -> dict[uuid.UUID, Any]:
+        """`Job.parent_results`: read on the job's own connection, else on one beside it."""
+        if job.connection is not None:
+            return self._read_parent_results(job.connection, job)
+        with self.recording_connection() as conn:
+            try:
+                return self._read_parent_results(conn, job)
+            finally:
+                self.dialect(conn).rollback(conn)
+
+    def _read_parent_results(self, conn: Any, job: Job) -> dict[uuid.UUID, Any]:
+        dialect = self.dialect(conn)
+        if not _dependencies.has_tables(conn, dialect):
+            return {}
+        strategy = self.options.job_id_strategy or dialect.default_id_strategy
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT d.parent_id, r.return_value FROM {dialect.dependencies_table} d "
+            f"LEFT JOIN {dialect.results_table} r ON r.job_id = d.parent_id "
+            "AND r.status = 'success' WHERE d.job_id = %s",
+            (strategy.encode(job.job_id),),
+        )
+        return {
+            strategy.decode(parent): None if value is None else json.loads(value)
+            for parent, value in rows
+        }
+
+    def watch_dependencies(self, conn: Any, dialect: Dialect) -> None:
+        """The registry thread's chore: read whether jobs wait on others, and while some do,
+        sweep what their parents' own transactions left (`_dependencies.sweep`)."""
+        self.graph_active = active = _dependencies.in_use(conn, dialect)
+        dialect.commit(conn)
+        if not active:
+            return
+        dialect.begin(conn)
+        try:
+            _, self._sweep_from = _dependencies.sweep(
+                conn, dialect, self.clock(), self._sweep_from, self._released
+            )
+            dialect.commit(conn)
+        except BaseException:
+            dialect.rollback(conn)
+            raise
 
     def _lease_lost(self, job: Job) -> None:
         self.emit(
@@ -434,6 +505,7 @@ class Steps:
             started=[job.started_at],
             worker=job.worker,
         )
+        self.ended(conn, dialect, [raw_id], "cancelled")
         self.emit("job_cancelled", job, reason=signal.reason)
         return "cancelled"
 
@@ -500,6 +572,7 @@ class Steps:
         dialect.archive(
             conn, [raw_id], "failure", now, text, started=[job.started_at], worker=job.worker
         )
+        self.ended(conn, dialect, [raw_id], "failure")
         self._note_attempt(conn, dialect, raw_id, job, text, now)
         failed_job_fn = self.options.failed_job_fn
         if failed_job_fn is not None and notify:

@@ -6,7 +6,8 @@ Typing only: nothing here needs a database driver, and `Unpack` (for
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Union
@@ -65,7 +66,9 @@ class EnqueueOptions(TypedDict, total=False):
     priority: int
     unique_key: str | None
     group_key: str | None
+    depends_on: Iterable[uuid.UUID | str]
     job_table: str
+    archived_job_table: str
     serializer: Serializer | None
     job_id_strategy: JobIdStrategy | None
     clock: Clock | None

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from . import _explain, _pauses, _registry, _timings
+from . import _dependencies, _explain, _pauses, _registry, _timings
+from ._dependencies import BLOCKED_AT, BLOCKED_SQL
 from ._dialects import Dialect, check_table_name, dialect_for
 from ._dialects.base import HeldRows, attempt_table_of
 from ._explain import Explanation
@@ -61,6 +62,7 @@ __all__ = [
     "Timing",
     "WorkerInfo",
     "WorkerThread",
+    "WorkflowInfo",
     "cancel_jobs",
     "check",
     "delete_archived",
@@ -71,6 +73,7 @@ __all__ = [
     "find_jobs",
     "get_job",
     "get_result",
+    "get_workflow",
     "id_fragment",
     "in_batches",
     "list_jobs",
@@ -92,8 +95,18 @@ __all__ = [
     "waiting",
 ]
 
-STATES = ("queued", "scheduled", "retrying", "running", "succeeded", "failed", "cancelled")
-"""A job's states: the first four in the job table, the last three in the archive."""
+STATES = (
+    "blocked",
+    "queued",
+    "scheduled",
+    "retrying",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+"""A job's states: the first five in the job table, the last three in the archive. A
+`blocked` job waits on others (`depends_on`, `Workflow`)."""
 
 MAX_LIMIT = 1000
 """The most jobs one `list_jobs` call returns."""
@@ -108,8 +121,9 @@ _LEASED = "leased_by IS NOT NULL AND process_at > %s"
 and its process_at is when the lease runs out. An expired lease is due, to be rescued."""
 _NOT_LEASED = "(leased_by IS NULL OR process_at <= %s)"
 _WAITING = {
+    "blocked": f"attempts = 0 AND process_at > {BLOCKED_SQL}",
     "queued": "attempts = 0 AND process_at <= %s",
-    "scheduled": "attempts = 0 AND process_at > %s",
+    "scheduled": f"attempts = 0 AND process_at > %s AND process_at < {BLOCKED_SQL}",
     "retrying": f"attempts > 0 AND {_NOT_LEASED}",
     "running": "",
 }
@@ -614,6 +628,8 @@ class JobInfo:
     `progress`: what a running job last reported (`Job.report_progress`), as its worker's
     last beat wrote it (`get_job` reads it; None otherwise). `group_key`: the one it was
     enqueued with, while it waits or runs (`get_job` reads it; the archive does not keep it).
+    `workflow_id`, `parents` and `children`: the workflow it belongs to, the jobs it waits on
+    (`depends_on`) and those that wait on it (`get_job` reads them).
     """
 
     job_id: uuid.UUID
@@ -631,6 +647,9 @@ class JobInfo:
     history: tuple[Attempt, ...] = ()
     progress: Any = None
     group_key: str | None = None
+    workflow_id: uuid.UUID | None = None
+    parents: tuple[uuid.UUID, ...] = ()
+    children: tuple[uuid.UUID, ...] = ()
 
     @property
     def error_headline(self) -> str | None:
@@ -875,7 +894,76 @@ def get_job(
             history=_history(conn, dialect, tables, job),
             progress=_progress(conn, dialect, tables, job),
             group_key=_group_key(conn, dialect, tables, job),
+            **_graph(conn, dialect, job),
         )
+
+
+def _graph(conn: Connection, dialect: Dialect, job: JobInfo) -> dict[str, Any]:
+    """A job's workflow, parents and children (none on a schema without them)."""
+    if not _dependencies.has_tables(conn, dialect):
+        return {}
+    ids = dialect.default_id_strategy
+    key = ids.encode(job.job_id)
+    deps = dialect.dependencies_table
+    row = dialect.fetchone(
+        conn, f"SELECT workflow_id FROM {dialect.workflows_table} WHERE job_id = %s", (key,)
+    )
+    read = lambda sql: tuple(  # noqa: E731
+        sorted(ids.decode(r[0]) for r in dialect.fetchall(conn, sql, (key,)))
+    )
+    return {
+        "workflow_id": None if row is None else ids.decode(row[0]),
+        "parents": read(f"SELECT parent_id FROM {deps} WHERE job_id = %s"),
+        "children": read(f"SELECT job_id FROM {deps} WHERE parent_id = %s"),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowInfo:
+    """A workflow (`Workflow.enqueue`): its name and jobs, each with its `parents` and
+    `children`, in the order they were added; `finished` once every job has ended."""
+
+    workflow_id: uuid.UUID
+    name: str
+    jobs: tuple[JobInfo, ...]
+
+    @property
+    def finished(self) -> bool:
+        return all(job.finished_at is not None for job in self.jobs)
+
+    @property
+    def states(self) -> dict[str, int]:
+        """How many of its jobs are in each state."""
+        counts: dict[str, int] = {}
+        for job in self.jobs:
+            counts[job.state] = counts.get(job.state, 0) + 1
+        return counts
+
+
+def get_workflow(
+    conn: Connection,
+    workflow_id: uuid.UUID | str,
+    *,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> WorkflowInfo | None:
+    """The workflow with this id, its jobs and their states; None if there is none (or its
+    jobs were purged)."""
+    dialect = tables.dialect(conn)
+    with dialect.admin_read(conn):
+        if not _dependencies.has_tables(conn, dialect):
+            return None
+        ids = dialect.default_id_strategy
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT job_id, name FROM {dialect.workflows_table} WHERE workflow_id = %s",
+            (ids.encode(_job_id(workflow_id)),),
+        )
+    jobs = [get_job(conn, ids.decode(r[0]), tables=tables, serializer=serializer) for r in rows]
+    found = sorted((job for job in jobs if job is not None), key=lambda j: j.enqueued_at)
+    if not found:
+        return None
+    return WorkflowInfo(_job_id(workflow_id), rows[0][1], tuple(found))
 
 
 def get_result(
@@ -1178,6 +1266,8 @@ def _info(
         state = "running"
     elif attempts > 0:
         state = "retrying"
+    elif process_at >= BLOCKED_AT:
+        state = "blocked"
     else:
         state = "scheduled" if process_at > now else "queued"
     truncated = payload_chars is not None and len(text) > payload_chars

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -56,6 +57,16 @@ class Job:
         default=None, init=False, repr=False, compare=False
     )
     """Where the running job's progress goes: its worker thread's slot."""
+    _parents: Callable[[Job], dict[uuid.UUID, Any]] | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """Reads the return values of the jobs it depends on (its worker's)."""
+
+    def parent_results(self) -> dict[uuid.UUID, Any]:
+        """The return values of the jobs this one depends on (`depends_on`, a workflow's
+        `after=`), by job id: None for one that returned nothing, or ended without
+        succeeding (`when="complete"`). Empty for a job without any, or outside a worker."""
+        return {} if self._parents is None else self._parents(self)
 
     def report_progress(self, value: float | dict[str, Any]) -> None:
         """Say how far this attempt is: a fraction from 0 to 1, or a small JSON object (at

@@ -21,10 +21,13 @@ from . import _ddl
 from ._dialects import Dialect, check_table_name, dialect_for, dialect_name
 from ._dialects.base import (
     attempt_table_of,
+    blocked_table_of,
     claims_table_of,
+    dependencies_table_of,
     outcomes_table_of,
     rate_table_of,
     results_table_of,
+    workflows_table_of,
 )
 from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from .errors import ConfigurationError, SchemaError
@@ -121,6 +124,9 @@ def _render(
         "outcomes_table": outcomes_table(job_table),
         "rate_table": rate_table(job_table),
         "results_table": results_table(job_table),
+        "dependencies_table": dependencies_table_of(job_table),
+        "blocked_table": blocked_table_of(job_table),
+        "workflows_table": workflows_table_of(job_table),
     }
     sql = template.format(
         schema=schema or "public",
@@ -133,6 +139,8 @@ def _render(
         fair_index=f"{name}_queue_group_key",
         archived_enqueued_index=f"{archived_job_table.rpartition('.')[2]}_enqueued_at",
         attempt_index=f"{name}_attempt_job_id",
+        dependencies_index=f"{name}_dependencies_job_id_status",
+        workflows_index=f"{name}_workflows_workflow_id",
         collation=collation,
         **tables,
         **{f"{key}_name": table.rpartition(".")[2] for key, table in tables.items()},
@@ -183,6 +191,21 @@ def workers_table(job_table: str) -> str:
 def results_table(job_table: str) -> str:
     """Where handlers' return values are kept with their archived jobs: `<job table>_results`."""
     return results_table_of(job_table)
+
+
+def dependencies_table(job_table: str) -> str:
+    """Which jobs wait on which (`depends_on`): `<job table>_dependencies`."""
+    return dependencies_table_of(job_table)
+
+
+def blocked_table(job_table: str) -> str:
+    """The jobs still waiting on others: `<job table>_blocked`."""
+    return blocked_table_of(job_table)
+
+
+def workflows_table(job_table: str) -> str:
+    """Which workflow each of its jobs belongs to: `<job table>_workflows`."""
+    return workflows_table_of(job_table)
 
 
 def rate_table(job_table: str) -> str:

@@ -19,8 +19,10 @@ from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
 from .schema import (
     attempt_table,
+    blocked_table,
     check_schema,
     claims_table,
+    dependencies_table,
     install_schema,
     outcomes_table,
     paused_table,
@@ -29,6 +31,7 @@ from .schema import (
     results_table,
     version_table,
     workers_table,
+    workflows_table,
 )
 from .serializers import Serializer
 
@@ -257,6 +260,8 @@ class QueueDatabase:
         self.execute(f"DROP TABLE IF EXISTS {outcomes_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {rate_table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {results_table(self.job_table)}")
+        for table in (dependencies_table, blocked_table, workflows_table):
+            self.execute(f"DROP TABLE IF EXISTS {table(self.job_table)}")
         self.execute(f"DROP TABLE IF EXISTS {version_table(self.job_table)}")
         self.install()
 
@@ -272,6 +277,8 @@ class QueueDatabase:
         self.execute(f"DELETE FROM {rate_table(self.job_table)}")
         self.execute(f"DELETE FROM {results_table(self.job_table)}")
         self.execute(f"DELETE FROM {paused_table(self.job_table)}")
+        for table in (dependencies_table, blocked_table, workflows_table):
+            self.execute(f"DELETE FROM {table(self.job_table)}")
 
     def jobs(self) -> list[tuple[Any, ...]]:
         """The waiting jobs as (job_type, attempts, queue), the first due first."""

@@ -232,6 +232,8 @@ class QueueWorker:
             if self.options.share_cpu:
                 self._cpu = shared_cpu(self.options.worker_threads)
             registration = self._registered()
+            registration.chore = self._runner.watch_dependencies
+            self._runner.watched = True
             self._helpers.append(registration)
             self._progress_reported = registration.wake
             for n in range(self.options.worker_threads):

@@ -12,11 +12,17 @@
 --                         job_hourly_outcomes (reading only the archive's queue,
 --                         status and finished_at), takes the starts of rate-limited
 --                         queues in job_rate_slots, keeps handlers' return values in
---                         job_results. (`max_running` takes GET_LOCK
+--                         job_results, releases and cancels the jobs that wait on
+--                         the ones it ends (job_dependencies, job_blocked). (`max_running` takes GET_LOCK
 --                         locks, which need no grant.)
 --   proletarian_enqueuer  enqueues jobs: INSERT on the job table, and SELECT on the
 --                         three columns a unique key is looked up by (job_id,
---                         queue, unique_key): it cannot read payloads. (MySQL
+--                         queue, unique_key): it cannot read payloads; writes the rows of
+--                         jobs that wait on others (job_dependencies, job_blocked,
+--                         job_workflows), and reads whether their parents have ended.
+--                         (A job made to depend on jobs that have all ended already is
+--                         released or cancelled by its enqueue: give such an enqueuer
+--                         the worker's role too.) (MySQL
 --                         8.0.22+ also wants UPDATE for the locking read a
 --                         duplicate key may take; MariaDB does not.)
 --   proletarian_scheduler runs a scheduler of periodic jobs: reads and writes the
@@ -41,14 +47,21 @@ GRANT INSERT ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT ON proletarian.job_paused TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_claims TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_workers TO proletarian_worker;
-GRANT SELECT (queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
+GRANT SELECT (job_id, queue, status, finished_at) ON proletarian.archived_job TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_hourly_outcomes TO proletarian_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON proletarian.job_rate_slots TO proletarian_worker;
 GRANT SELECT, INSERT, DELETE ON proletarian.job_results TO proletarian_worker;
+GRANT SELECT, UPDATE ON proletarian.job_dependencies TO proletarian_worker;
+GRANT SELECT, DELETE ON proletarian.job_blocked TO proletarian_worker;
+GRANT SELECT ON proletarian.job_workflows TO proletarian_worker;
 GRANT INSERT ON proletarian.job_attempt TO proletarian_worker;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_worker;
 GRANT INSERT ON proletarian.job TO proletarian_enqueuer;
 GRANT SELECT (job_id, queue, unique_key) ON proletarian.job TO proletarian_enqueuer;
+GRANT SELECT (job_id, status) ON proletarian.archived_job TO proletarian_enqueuer;
+GRANT SELECT, INSERT, UPDATE ON proletarian.job_dependencies TO proletarian_enqueuer;
+GRANT INSERT ON proletarian.job_blocked TO proletarian_enqueuer;
+GRANT INSERT ON proletarian.job_workflows TO proletarian_enqueuer;
 GRANT SELECT, INSERT, UPDATE ON proletarian.job_periodic TO proletarian_scheduler;
 GRANT INSERT ON proletarian.job TO proletarian_scheduler;
 GRANT SELECT ON proletarian.job_schema_version TO proletarian_scheduler;

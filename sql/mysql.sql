@@ -1,4 +1,4 @@
--- proletarian-di schema (version 18) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 19) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -119,6 +119,27 @@ CREATE TABLE IF NOT EXISTS proletarian.job_results (
     worker_id    VARCHAR(255) NULL,        -- who ran it: host:pid thread
     started_at   DATETIME(6) NULL,         -- UTC
     finished_at  DATETIME(6) NOT NULL      -- UTC
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+CREATE TABLE IF NOT EXISTS proletarian.job_dependencies (
+    parent_id     BINARY(16) NOT NULL,      -- the job waited on
+    job_id        BINARY(16) NOT NULL,      -- the job that waits on it (blocked until released)
+    wait_for      VARCHAR(16) NOT NULL,     -- success: every parent must succeed; complete: end
+    parent_status VARCHAR(16) NULL,         -- the parent's outcome, once known (NULL: not yet)
+    PRIMARY KEY (parent_id, job_id),
+    INDEX job_dependencies_job_id_status (job_id, parent_status)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_blocked (
+    job_id      BINARY(16) PRIMARY KEY,   -- a job waiting on others (process_at: the end of time)
+    wait_for    VARCHAR(16) NOT NULL,     -- as its dependencies' wait_for
+    blocked_at  DATETIME(6) NOT NULL      -- UTC
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
+
+CREATE TABLE IF NOT EXISTS proletarian.job_workflows (
+    job_id      BINARY(16) PRIMARY KEY,   -- a job of a workflow
+    workflow_id BINARY(16) NOT NULL,      -- the workflow's id (`Workflow.enqueue`)
+    name        VARCHAR(255) NOT NULL,    -- the workflow's name
+    INDEX job_workflows_workflow_id (workflow_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 -- the schema's version, recorded on upgrade

@@ -26,6 +26,7 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
+from proletarian_di._dependencies import LATEST_DUE
 from proletarian_di._options import MAX_DURATION_MS
 from proletarian_di.router import JobRouter
 
@@ -276,11 +277,14 @@ def test_times_past_what_a_database_holds_are_a_clear_error(backend, options, me
     assert backend.jobs() == []
 
 
-def test_the_last_representable_time_is_stored_as_it_is(backend):
-    last = datetime.max.replace(tzinfo=timezone.utc)
+def test_the_last_time_a_job_may_be_due_is_stored_as_it_is(backend):
+    """Later times (up to datetime.max) are kept for jobs that wait on others."""
+    last = LATEST_DUE - timedelta(microseconds=1)
     enqueue_committed(backend, ("last", None), job_table=JOB, process_at=last)
     (due,) = backend.query(f"SELECT process_at FROM {JOB}")[0]
     assert due.replace(tzinfo=timezone.utc) == last
+    with pytest.raises(ConfigurationError, match="must be due before 9999-12-30 00:00 UTC"):
+        enqueue_committed(backend, ("later", None), job_table=JOB, process_at=LATEST_DUE)
 
 
 def test_an_error_message_with_a_lone_surrogate_is_stored_escaped(backend, pool):

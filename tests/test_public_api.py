@@ -46,6 +46,8 @@ PUBLIC = {
     "UnsupportedDatabase",
     "WorkerOptions",
     "WorkerStateError",
+    "Workflow",
+    "WorkflowJob",
     "Scheduler",
     "create_queue_worker",
     "create_scheduler",

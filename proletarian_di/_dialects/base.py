@@ -86,6 +86,21 @@ def results_table_of(job_table: str) -> str:
     return f"{job_table}_results"
 
 
+def dependencies_table_of(job_table: str) -> str:
+    """Which jobs wait on which (`depends_on`): `<job table>_dependencies`."""
+    return f"{job_table}_dependencies"
+
+
+def blocked_table_of(job_table: str) -> str:
+    """The jobs still waiting on others: `<job table>_blocked`."""
+    return f"{job_table}_blocked"
+
+
+def workflows_table_of(job_table: str) -> str:
+    """Which workflow each of its jobs belongs to: `<job table>_workflows`."""
+    return f"{job_table}_workflows"
+
+
 def rate_table_of(job_table: str) -> str:
     """Where rate-limited queues count their starts (`rate_limit`): `<job table>_rate_slots`."""
     return f"{job_table}_rate_slots"
@@ -402,6 +417,9 @@ class Dialect:
         self.outcomes_table = outcomes_table_of(self.job_table)
         self.rate_table = rate_table_of(self.job_table)
         self.results_table = results_table_of(self.job_table)
+        self.dependencies_table = dependencies_table_of(self.job_table)
+        self.blocked_table = blocked_table_of(self.job_table)
+        self.workflows_table = workflows_table_of(self.job_table)
         # status, finished_at, the error (a failure's own, else the job's last one), then when
         # the last attempt started and its worker (`archive_of` writes the start)
         self.archive_columns = (
@@ -516,6 +534,12 @@ class Dialect:
         with self.cursor(conn) as cursor:  # the hot path's statements: no generator around it
             cursor.execute(sql, tuple(params))
 
+    def executemany(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run `sql` once per row of parameters (the drivers batch an INSERT's rows)."""
+        if rows:
+            with self.cursor(conn) as cursor:
+                cursor.executemany(sql, [tuple(row) for row in rows])
+
     def execute_count(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a statement; how many rows it changed."""
         with self.executed(conn, sql, params) as cursor:
@@ -577,6 +601,10 @@ class Dialect:
     def announce(self, conn: Any, channel: str, payload: str) -> None:
         """Tell listening workers `payload` on `channel` once the caller commits; nothing
         where the database cannot (its workers poll instead)."""
+
+    def announce_due(self, conn: Any, queue: str, priority: int) -> None:
+        """Tell listening workers, once the caller commits, that a job of `queue` with
+        `priority` fell due now (a released dependent); nothing where workers poll."""
 
     def session(self, conn: Any) -> Session:
         """`conn` as the runner uses it, with nothing set up on it (see `attached`)."""

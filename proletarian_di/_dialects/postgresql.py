@@ -12,7 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError
@@ -232,6 +232,10 @@ class PostgresDialect(Dialect):
 
     def announce(self, conn: Any, channel: str, payload: str) -> None:
         self.execute(conn, "SELECT pg_notify(%s, %s)", (channel, payload))
+
+    def announce_due(self, conn: Any, queue: str, priority: int) -> None:
+        now = datetime.now(timezone.utc)
+        self.announce(conn, NOTIFY_CHANNEL, wake_payload(queue, now, now, priority))
 
     def _in_savepoint(self, conn: Any, *statements: str) -> None:
         if conn.info.transaction_status == _IDLE:

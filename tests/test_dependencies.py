@@ -1,0 +1,245 @@
+"""Jobs that wait for other jobs (`depends_on`, `Workflow`): blocked until their parents
+end, released or cancelled in the last parent's own transaction, on both databases and in
+both worker modes."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from proletarian_di import (
+    ConfigurationError,
+    Workflow,
+    admin,
+    create_queue_worker,
+    current_job,
+    enqueue,
+    enqueue_many,
+    process_next_job,
+    worker_running,
+)
+from proletarian_di._dependencies import SWEEP_EVERY_S
+
+from backends import Backend, Events, archive_by_id, connection, enqueue_committed, wait_until
+
+MODES = [pytest.param({}, id="held"), pytest.param({"lease_ms": 10_000}, id="lease")]
+
+
+class Recorder:
+    """A handler that records each start and end (by the test's clock), fails the job types
+    in `fail` and returns its payload."""
+
+    def __init__(self, fail: tuple[str, ...] = ()) -> None:
+        self.lock = threading.Lock()
+        self.starts: dict[str, list[float]] = {}
+        self.ends: dict[str, float] = {}
+        self.fail = fail
+
+    def __call__(self, job_type: str, payload: Any) -> Any:
+        name = payload["name"]
+        with self.lock:
+            self.starts.setdefault(name, []).append(time.monotonic())
+        time.sleep(0.01)
+        with self.lock:
+            self.ends[name] = time.monotonic()
+        if job_type in self.fail:
+            raise RuntimeError(f"{name} fails")
+        return {"from": name}
+
+    def ran(self) -> set[str]:
+        with self.lock:
+            return set(self.starts)
+
+
+def run_until(pool: Any, handler: Any, mode: dict[str, Any], done: Any, **options: Any) -> Events:
+    events = Events()
+    worker = create_queue_worker(
+        pool, handler, polling_interval_ms=50, worker_threads=4, log=events, **mode, **options
+    )
+    with worker_running(worker):
+        wait_until(done, timeout=20)
+    return events
+
+
+def state(backend: Backend, job_id: Any) -> str:
+    with connection(backend) as conn:
+        info = admin.get_job(conn, job_id)
+    assert info is not None
+    return info.state
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_diamond_runs_each_job_once_after_its_parents(backend: Backend, pool: Any, mode) -> None:
+    wf = Workflow("diamond")
+    a = wf.add("step", {"name": "a"})
+    b = wf.add("step", {"name": "b"}, after=[a])
+    c = wf.add("step", {"name": "c"}, after=[a])
+    d = wf.add("step", {"name": "d"}, after=[b, c])
+    with connection(backend) as conn:
+        workflow_id = wf.enqueue(conn)
+        conn.commit()
+    assert [state(backend, j.job_id) for j in (a, b, c, d)] == ["queued", *["blocked"] * 3]
+    recorder = Recorder()
+    run_until(pool, recorder, mode, lambda: len(archive_by_id(backend)) == 4)
+    assert {name: len(times) for name, times in recorder.starts.items()} == dict.fromkeys("abcd", 1)
+    assert recorder.starts["b"][0] >= recorder.ends["a"]
+    assert recorder.starts["c"][0] >= recorder.ends["a"]
+    assert recorder.starts["d"][0] >= max(recorder.ends["b"], recorder.ends["c"])
+    with connection(backend) as conn:
+        info = admin.get_workflow(conn, workflow_id)
+        d_info = admin.get_job(conn, d.job_id)
+    assert info is not None and info.name == "diamond" and info.finished
+    assert info.states == {"succeeded": 4}
+    assert [j.job_id for j in info.jobs] == [a.job_id, b.job_id, c.job_id, d.job_id]
+    assert d_info is not None and d_info.workflow_id == workflow_id
+    assert set(d_info.parents) == {b.job_id, c.job_id} and d_info.children == ()
+    assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}_blocked") == [(0,)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failure_cancels_the_dependents_down_the_graph(backend: Backend, pool: Any, mode) -> None:
+    wf = Workflow("chain")
+    a = wf.add("breaks", {"name": "a"})
+    b = wf.add("step", {"name": "b"}, after=[a])
+    c = wf.add("step", {"name": "c"}, after=[b])
+    after_all = wf.add("step", {"name": "after_all"}, after=[a, c], when="complete")
+    with connection(backend) as conn:
+        wf.enqueue(conn)
+        conn.commit()
+    recorder = Recorder(fail=("breaks",))
+    run_until(pool, recorder, mode, lambda: len(archive_by_id(backend)) == 4)
+    assert recorder.ran() == {"a", "after_all"}
+    with connection(backend) as conn:
+        infos = {j: admin.get_job(conn, j.job_id) for j in (a, b, c, after_all)}
+    assert [infos[j].state for j in (a, b, c, after_all)] == [
+        "failed",
+        "cancelled",
+        "cancelled",
+        "succeeded",
+    ]
+    assert infos[b].attempts == 0 and infos[c].attempts == 0
+    assert f"job {a.job_id}, which this job depends on, failed" in infos[b].error
+    assert f"job {b.job_id}, which this job depends on, was cancelled" in infos[c].error
+
+
+def test_a_dependent_reads_its_parents_results(backend: Backend, pool: Any) -> None:
+    first, second = enqueue_committed(backend, ("step", {"name": "x"}), ("quiet", None))
+    [last] = enqueue_committed(backend, ("gather", None), depends_on=[first, second])
+    seen: dict[str, Any] = {}
+
+    def handler(job_type: str, payload: Any) -> Any:
+        if job_type == "gather":
+            seen.update(current_job().parent_results())
+            return None
+        return None if job_type == "quiet" else {"from": payload["name"]}
+
+    run_until(pool, handler, {}, lambda: len(archive_by_id(backend)) == 3)
+    assert seen == {first: {"from": "x"}, second: None}
+    assert state(backend, last) == "succeeded"
+
+
+def test_process_next_job_releases_a_dependent_in_the_parents_transaction(
+    backend: Backend,
+) -> None:
+    with connection(backend) as conn:
+        parent = enqueue(conn, "step", {"name": "p"})
+        child = enqueue(conn, "step", {"name": "c"}, depends_on=[parent])
+        conn.commit()
+    recorder = Recorder()
+    assert process_next_job(backend.connect, recorder) is True
+    assert state(backend, child) == "queued"
+    assert process_next_job(backend.connect, recorder) is True
+    assert recorder.ran() == {"p", "c"} and state(backend, child) == "succeeded"
+
+
+def test_a_workflow_rolled_back_leaves_nothing(backend: Backend) -> None:
+    wf = Workflow("gone")
+    a = wf.add("step", {"name": "a"})
+    wf.add("step", {"name": "b"}, after=[a])
+    with connection(backend) as conn:
+        wf.enqueue(conn)
+        conn.rollback()
+    for table in ("", "_dependencies", "_blocked", "_workflows"):
+        assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}{table}") == [(0,)]
+
+
+def test_depending_on_jobs_that_already_ended(backend: Backend) -> None:
+    good, bad = enqueue_committed(backend, ("step", {"name": "good"}), ("breaks", {"name": "b"}))
+    recorder = Recorder(fail=("breaks",))
+    while process_next_job(backend.connect, recorder):
+        pass
+    with connection(backend) as conn:
+        runs = enqueue(conn, "step", {"name": "runs"}, depends_on=[good])
+        cancelled = enqueue(conn, "step", {"name": "never"}, depends_on=[good, str(bad)])
+        conn.commit()
+    assert state(backend, runs) == "queued"
+    assert state(backend, cancelled) == "cancelled"
+
+
+def test_bad_dependencies_are_refused_and_write_nothing(backend: Backend) -> None:
+    [parent] = enqueue_committed(backend, ("step", {"name": "p"}))
+    cases = [
+        ({"depends_on": [uuid.uuid4()]}, "which is neither waiting nor archived"),
+        ({"depends_on": "not-a-list"}, "depends_on must be a list of job ids"),
+        ({"depends_on": ["nope"]}, "'nope', which is not a job id"),
+        ({"depends_on": [parent], "unique_key": "k"}, "cannot be given with unique_key"),
+        (
+            {"depends_on": [parent], "process_in": timedelta(seconds=5)},
+            "cannot be given with process_in",
+        ),
+    ]
+    for options, message in cases:
+        with connection(backend) as conn:
+            with pytest.raises(ConfigurationError, match=message):
+                enqueue(conn, "step", None, **options)
+            conn.rollback()
+    assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}") == [(1,)]
+    wf = Workflow("w")
+    with pytest.raises(ConfigurationError, match="after= takes jobs this workflow"):
+        wf.add("x", after=[Workflow("other").add("y")])
+    with pytest.raises(ConfigurationError, match="when must be 'success' or 'complete'"):
+        wf.add("x", after=[wf.add("y")], when="always")
+    with pytest.raises(ConfigurationError, match="is for a job added with after="):
+        wf.add("x", when="complete")
+
+
+def test_many_jobs_can_wait_on_the_same_parents(backend: Backend) -> None:
+    [parent] = enqueue_committed(backend, ("step", {"name": "p"}))
+    with connection(backend) as conn:
+        children = enqueue_many(
+            conn, [("step", {"name": f"c{i}"}) for i in range(3)], depends_on=[parent]
+        )
+        conn.commit()
+    with connection(backend) as conn:
+        explained = admin.explain_job(conn, children[0])
+    assert explained.state == "blocked"
+    assert explained.reasons[0] == (
+        f"waiting on dependencies: 1 job(s) it depends on have not ended ({parent})"
+    )
+    recorder = Recorder()
+    while process_next_job(backend.connect, recorder):
+        pass
+    assert recorder.ran() == {"p", "c0", "c1", "c2"}
+
+
+def test_a_parent_cancelled_by_an_operator_is_settled_by_a_workers_sweep(
+    backend: Backend, pool: Any
+) -> None:
+    [parent] = enqueue_committed(backend, ("step", {"name": "p"}), queue="elsewhere")
+    [child] = enqueue_committed(backend, ("step", {"name": "c"}), depends_on=[parent])
+    with connection(backend) as conn:
+        assert admin.cancel_jobs(conn, [parent]) == 1
+        conn.commit()
+    recorder = Recorder()
+    started = time.monotonic()
+    run_until(pool, recorder, {}, lambda: state(backend, child) == "cancelled")
+    assert time.monotonic() - started < SWEEP_EVERY_S * 5
+    with connection(backend) as conn:
+        info = admin.get_job(conn, child)
+    assert info is not None and "was cancelled" in (info.error or "")
+    assert recorder.ran() == set()
