@@ -90,6 +90,7 @@ __all__ = [
     "recent_failures",
     "retry_failed",
     "retry_jobs",
+    "still_needed",
     "throughput",
     "timings",
     "waiting",
@@ -1804,9 +1805,32 @@ def purge_archive(
     dialect = tables.dialect(conn)
     where = _archive_filter(dialect, older_than, status, queue, now or datetime.now(timezone.utc))
     if dry_run:
+        needed = dialect.still_needed(conn)
+        if needed:
+            where.add(f"NOT {needed}")
         return _count(conn, dialect, tables.archived_job_table, where)
     with dialect.admin_write(conn):
         return dialect.purge_archived(conn, where.sql, where.params)
+
+
+def still_needed(
+    conn: Connection,
+    *,
+    older_than: timedelta,
+    status: str | None = None,
+    queue: str | None = None,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """How many of the archived jobs `purge_archive` would delete with these filters it
+    keeps instead, because jobs still waiting need them: the parents of a blocked job,
+    and the jobs of a workflow that has not finished."""
+    dialect = tables.dialect(conn)
+    needed = dialect.still_needed(conn)
+    if not needed:
+        return 0
+    where = _archive_filter(dialect, older_than, status, queue, now or datetime.now(timezone.utc))
+    return _count(conn, dialect, tables.archived_job_table, where.add(needed))
 
 
 class Pruned(NamedTuple):

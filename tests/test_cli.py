@@ -329,6 +329,21 @@ def test_purge_archive(db, pool):
     assert db.archived() == []
 
 
+def test_purge_archive_keeps_and_says_what_waiting_jobs_need(db, pool):
+    [parent] = db.enqueue(("ok", 1))
+    db.enqueue(("later", 2), depends_on=[parent], archived_job_table=ARCHIVE, queue="elsewhere")
+    assert process(pool, lambda t, p: None) is True
+    assert db.jobs() == [("later", 0, "elsewhere")]
+    result = run("purge-archive", "--older-than", "0s", "-d", db.url)
+    assert result.exit_code == 0, result.output
+    assert "deleted 0 archived jobs" in result.stdout
+    assert "kept 1 archived job that jobs still waiting need" in result.stdout
+    assert process(pool, lambda t, p: None, queue="elsewhere") is True
+    result = run("purge-archive", "--older-than", "0s", "-d", db.url)
+    assert "deleted 2 archived jobs" in result.stdout and "kept" not in result.stdout
+    assert db.archived() == []
+
+
 def test_purge_archive_needs_older_than(db):
     result = run("purge-archive", "-d", db.url)
     assert result.exit_code == 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -243,3 +243,36 @@ def test_a_parent_cancelled_by_an_operator_is_settled_by_a_workers_sweep(
         info = admin.get_job(conn, child)
     assert info is not None and "was cancelled" in (info.error or "")
     assert recorder.ran() == set()
+
+
+def test_purges_keep_the_jobs_of_an_unfinished_workflow(backend: Backend) -> None:
+    wf = Workflow("kept")
+    first = wf.add("step", {"name": "first"}, queue="one")
+    second = wf.add("step", {"name": "second"}, queue="two")
+    last = wf.add("step", {"name": "last"}, after=[first], queue="two")
+    with connection(backend) as conn:
+        workflow_id = wf.enqueue(conn)
+        conn.commit()
+    recorder = Recorder()
+    assert process_next_job(backend.connect, recorder, queue="one") is True
+    assert process_next_job(backend.connect, recorder, queue="two") is True
+    old = {"older_than": timedelta(0), "now": datetime.now(timezone.utc) + timedelta(hours=1)}
+    with connection(backend) as conn:
+        assert admin.still_needed(conn, **old) == 2
+        assert admin.purge_archive(conn, dry_run=True, **old) == 0
+        assert admin.purge_archive(conn, **old) == 0
+        pruned = list(admin.prune_archive(conn, keep_succeeded=timedelta(0)))
+        conn.commit()
+    assert sum(step.jobs for step in pruned) == 0
+    assert set(archive_by_id(backend)) == {first.job_id, second.job_id}
+    assert process_next_job(backend.connect, recorder, queue="two") is True
+    assert recorder.ran() == {"first", "second", "last"}
+    with connection(backend) as conn:
+        assert admin.get_workflow(conn, workflow_id).finished
+        assert admin.still_needed(conn, **old) == 0
+        assert admin.purge_archive(conn, **old) == 3
+        conn.commit()
+    with connection(backend) as conn:
+        assert admin.get_workflow(conn, workflow_id) is None
+    for table in ("_dependencies", "_workflows"):
+        assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}{table}") == [(0,)]

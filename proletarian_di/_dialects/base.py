@@ -1245,17 +1245,38 @@ class Dialect:
         without hiding any other error."""
         raise NotImplementedError
 
+    def still_needed(self, conn: Any) -> str:
+        """The condition true of an archived job that jobs still waiting need (the parent of
+        one, or a job of an unfinished workflow), which purges keep; "" on a schema without
+        dependencies."""
+        if not self.table_columns(conn, self.blocked_table):
+            return ""
+        archive, job = self.archived_job_table, self.job_table
+        deps, members = self.dependencies_table, self.workflows_table
+        return (
+            f"(EXISTS (SELECT 1 FROM {deps} d JOIN {job} j ON j.job_id = d.job_id "
+            f"WHERE d.parent_id = {archive}.job_id) OR EXISTS (SELECT 1 FROM {members} m "
+            f"JOIN {members} o ON o.workflow_id = m.workflow_id JOIN {job} j "
+            f"ON j.job_id = o.job_id WHERE m.job_id = {archive}.job_id))"
+        )
+
     def purge_archived(self, conn: Any, where: str, params: Sequence[Any]) -> int:
-        """Delete the archived jobs matching `where`, their attempts and results; how many
-        jobs."""
+        """Delete the archived jobs matching `where`, their attempts, results and place in a
+        workflow, but not those jobs still waiting need (`still_needed`); how many jobs."""
         archive = self.archived_job_table
+        needed = self.still_needed(conn)
+        tables = [self.attempt_table]
+        if needed:
+            where = f"({where}) AND NOT {needed}"
+            tables += [self.dependencies_table, self.workflows_table]
+        if self.table_columns(conn, self.results_table):
+            tables.append(self.results_table)
         self.forget_hours(conn, where, params)
-        for table in (self.attempt_table, self.results_table):
-            if table == self.results_table and not self.table_columns(conn, table):
-                continue
+        for table in tables:
             self.execute(
                 conn,
-                f"DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM {archive} WHERE {where})",
+                f"DELETE FROM {table} WHERE job_id IN (SELECT job_id FROM "
+                f"(SELECT job_id FROM {archive} WHERE {where}) gone)",
                 params,
             )
         return self.execute_count(conn, f"DELETE FROM {archive} WHERE {where}", params)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from proletarian_di import enqueue
-from proletarian_di.schema import paused_table, periodic_table, workers_table
+from proletarian_di.schema import (
+    blocked_table,
+    dependencies_table,
+    paused_table,
+    periodic_table,
+    workers_table,
+    workflows_table,
+)
 
 JOB = "cli_test.cli_job"
 ARCHIVE = "cli_test.cli_archived_job"
@@ -27,6 +34,8 @@ class CliDB:
         backend.execute(f"DELETE FROM {periodic_table(JOB)}")
         backend.execute(f"DELETE FROM {paused_table(JOB)}")
         backend.execute(f"DELETE FROM {workers_table(JOB)}")
+        for table in (dependencies_table, blocked_table, workflows_table):
+            backend.execute(f"DELETE FROM {table(JOB)}")
 
     def env(self) -> dict[str, str]:
         return {**self.backend.env(), **ENV}

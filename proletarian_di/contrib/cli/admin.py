@@ -465,6 +465,7 @@ def purge_archive(
     if status not in (None, "success", "failure"):
         raise CLIError(f"--status must be 'success' or 'failure', got {status!r}", ExitCode.USAGE)
     with _admin(database_url, job_table, archived_job_table) as operator:
+        kept = operator.read(admin.still_needed, older_than=age, status=status, queue=queue)
         count = operator.write(
             admin.purge_archive, older_than=age, status=status, queue=queue, dry_run=dry_run
         )
@@ -476,3 +477,8 @@ def purge_archive(
             f"{where.archived_job_table} on {where.url}"
         )
     )
+    if kept:
+        console.print(
+            f"kept {kept} archived job{'s' if kept != 1 else ''} that jobs still waiting need "
+            "(parents of blocked jobs, jobs of unfinished workflows)"
+        )
