@@ -249,7 +249,7 @@ def test_purges_keep_the_jobs_of_an_unfinished_workflow(backend: Backend) -> Non
     wf = Workflow("kept")
     first = wf.add("step", {"name": "first"}, queue="one")
     second = wf.add("step", {"name": "second"}, queue="two")
-    last = wf.add("step", {"name": "last"}, after=[first], queue="two")
+    wf.add("step", {"name": "last"}, after=[first], queue="two")
     with connection(backend) as conn:
         workflow_id = wf.enqueue(conn)
         conn.commit()
