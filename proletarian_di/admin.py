@@ -1606,10 +1606,10 @@ def _cancel_plan(
     enqueued_until: datetime | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> _Bulk:
-    if state not in (None, "queued", "scheduled", "retrying"):
+    if state not in (None, "blocked", "queued", "scheduled", "retrying"):
         raise ConfigurationError(
-            f"cancel_jobs cancels waiting jobs: state must be queued, scheduled or retrying, "
-            f"got {state!r}"
+            "cancel_jobs cancels waiting jobs: state must be blocked, queued, scheduled or "
+            f"retrying, got {state!r}"
         )
     dialect = tables.dialect(conn)
     now = datetime.now(timezone.utc)
@@ -1646,7 +1646,8 @@ def cancel_jobs(
     dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
-    """Archive waiting jobs (queued, scheduled, retrying) as `cancelled`, finished now, their
+    """Archive waiting jobs (blocked, queued, scheduled, retrying) as `cancelled`, finished
+    now, their
     attempts as they are. Returns how many were cancelled (with `dry_run`, how many are
     waiting and not under a live lease: a job running under a row lock is counted, though
     it would be passed over). Commit to keep it.

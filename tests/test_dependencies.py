@@ -276,3 +276,37 @@ def test_purges_keep_the_jobs_of_an_unfinished_workflow(backend: Backend) -> Non
         assert admin.get_workflow(conn, workflow_id) is None
     for table in ("_dependencies", "_workflows"):
         assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}{table}") == [(0,)]
+
+
+def test_jobs_show_and_the_dashboard_show_a_jobs_place_in_its_workflow(
+    backend: Backend, pool: Any
+) -> None:
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from proletarian_di.cli import app
+    from proletarian_di.contrib.dashboard import dashboard
+
+    wf = Workflow("shown")
+    a = wf.add("step", {"name": "a"})
+    b = wf.add("step", {"name": "b"}, after=[a])
+    with connection(backend) as conn:
+        workflow_id = wf.enqueue(conn)
+        conn.commit()
+    shown = CliRunner().invoke(
+        app, ["jobs", "show", str(b.job_id), "-d", backend.url], env={"COLUMNS": "200"}
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "state blocked" in " ".join(shown.stdout.split())
+    assert f"workflow {workflow_id}" in " ".join(shown.stdout.split())
+    assert f"waits on {a.job_id}" in " ".join(shown.stdout.split())
+    assert "due once the jobs it waits on have ended" in " ".join(shown.stdout.split())
+    page = TestClient(dashboard(pool)).get(f"/jobs/{a.job_id}").text
+    assert f'<dt>Waited on by</dt><dd class="graph"><a href="/jobs/{b.job_id}"' in page
+    page = TestClient(dashboard(pool)).get(f"/jobs/{b.job_id}").text
+    assert "waiting on dependencies: 1 job(s)" in page
+    with connection(backend) as conn:
+        assert admin.cancel_jobs(conn, state="blocked") == 1
+        conn.commit()
+    assert state(backend, b.job_id) == "cancelled"

@@ -228,8 +228,19 @@ def show_job(
         ("state", job.state),
         ("attempts", str(job.attempts)),
         ("enqueued", f"{job.enqueued_at.isoformat()} ({_when(job.enqueued_at)})"),
-        ("due", f"{job.process_at.isoformat()} ({_when(job.process_at)})"),
+        (
+            "due",
+            "once the jobs it waits on have ended"
+            if job.state == "blocked"
+            else f"{job.process_at.isoformat()} ({_when(job.process_at)})",
+        ),
     ]
+    if job.workflow_id is not None:
+        lines.append(("workflow", str(job.workflow_id)))
+    if job.parents:
+        lines.append(("waits on", ", ".join(map(str, job.parents))))
+    if job.children:
+        lines.append(("waited on", ", ".join(map(str, job.children))))
     if job.group_key is not None:
         lines.append(("group key", job.group_key))
     if job.progress is not None:

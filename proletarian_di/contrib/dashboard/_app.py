@@ -40,7 +40,7 @@ FLASH_COOKIE = "proletarian_dashboard_flash"
 REFRESH_HEADER = "x-dashboard-refresh"
 PAGE_SIZE = 50
 QUEUES_PER_PAGE = 50
-WAITING = ("queued", "scheduled", "retrying")
+WAITING = ("blocked", "queued", "scheduled", "retrying")
 PREVIEW = 120
 TIMINGS_TTL_S = 60.0
 """How long the timings page shows a read before it reads the archive again."""
@@ -771,7 +771,8 @@ class _Chosen:
         state = _state(_value(form, "state"))
         if action == "cancel" and state not in (None, *WAITING):
             raise HTTPException(
-                400, f"cancel acts on waiting jobs (queued, scheduled, retrying), not {state}"
+                400,
+                f"cancel acts on waiting jobs (blocked, queued, scheduled, retrying), not {state}",
             )
         if action != "cancel" and state not in (None, "failed"):
             raise HTTPException(400, f"{action} acts on failed jobs, not {state}")
