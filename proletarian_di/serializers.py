@@ -1,11 +1,26 @@
-"""Payload serializers: JSON by default, any `Serializer` on request."""
+"""Payload serializers: JSON by default, Transit JSON for Proletarian (Clojure)'s rows,
+any `Serializer` on request."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Protocol, runtime_checkable
 
+from ._transit import URI, Char, Keyword, Symbol, TaggedValue, TransitSerializer
 from .errors import ConfigurationError, PayloadError
+
+__all__ = [
+    "DEFAULT_SERIALIZER",
+    "URI",
+    "Char",
+    "JSONSerializer",
+    "Keyword",
+    "Serializer",
+    "Symbol",
+    "TaggedValue",
+    "TransitSerializer",
+    "check_serializer",
+]
 
 
 @runtime_checkable
