@@ -20,9 +20,11 @@ from ._options import (
     DEFAULT_JOB_TABLE,
     check_clock,
     check_id_strategy,
+    check_job_type_style,
     check_name,
     check_priority,
     check_queue,
+    keyword_job_type,
 )
 from ._tracing import current_trace_context, missing_column
 from ._types import Connection, EnqueueOptions
@@ -133,6 +135,7 @@ class _Prepared:
         archive = options.get("archived_job_table", DEFAULT_ARCHIVED_JOB_TABLE)
         self.dialect = _dialect(conn, job_table, asynchronous, archive)
         queue = check_queue(options.get("queue", DEFAULT_QUEUE))
+        keyword_types = check_job_type_style(options.get("job_type_style", "plain")) == "keyword"
         codec = check_serializer(options.get("serializer"))
         strategy = check_id_strategy(options.get("job_id_strategy"))
         self.strategy = strategy = strategy or self.dialect.default_id_strategy
@@ -157,6 +160,8 @@ class _Prepared:
         self.rows: list[tuple[Any, ...]] = []
         for job_type, payload in jobs:
             check_name(job_type, "job_type")
+            if keyword_types:
+                job_type = keyword_job_type(job_type)
             job_id = strategy.generate()
             self.ids.append(job_id)
             raw_id, encoded = strategy.encode(job_id), codec.encode(payload)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ._dialects import check_table_name
 from ._logging import default_log
@@ -73,6 +74,60 @@ def check_utf8(text: str, option: str) -> None:
 
 def check_queue(queue: Any) -> str:
     return check_name(queue, "queue")
+
+
+JobTypeStyle = Literal["plain", "keyword"]
+"""How job types are stored: "plain" as given, "keyword" as Clojure keywords'
+text (`"app.jobs/send-email"` is the row's `":app.jobs/send-email"`), so that
+Proletarian (Clojure) reads and writes the same rows."""
+
+JOB_TYPE_STYLES = ("plain", "keyword")
+
+_NOT_IN_A_KEYWORD = re.compile(r'[\s,()\[\]{}"\\;@^`~]')
+"""What ends a token in Clojure's reader: whitespace, commas and the terminating macro
+characters. A job type with one would be read back by Clojure as another keyword."""
+
+
+def check_job_type_style(style: Any) -> JobTypeStyle:
+    """`job_type_style`: "plain" (the default) or "keyword"."""
+    if not isinstance(style, str) or style not in JOB_TYPE_STYLES:
+        raise ConfigurationError(f"job_type_style must be 'plain' or 'keyword', got {style!r}")
+    return style  # type: ignore[return-value]
+
+
+def keyword_job_type(job_type: str) -> str:
+    """The row's text for a job type written with job_type_style="keyword": the keyword
+    `:ns/name` that Clojure's `(str k)` gives, refused unless `edn/read-string` reads it
+    back as that keyword (no leading colon: that would be `::`, an auto-resolved keyword)."""
+    if job_type.startswith(":"):
+        raise ConfigurationError(
+            f"job_type {job_type!r} starts with ':'; with job_type_style='keyword' give it "
+            f"without the colon ({job_type.lstrip(':')!r} is stored as "
+            f"':{job_type.lstrip(':')}')"
+        )
+    bad = _NOT_IN_A_KEYWORD.search(job_type)
+    slash = job_type.rfind("/")
+    if (
+        bad is not None
+        or "::" in job_type
+        or job_type.endswith(":")
+        or ":/" in job_type
+        or (slash == len(job_type) - 1 and job_type != "/")
+    ):
+        found = f"the character {bad.group()!r}" if bad is not None else "a misplaced ':' or '/'"
+        raise ConfigurationError(
+            f"job_type {job_type!r} is not the text of a Clojure keyword (it has {found}): "
+            "with job_type_style='keyword' Proletarian reads it back as another keyword or "
+            "not at all; use names like 'app.jobs/send-email'"
+        )
+    return check_name(":" + job_type, "job_type")
+
+
+def job_type_from_keyword(stored: str) -> str:
+    """The job type a keyword-style worker hands its handler: the row's text without the
+    keyword's leading colon; text without one (a job enqueued in the plain style, or a
+    Clojure `enqueue!` given a string) is handed as stored."""
+    return stored[1:] if stored[:1] == ":" else stored
 
 
 PRIORITY_LIMIT = 2**31 - 1
@@ -190,6 +245,7 @@ class WorkerSettings:
     share_cpu: bool = True
     rate_limit: RateLimit | None = None
     fair: bool = False
+    job_type_style: JobTypeStyle = "plain"
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
@@ -238,6 +294,7 @@ class WorkerSettings:
                 "they start; use worker_threads for more at once"
             )
         check_fair(self)
+        check_job_type_style(self.job_type_style)
 
     @property
     def lends_connection(self) -> bool:
@@ -249,6 +306,11 @@ class WorkerSettings:
             or self.retry_strategy_fn is not None
             or self.failed_job_fn is not None
         )
+
+    def handed_job_type(self, stored: str) -> str:
+        """The job type a handler is given for a row's text: with job_type_style="keyword"
+        the keyword without its colon (see `job_type_from_keyword`), else the text."""
+        return job_type_from_keyword(stored) if self.job_type_style == "keyword" else stored
 
     def timeout_s(self, job_type: str) -> float | None:
         """How long a job of this type may run, in seconds, or None for no bound."""

@@ -72,6 +72,7 @@ class EnqueueOptions(TypedDict, total=False):
     serializer: Serializer | None
     job_id_strategy: JobIdStrategy | None
     clock: Clock | None
+    job_type_style: Literal["plain", "keyword"]
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -109,3 +110,4 @@ class WorkerOptions(TypedDict, total=False):
     share_cpu: bool | None
     rate_limit: RateLimit | None
     fair: bool | None
+    job_type_style: Literal["plain", "keyword"] | None

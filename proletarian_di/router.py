@@ -16,6 +16,12 @@ Advanced mode: a worker with `handler_fn_mode="advanced"` calls its handler
 with one `Job`; the router then dispatches on `job.job_type` and calls the
 registered function with that `Job` (so register `def f(job)` functions in a
 router meant for advanced mode).
+
+Clojure keywords: a leading `:` is the keyword spelling of the same job type, so
+`":app.jobs/send-email"` and `"app.jobs/send-email"` name one registration. Jobs
+that a worker with `job_type_style="keyword"` hands over (`"app.jobs/send-email"`)
+and the raw row text a plain-style worker hands over (`":app.jobs/send-email"`)
+reach the same function, registered in either spelling.
 """
 
 from __future__ import annotations
@@ -49,16 +55,18 @@ class JobRouter:
         return f"<JobRouter {sorted(self._handlers)}>"
 
     def register(self, job_type: str, fn: F) -> F:
-        """Register `fn` for `job_type`; registering a type twice is an error."""
-        if not isinstance(job_type, str) or not job_type:
+        """Register `fn` for `job_type` (`":ns/name"` is the keyword spelling of `"ns/name"`:
+        one registration); registering a type twice is an error."""
+        if not isinstance(job_type, str) or job_type in ("", ":"):
             raise ConfigurationError(f"job_type must be a non-empty string, got {job_type!r}")
         if not callable(fn):
             raise ConfigurationError(f"handler for {job_type!r} must be callable, got {fn!r}")
-        if job_type in self._handlers:
+        key = _unkeyword(job_type)
+        if key in self._handlers:
             raise ConfigurationError(
-                f"job type {job_type!r} already has a handler: {self._handlers[job_type]!r}"
+                f"job type {job_type!r} already has a handler: {self._handlers[key]!r}"
             )
-        self._handlers[job_type] = fn
+        self._handlers[key] = fn
         return fn
 
     def handler(self, *job_types: str) -> Callable[[F], F]:
@@ -74,8 +82,13 @@ class JobRouter:
         return decorate
 
     def lookup(self, job_type: str) -> Callable[..., Any]:
-        """The function for `job_type` (or the default); `UnknownJobType` if there is none."""
-        fn = self._handlers.get(job_type, self.default)
+        """The function for `job_type` in either spelling (or the default); `UnknownJobType`
+        if there is none."""
+        fn = self._handlers.get(job_type)
+        if fn is None and job_type[:1] == ":":
+            fn = self._handlers.get(job_type[1:])
+        if fn is None:
+            fn = self.default
         if fn is None:
             raise UnknownJobType(job_type, tuple(sorted(self._handlers)))
         return fn
@@ -91,7 +104,7 @@ class JobRouter:
         return self.lookup(job_type)(job_type, payload[0])  # type: ignore[arg-type]
 
     def __contains__(self, job_type: object) -> bool:
-        return job_type in self._handlers
+        return isinstance(job_type, str) and _unkeyword(job_type) in self._handlers
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._handlers)
@@ -101,5 +114,10 @@ class JobRouter:
 
     @property
     def job_types(self) -> tuple[str, ...]:
-        """The registered job types, in registration order."""
+        """The registered job types, in registration order (keywords without the colon)."""
         return tuple(self._handlers)
+
+
+def _unkeyword(job_type: str) -> str:
+    """A job type as the router keys it: a Clojure keyword's text without its colon."""
+    return job_type[1:] if job_type[:1] == ":" else job_type
