@@ -40,6 +40,9 @@ WAIT_FOR = ("success", "complete")
 FAILED = ("failure", "cancelled", "missing")
 """A parent's ends that cancel a dependent waiting for its success ("missing": deleted before
 its end was known)."""
+RECHECK_BELOW = 16
+"""A parent that leaves its dependent waiting on this many others or fewer looks at it again
+once it has committed (see `recheck`); the sweep settles the rest of the rare races."""
 SWEEP_EVERY_S = 1.0
 SWEEP_BATCH = 200
 """The most blocked jobs one sweep looks at (the next sweep goes on after the last)."""
@@ -88,8 +91,11 @@ def require_tables(conn: Any, dialect: Dialect, what: str) -> None:
 def in_use(conn: Any, dialect: Dialect) -> bool:
     """Whether some job waits on others now (a worker then writes its jobs' ends for them);
     False on a schema without the tables."""
-    if not has_tables(conn, dialect):
-        return False
+    return has_tables(conn, dialect) and blocked_now(conn, dialect)
+
+
+def blocked_now(conn: Any, dialect: Dialect) -> bool:
+    """Whether some job is blocked now (on a schema with the tables)."""
     return dialect.fetchone(conn, f"SELECT 1 FROM {dialect.blocked_table} LIMIT 1") is not None
 
 
@@ -126,8 +132,7 @@ def block(
         f"INSERT INTO {blocked} (job_id, wait_for, blocked_at) VALUES (%s, %s, %s)",
         [(child, wait_for, at) for child in children],
     )
-    ended_before = _settle_gone(conn, dialect, parents)
-    if ended_before:
+    if _settle_gone(conn, dialect, children):
         for child in children:
             resolve(conn, dialect, child, wait_for, now, wake)
 
@@ -152,19 +157,19 @@ def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:
         )
 
 
-def _settle_gone(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> bool:
-    """Give the rows of these parents that have left the job table their archived status
-    ("missing" if the archive lost them too); whether any had."""
-    if not parents:
+def _settle_gone(conn: Any, dialect: Dialect, children: Sequence[Any]) -> bool:
+    """Give the rows of these jobs' parents that have left the job table their archived
+    status ("missing" if the archive lost them too); whether any had."""
+    if not children:
         return False
-    marks = ", ".join(["%s"] * len(parents))
+    marks = ", ".join(["%s"] * len(children))
     gone = dialect.fetchall(
         conn,
         f"SELECT d.parent_id, a.status FROM {dialect.dependencies_table} d "
         f"LEFT JOIN {dialect.job_table} j ON j.job_id = d.parent_id "
         f"LEFT JOIN {dialect.archived_job_table} a ON a.job_id = d.parent_id "
-        f"WHERE d.parent_id IN ({marks}) AND d.parent_status IS NULL AND j.job_id IS NULL",
-        parents,
+        f"WHERE d.job_id IN ({marks}) AND d.parent_status IS NULL AND j.job_id IS NULL",
+        children,
     )
     for parent, status in {(row[0], row[1]) for row in gone}:
         dialect.execute(
@@ -176,45 +181,76 @@ def _settle_gone(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> bool:
     return bool(gone)
 
 
+Waiting = list[tuple[Any, str]]
+"""Blocked jobs (raw id, wait_for) to look at again once a transaction has committed."""
+
+
 def ended(
     conn: Any, dialect: Dialect, parents: Sequence[Any], status: str, now: datetime, wake: Wake
-) -> None:
+) -> Waiting:
     """Jobs just archived with `status`, in the transaction that archives them: write their
     end on the rows of the jobs that wait on them, and release or cancel each of those that
-    waits on nothing more (and so on down the graph)."""
+    waits on nothing more (and so on down the graph). Returns the dependents left waiting on
+    no more than `RECHECK_BELOW` others, which may have ended in transactions this one could
+    not see: `recheck` them once this one has committed."""
     deps = dialect.dependencies_table
+    again: Waiting = []
     todo = [(parent, status) for parent in parents]
     while todo:
         parent, status = todo.pop()
-        children = dialect.fetchall(
-            conn,
-            f"SELECT job_id, wait_for FROM {deps} WHERE parent_id = %s AND parent_status IS NULL",
-            (parent,),
+        update = (
+            f"UPDATE {deps} SET parent_status = %s WHERE parent_id = %s AND parent_status IS NULL"
         )
-        if not children:
-            continue
-        dialect.execute(
-            conn,
-            f"UPDATE {deps} SET parent_status = %s WHERE parent_id = %s AND parent_status IS NULL",
-            (status, parent),
-        )
+        if dialect.update_returns:
+            children = dialect.fetchall(
+                conn, update + " RETURNING job_id, wait_for", (status, parent)
+            )
+        else:
+            children = dialect.fetchall(
+                conn,
+                f"SELECT job_id, wait_for FROM {deps} WHERE parent_id = %s "
+                "AND parent_status IS NULL",
+                (parent,),
+            )
+            if children:
+                dialect.execute(conn, update, (status, parent))
         for child, wait_for in sorted(children):
             cause = (parent, status) if wait_for == "success" and status != "success" else None
-            if cause is None and _waits(conn, dialect, child):
-                continue
+            if cause is None:
+                waiting = _waits(conn, dialect, child)
+                if waiting:
+                    if waiting <= RECHECK_BELOW:
+                        again.append((child, wait_for))
+                    continue
             if resolve(conn, dialect, child, wait_for, now, wake, cause) == "cancelled":
                 todo.append((child, "cancelled"))
+    return again
 
 
-def _waits(conn: Any, dialect: Dialect, child: Any) -> bool:
-    """Whether some parent of `child` has not ended, as far as this transaction sees."""
+def recheck(conn: Any, dialect: Dialect, waiting: Waiting, now: datetime, wake: Wake) -> None:
+    """After the transaction of `ended` has committed, in one of its own: release or cancel
+    those of `waiting` whose last parents ended in transactions that committed meanwhile (two
+    last parents ending at once each see the other still running)."""
+    dialect.begin(conn)
+    try:
+        for child, wait_for in sorted(waiting):
+            resolve(conn, dialect, child, wait_for, now, wake, skip_locked=True)
+        dialect.commit(conn)
+    except BaseException:
+        dialect.rollback(conn)
+        raise
+
+
+def _waits(conn: Any, dialect: Dialect, child: Any) -> int:
+    """How many parents of `child` have not ended, as far as this transaction sees (counted
+    up to `RECHECK_BELOW` + 1)."""
     row = dialect.fetchone(
         conn,
-        f"SELECT 1 FROM {dialect.dependencies_table} WHERE job_id = %s "
-        "AND parent_status IS NULL LIMIT 1",
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM {dialect.dependencies_table} WHERE job_id = %s "
+        f"AND parent_status IS NULL LIMIT {RECHECK_BELOW + 1}) pending",
         (child,),
     )
-    return row is not None
+    return int(row[0])
 
 
 def resolve(
@@ -282,7 +318,7 @@ def sweep(
     up to `SWEEP_BATCH` blocked jobs from past `after`, in the caller's transaction:
     (how many were released or cancelled, where the next sweep goes on; None: from the
     start). A blocked job another transaction holds is passed over."""
-    blocked, deps = dialect.blocked_table, dialect.dependencies_table
+    blocked = dialect.blocked_table
     since = "" if after is None else "WHERE job_id > %s "
     rows = dialect.fetchall(
         conn,
@@ -302,15 +338,7 @@ def sweep(
             ):  # cancelled or deleted by hand: its parents' rows stay for the graph
                 dialect.execute(conn, f"DELETE FROM {blocked} WHERE job_id = %s", (child,))
             continue
-        parents = [
-            r[0]
-            for r in dialect.fetchall(
-                conn,
-                f"SELECT parent_id FROM {deps} WHERE job_id = %s AND parent_status IS NULL",
-                (child,),
-            )
-        ]
-        _settle_gone(conn, dialect, parents)
+        _settle_gone(conn, dialect, [child])
         if resolve(conn, dialect, child, wait_for, now, wake) is not None:
             settled += 1
     return settled, (rows[-1][0] if len(rows) == SWEEP_BATCH else None)

@@ -100,8 +100,9 @@ class Batch:
             dialect.archive(
                 session.conn, ids, "success", now, started=runs.started, worker=runs.worker
             )
-            runner.ended(session.conn, dialect, ids, "success")
+            waiting = runner.ended(session.conn, dialect, ids, "success", known=True)
             dialect.commit(session.conn)
+            runner.recheck(session.conn, dialect, waiting)
             return
         if (
             ahead is None

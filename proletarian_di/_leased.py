@@ -224,8 +224,9 @@ class LeaseMode(Steps):
                 if archived:
                     if result is not None:
                         self.keep_result(conn, dialect, raw_id, job, result)
-                    self.ended(conn, dialect, [raw_id], "success")
+                    waiting = self.ended(conn, dialect, [raw_id], "success")
                     dialect.commit(conn)
+                    self.recheck(conn, dialect, waiting)
                 else:
                     self._lease_lost(job)
                 return archived

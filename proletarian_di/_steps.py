@@ -188,6 +188,8 @@ class Steps:
         self.watched = False
         """Whether `watch_dependencies` keeps `graph_active` fresh (a running worker)."""
         self._sweep_from: Any = None
+        self._has_graph: bool | None = None
+        """Whether the schema has the dependencies' tables (read once)."""
         self._keeps_results: bool | None = None
         """Whether the schema has the results table (read when a handler first returns)."""
         self.recording_connection: Callable[[], contextlib.AbstractContextManager[Any]] = (
@@ -232,7 +234,11 @@ class Steps:
         job = Job(
             job_id=strategy.decode(raw_id),
             queue=queue,
-            job_type=job_type,
+            job_type=(
+                job_type
+                if self.options.job_type_style == "plain"
+                else self.options.handed_job_type(job_type)
+            ),
             payload=payload,
             attempts=attempts + 1,
             enqueued_at=dialect.decode_time(enqueued_at),
@@ -347,14 +353,30 @@ class Steps:
         """Whether the ends of the jobs settled in this transaction are to be written for the
         jobs that wait on them (`ended`)."""
         if self.graph_active is None or not self.watched:
-            self.graph_active = _dependencies.in_use(conn, dialect)
+            if self._has_graph is None:
+                self._has_graph = _dependencies.has_tables(conn, dialect)
+            self.graph_active = self._has_graph and _dependencies.blocked_now(conn, dialect)
         return self.graph_active
 
-    def ended(self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any], status: str) -> None:
+    def ended(
+        self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any], status: str, known: bool = False
+    ) -> _dependencies.Waiting:
         """Jobs archived with `status` in the transaction open on `conn`: release or cancel,
-        in it, the jobs that waited on them (see `_dependencies`)."""
-        if self.writes_ends(conn, dialect):
-            _dependencies.ended(conn, dialect, raw_ids, status, self.clock(), self._released)
+        in it, the jobs that waited on them (see `_dependencies`); `known`: `writes_ends`
+        said so already. Returns those to `recheck` once it has committed."""
+        if known or self.writes_ends(conn, dialect):
+            return _dependencies.ended(conn, dialect, raw_ids, status, self.clock(), self._released)
+        return []
+
+    def recheck(self, conn: Any, dialect: Dialect, waiting: _dependencies.Waiting) -> None:
+        """After `ended`'s transaction has committed: the dependents it left waiting on a few
+        others, which may have ended meanwhile (`_dependencies.recheck`)."""
+        if not waiting:
+            return
+        try:
+            _dependencies.recheck(conn, dialect, waiting, self.clock(), self._released)
+        except Exception as exc:  # the jobs' own outcomes are committed: the sweep goes on
+            self.emit("polling_error", exception=exc, reason="rechecking jobs that wait on others")
 
     def _released(self, queue: str, priority: int) -> None:
         if queue == self.options.queue:

@@ -3,7 +3,7 @@ lease and crash-loop tests.
 
 Usage: python long_job_process.py EVENTS BEHAVIOUR [--lease-ms N] [--max-crashes K]
 [--retries R] [--batch-size B] [--only PAYLOAD] [--advanced] [--job-timeout-ms T]
-[--max-running M] [--rate-per-s N] [--fair]; the database comes from the environment
+[--max-running M] [--rate-per-s N] [--fair] [--threads N]; the database comes from the environment
 (see backends.Backend.env). Runs the default queue until it is empty. Each job appends
 "start <payload>" to the file EVENTS, then: "block" waits forever, "kill" sends SIGKILL to
 its own process, "exit" ends it with os._exit(3), "ok" returns (with --only, jobs with
@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--max-running", type=int, default=None)
     parser.add_argument("--rate-per-s", type=int, default=None)
     parser.add_argument("--fair", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     backend = backend_from_env()
     ran: list[Any] = []
@@ -89,6 +90,7 @@ def main() -> None:
         max_running=args.max_running,
         rate_limit=None if args.rate_per_s is None else RateLimit(args.rate_per_s, 1000),
         fair=args.fair,
+        worker_threads=args.threads,
         polling_interval_ms=20,
         fallback_polling_interval_ms=50,
         lease_ms=args.lease_ms,

@@ -375,6 +375,9 @@ class Dialect:
     """When a lease taken or renewed now runs out, by the database's clock; its parameter
     is the lease in seconds (`lease_seconds`)."""
 
+    update_returns = True
+    """Whether an UPDATE can return the rows it changed (`RETURNING`)."""
+
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
         self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")

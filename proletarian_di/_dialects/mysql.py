@@ -46,6 +46,8 @@ class MySQLDialect(Dialect):
     Times are stored as UTC in DATETIME(6), whatever the session time zone.
     """
 
+    update_returns = False
+
     name = "mysql"
     default_id_strategy = BinaryUUIDStrategy()
     # `queue = %s` lets the optimizer pick `ref` access on the queue alone, which reads the
