@@ -46,6 +46,7 @@ LEASE_MS = 30_000  # lease mode: claim and outcome in two transactions, a heartb
 MAX_RUNNING = 4  # as many running slots as threads: the cap's own cost, never its waiting
 RATE_LIMIT, RATE_PERIOD_MS = 500, 1_000  # rate_limit: far below a 4-thread drain's pace
 RATE_ROWS = ("drain_rated", "rated_lease")
+FAN_IN = 1_000  # drain_fan_in: the parents of one callback (`depends_on`)
 FAIR_GROUPS = 10  # fair=True: the jobs spread over this many group keys
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
@@ -198,6 +199,18 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             args.jobs,
             DRAIN_INTERVAL,
         )
+    if measure.has_dependencies():
+        results.record(
+            db,
+            "drain_fan_in",
+            "ours",
+            functools.partial(measure.drain, callback=True),
+            db,
+            "ours",
+            4,
+            FAN_IN,
+            DRAIN_INTERVAL,
+        )
     if measure.worker_option("rate_limit"):
         for row, lease_ms in zip(RATE_ROWS, (None, LEASE_MS), strict=True):
             results.record(
@@ -319,6 +332,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
         ("drain_fair", f"drain, 4 threads, fair=True over {FAIR_GROUPS} group keys (opt-in)"),
+        ("drain_fan_in", f"drain of {FAN_IN:,} jobs and a callback waiting on them all, 4 threads"),
         ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),
         ("rated_lease", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()}, lease mode"),
         ("drain_unshared", "drain, 4 threads, share_cpu=False"),
@@ -585,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     rated = (
         measure.deadline_for(args.rate_jobs) + args.rate_jobs / RATE_LIMIT * RATE_PERIOD_MS / 1000
     )
-    per_run = 9 * measure.deadline_for(args.jobs) + len(RATE_ROWS) * rated
+    per_run = 10 * measure.deadline_for(args.jobs) + len(RATE_ROWS) * rated
     watchdog(300 + 2 * args.runs * per_run + 4 * measure.deadline_for(args.memory_jobs))
     results = Results()
     started = time.perf_counter()

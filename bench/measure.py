@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from proletarian_di._options import WorkerSettings
 
 from . import plain
 from .cpu import Figure, metered
-from .db import JOB_TABLE, Database
+from .db import ARCHIVED_JOB_TABLE, JOB_TABLE, Database
 from .workers import make_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +103,33 @@ def worker_option(name: str) -> bool:
     return name in {field.name for field in dataclasses.fields(WorkerSettings)}
 
 
+def has_dependencies() -> bool:
+    """Whether the proletarian-di under test has `enqueue(depends_on=...)`."""
+    from proletarian_di._types import EnqueueOptions
+
+    return "depends_on" in EnqueueOptions.__annotations__
+
+
+def add_callback(db: Database) -> None:
+    """One more job, which waits on every job in the table (a batch's callback)."""
+    with contextlib.closing(db.connect()) as conn:
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT job_id FROM {JOB_TABLE}")
+            ids = [
+                row[0] if isinstance(row[0], uuid.UUID) else uuid.UUID(bytes=bytes(row[0]))
+                for row in cursor.fetchall()
+            ]
+        enqueue(
+            conn,
+            "noop",
+            {"n": -1},
+            depends_on=ids,
+            job_table=JOB_TABLE,
+            archived_job_table=ARCHIVED_JOB_TABLE,
+        )
+        conn.commit()
+
+
 def drain(
     db: Database,
     impl: str,
@@ -111,12 +139,17 @@ def drain(
     batch_size: int = 1,
     lease_ms: int | None = None,
     groups: int = 0,
+    callback: bool = False,
     **options: Any,
 ) -> Figure:
     """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs (in lease
-    mode with `lease_ms`; over `groups` group keys; other worker `options` as given). The
-    worker's start and stop are outside the CPU figures."""
+    mode with `lease_ms`; over `groups` group keys; with `callback`, one more job waiting on
+    all of them; other worker `options` as given). The worker's start and stop are outside
+    the CPU figures."""
     prefill(db, jobs, groups)
+    if callback:
+        add_callback(db)
+        jobs += 1
     if batch_size > 1:
         options["batch_size"] = batch_size
     if lease_ms is not None:

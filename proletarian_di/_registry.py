@@ -54,7 +54,7 @@ PRUNE_EVERY = 12
 TIMEOUT_S = 3.0
 """The registry connection's connect, statement and socket timeout."""
 CHORE_EVERY_S = 1.0
-"""How often the registry thread runs its chore (`Registration.chore`)."""
+"""How often the registry thread runs its chore while it has work (`Registration.chore`)."""
 PROGRESS_EVERY_S = 1.0
 """A job's reported progress is written by an early beat, at most one per this many
 seconds: many reports in a row cost one UPDATE."""
@@ -114,10 +114,12 @@ class Registration(threading.Thread):
         """When (`time.monotonic()`) the beat looks for an hour to sum up next: not in the
         first beat, which `start()` waits for."""
         self._beaten = time.monotonic()
-        self.chore: Callable[[Any, Dialect], None] | None = None
-        """Run on the registry's connection every `CHORE_EVERY_S` besides the beat: the
-        worker's watch over jobs that wait on others (`Steps.watch_dependencies`)."""
+        self.chore: Callable[[Any, Dialect], bool] | None = None
+        """Run on the registry's connection besides the beat: the worker's watch over jobs
+        that wait on others (`Steps.watch_dependencies`). Every `CHORE_EVERY_S` while it
+        returns True (it has work), else once a beat."""
         self._chored = time.monotonic()
+        self._chore_busy = False
         self._chore_failing: str | None = None
         self._wake = threading.Event()
         """Set by `wake()`: a job reported progress, or the worker stopped."""
@@ -128,7 +130,7 @@ class Registration(threading.Thread):
             while True:
                 until = self._beaten + self.every_s
                 if self.chore is not None:
-                    until = min(until, self._chored + CHORE_EVERY_S)
+                    until = min(until, self._chore_due())
                 self._wake.wait(max(0.0, until - time.monotonic()))
                 if self.done.is_set():
                     break
@@ -139,8 +141,8 @@ class Registration(threading.Thread):
                     self.beat()
                 elif time.monotonic() >= self._beaten + self.every_s:
                     self.beat()
-                if self.chore is not None and time.monotonic() >= self._chored + CHORE_EVERY_S:
-                    self._run_chore(self.chore)
+                if time.monotonic() >= self._chore_due():
+                    self.run_chore()
         finally:
             self.leave()
 
@@ -158,15 +160,21 @@ class Registration(threading.Thread):
                 self._beaten = time.monotonic()
                 self._beat()
 
-    def _run_chore(self, chore: Callable[[Any, Dialect], None]) -> None:
-        """Run the chore; a failure is logged once per run of failures, and the beat goes on."""
+    def _chore_due(self) -> float:
+        return self._chored + (CHORE_EVERY_S if self._chore_busy else self.every_s)
+
+    def run_chore(self) -> None:
+        """Run the chore, if any; a failure is logged once per run of failures, and the beat
+        goes on. The worker's `start()` runs the first one."""
+        chore = self.chore
         with self._lock:
-            if self._left:
+            if self._left or chore is None:
                 return
             self._chored = time.monotonic()
             try:
                 with self._connection() as (conn, dialect):
-                    chore(conn, dialect)
+                    self._chore_busy = chore(conn, dialect)
+                    self._commit(conn)
             except Exception as exc:
                 with contextlib.suppress(Exception):
                     if self._conn is not None:

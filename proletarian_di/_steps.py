@@ -409,13 +409,16 @@ class Steps:
             for parent, value in rows
         }
 
-    def watch_dependencies(self, conn: Any, dialect: Dialect) -> None:
+    def watch_dependencies(self, conn: Any, dialect: Dialect) -> bool:
         """The registry thread's chore: read whether jobs wait on others, and while some do,
-        sweep what their parents' own transactions left (`_dependencies.sweep`)."""
-        self.graph_active = active = _dependencies.in_use(conn, dialect)
+        sweep what their parents' own transactions left (`_dependencies.sweep`). Whether
+        some do (it is then called every second, else once a beat)."""
+        if self._has_graph is None:
+            self._has_graph = _dependencies.has_tables(conn, dialect)
+        self.graph_active = active = self._has_graph and _dependencies.blocked_now(conn, dialect)
+        if not active:  # (the registry ends a pooled connection's transaction)
+            return False
         dialect.commit(conn)
-        if not active:
-            return
         dialect.begin(conn)
         try:
             _, self._sweep_from = _dependencies.sweep(
@@ -425,6 +428,7 @@ class Steps:
         except BaseException:
             dialect.rollback(conn)
             raise
+        return True
 
     def _lease_lost(self, job: Job) -> None:
         self.emit(

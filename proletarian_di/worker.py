@@ -239,6 +239,7 @@ class QueueWorker:
             for n in range(self.options.worker_threads):
                 self._threads.append(self._thread(f"{self.queue_worker_id}-{n}"))
             registration.beat()  # listed before it runs a job
+            registration.run_chore()  # knows whether jobs wait on others before its first
         except BaseException:
             for helper in self._helpers:
                 if isinstance(helper, Registration):

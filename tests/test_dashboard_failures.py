@@ -170,8 +170,11 @@ def test_cancel_by_state_and_by_last_error(backend, pool):
         (lambda c: admin.retry_jobs(c, error="two\nlines"), "error must be an error's first line"),
         (lambda c: admin.discard_failed(c, error="x" * 201), "error must be"),
         (lambda c: admin.list_jobs_page(c, error=""), "error must be"),
-        (lambda c: admin.cancel_jobs(c, state="running"), "state must be queued, scheduled or"),
-        (lambda c: admin.cancel_jobs(c, state="failed"), "state must be queued"),
+        (
+            lambda c: admin.cancel_jobs(c, state="running"),
+            "state must be blocked, queued, scheduled or",
+        ),
+        (lambda c: admin.cancel_jobs(c, state="failed"), "state must be blocked, queued"),
         (lambda c: admin.in_batches(c, admin.delete_archived), "in_batches runs retry_jobs"),
         (lambda c: admin.in_batches(c, admin.discard_failed), "needs job ids or a filter"),
         (lambda c: admin.in_batches(c, admin.retry_jobs, batch_size=0), "batch_size must be"),

@@ -1,6 +1,7 @@
 """Dependencies with real worker processes: a SIGKILL of the worker running a last parent
 leaves the dependent blocked until that parent runs again, and then it runs once; a
-callback after 10,000 parents run by three processes runs once, after all of them."""
+callback after 10,000 parents run by three processes (claiming 10 at a time) runs once,
+after all of them."""
 
 from __future__ import annotations
 
@@ -63,7 +64,10 @@ def test_a_callback_after_ten_thousand_parents_run_by_three_processes_runs_once_
         callback = enqueue(conn, "t", "callback", depends_on=parents)
         conn.commit()
     events = tmp_path / "events"
-    processes = [long_job_process.start(backend, events, "ok", "--threads", "2") for _ in range(3)]
+    processes = [
+        long_job_process.start(backend, events, "ok", "--threads", "2", "--batch-size", "10")
+        for _ in range(3)
+    ]
     outs = [finish(process, timeout=300) for process in processes]
     assert sum(int(out) for out in outs) == 10_001
     runs = long_job_process.starts(events)

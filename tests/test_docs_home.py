@@ -47,6 +47,17 @@ DENIALS = [
     ),
     ("fair shares", "queues.md#fair-shares-fair", r"\b(no|without) (\w+ ){0,3}fair"),
     ("snooze and cancel from a job", "flow-control.md", r"\b(no|without) (\w+ ){0,3}snooz"),
+    (
+        "jobs that wait for other jobs (workflows)",
+        "workflows.md",
+        r"\b(no|without) (\w+ ){0,3}(chains|chords|dependencies|depends)\b"
+        r"|\ba job for celery\b|\bcanvases\b",
+    ),
+    (
+        "Transit payloads shared with Clojure",
+        "clojure.md",
+        r"\bjson only\b|\b(no|without) (\w+ ){0,3}transit\b",
+    ),
 ]
 
 

@@ -56,6 +56,7 @@ from proletarian_di import (
     RateLimit,
     RetrySpec,
     Snooze,
+    Workflow,
     create_queue_worker,
     enqueue,
 )
@@ -322,6 +323,25 @@ def enqueue_jobs(backend: Backend, *job_types: str) -> list[Any]:
     return ids
 
 
+def enqueue_graph(backend: Backend) -> tuple[list[Any], list[Any]]:
+    """The jobs of `enqueue_jobs(..., "ok", "ok", "ok", "ok", "boom", "slow", "nap", "drop")`,
+    in a workflow with three more: "child" after the first two successes, "orphan" after
+    the failure (cancelled), "callback" after the slow one and the cancelled one, whatever
+    they end as (`when="complete"`). The ids of the eight, and of the three."""
+    wf = Workflow("invariants")
+    kinds = ("ok", "ok", "ok", "ok", "boom", "slow", "nap", "drop")
+    jobs = [wf.add(kind, kind, group_key=kind) for kind in kinds]
+    waiting = [
+        wf.add("child", "child", group_key="child", after=jobs[:2]),
+        wf.add("orphan", "orphan", group_key="orphan", after=[jobs[4]]),
+        wf.add("callback", "callback", group_key="callback", after=jobs[5:8:2], when="complete"),
+    ]
+    with contextlib.closing(backend.connect()) as conn:
+        wf.enqueue(conn)
+        conn.commit()
+    return [job.job_id for job in jobs], [job.job_id for job in waiting]
+
+
 def worker_for(
     source: Any, combination: Combination, handler: Any, events: Events, **more: Any
 ) -> Any:
@@ -346,13 +366,15 @@ def test_succeed_raise_time_out_and_be_abandoned(
     backend: Backend, pool: Any, combination: Combination
 ) -> None:
     """Four jobs succeed, one raises every time, one outlives its timeout once, one snoozes
-    once, one cancels itself; then one blocks until `stop()` abandons it."""
+    once, one cancels itself, and three wait on others (`depends_on`: on two successes, on
+    the failure, and `when="complete"` on the cancelled and the slow one); then one blocks
+    until `stop()` abandons it."""
     ledger, release, events = Ledger(), threading.Event(), Events()
     worker = worker_for(pool, combination, handler_for(combination, ledger, release), events)
     worker.start()
     try:
-        ids = enqueue_jobs(backend, "ok", "ok", "ok", "ok", "boom", "slow", "nap", "drop")
-        wait_until(lambda: len(backend.archived()) == 8, timeout=20, description="all settled")
+        ids, waiting = enqueue_graph(backend)
+        wait_until(lambda: len(backend.archived()) == 11, timeout=20, description="all settled")
         [hang] = enqueue_jobs(backend, "hang")
         wait_until(lambda: ledger.of(hang), timeout=10, description="hang started")
         assert worker.stop() is False, "the hanging job is abandoned"
@@ -361,8 +383,19 @@ def test_succeed_raise_time_out_and_be_abandoned(
         worker.stop()
     wait_until(lambda: ledger.running == 0, timeout=10, description="handlers returned")
     time.sleep(0.2)
-    ledger.check(backend, combination, [*ids, hang], events)
+    ledger.check(backend, combination, [*ids, *waiting, hang], events)
+    child, orphan, callback = waiting
+    assert min(run.started for run in ledger.of(child)) >= max(
+        run.ended or math.inf for parent in ids[:2] for run in ledger.of(parent)
+    ), "a dependent started before its parents ended"
+    assert ledger.of(orphan) == []
+    assert min(run.started for run in ledger.of(callback)) >= max(
+        run.ended or math.inf for parent in ids[5:8:2] for run in ledger.of(parent)
+    )
     by_type = {job_type: (status, attempts) for job_type, status, attempts in backend.archived()}
+    assert by_type["child"] == ("success", 1)
+    assert by_type["orphan"] == ("cancelled", 0)
+    assert by_type["callback"] == ("success", 1)
     assert by_type["ok"] == ("success", 1)
     assert by_type["boom"] == ("failure", RETRIES + 1)
     assert by_type["slow"] == ("success", 2 if combination.timeout else 1)
