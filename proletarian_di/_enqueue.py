@@ -104,8 +104,9 @@ def _dialect(
             f"SQLAlchemy AsyncSession/AsyncConnection, got {kind}: "
             "use `enqueue(conn, ...)` with it"
         )
-    job_table = check_table_name(job_table, "job_table")
-    return dialect_named(name, job_table, check_table_name(archive, "archived_job_table"))
+    if archive is not DEFAULT_ARCHIVED_JOB_TABLE:
+        archive = check_table_name(archive, "archived_job_table")
+    return dialect_named(name, check_table_name(job_table, "job_table"), archive)
 
 
 _OPTIONS = frozenset(EnqueueOptions.__annotations__)
@@ -147,13 +148,16 @@ class _Prepared:
         priority = check_priority(options.get("priority", 0))
         self.now = now = check_clock(options.get("clock"))()
         due = _due(now, options.get("process_at"), options.get("process_in"))
+        self.parents: list[Any] = []
+        self.wait_for = wait_for
         parents = options.get("depends_on")
-        parents = [] if parents is None else _dependencies.check_parents(parents)
-        self.wait_for = _dependencies.check_wait_for(wait_for)
-        if parents:
-            _refuse_with_parents(options)
-            due = _dependencies.BLOCKED_AT
-        self.parents = [strategy.encode(parent) for parent in parents]
+        if parents is not None:
+            parents = _dependencies.check_parents(parents)
+            self.wait_for = _dependencies.check_wait_for(wait_for)
+            if parents:
+                _refuse_with_parents(options)
+                due = _dependencies.BLOCKED_AT
+            self.parents = [strategy.encode(parent) for parent in parents]
         self.job_table = job_table
         self.trace_context = trace = current_trace_context()
         self.ids: list[uuid.UUID] = []
