@@ -32,16 +32,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ._dialects import Dialect
+from ._dialects import Dialect, is_transient
 from .errors import ConfigurationError, SchemaError
 
 MAX_RATE_LIMIT = 10_000
 """The most starts a period a limit may allow: one row each."""
+
+ENSURE_TRIES = 5
+"""Tries of writing a queue's slots at a worker's start (workers started at once may
+deadlock on MySQL: each try but the last that fails so is rolled back and made again)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +130,15 @@ class RateGate:
                 f"rate_limit needs the {table} table (schema step rate_limits): {UPGRADE_HINT}"
             )
         if not self.by_group:
-            self._write_slots(conn, dialect, self.queue)
+            for attempt in range(ENSURE_TRIES):
+                try:
+                    self._write_slots(conn, dialect, self.queue)
+                    return
+                except Exception as exc:  # workers started at once may deadlock (MySQL)
+                    if attempt + 1 == ENSURE_TRIES or not is_transient(exc):
+                        raise
+                    dialect.rollback(conn)
+                    time.sleep(random.uniform(0.01, 0.1) * (attempt + 1))
 
     def _write_slots(self, conn: Any, dialect: Dialect, bucket: str) -> None:
         dialect.ensure_rate_slots(conn, bucket, self.rate.limit, self.rate.period_ms)
