@@ -88,12 +88,6 @@ def require_tables(conn: Any, dialect: Dialect, what: str) -> None:
         )
 
 
-def in_use(conn: Any, dialect: Dialect) -> bool:
-    """Whether some job waits on others now (a worker then writes its jobs' ends for them);
-    False on a schema without the tables."""
-    return has_tables(conn, dialect) and blocked_now(conn, dialect)
-
-
 def blocked_now(conn: Any, dialect: Dialect) -> bool:
     """Whether some job is blocked now (on a schema with the tables)."""
     return dialect.fetchone(conn, f"SELECT 1 FROM {dialect.blocked_table} LIMIT 1") is not None

@@ -353,9 +353,15 @@ class Steps:
         """Whether the ends of the jobs settled in this transaction are to be written for the
         jobs that wait on them (`ended`)."""
         if self.graph_active is None or not self.watched:
-            if self._has_graph is None:
-                self._has_graph = _dependencies.has_tables(conn, dialect)
-            self.graph_active = self._has_graph and _dependencies.blocked_now(conn, dialect)
+            return self._blocked_now(conn, dialect)
+        return self.graph_active
+
+    def _blocked_now(self, conn: Any, dialect: Dialect) -> bool:
+        """Read whether some job waits on others now, into `graph_active` (False on a schema
+        without the tables, which is read once)."""
+        if self._has_graph is None:
+            self._has_graph = _dependencies.has_tables(conn, dialect)
+        self.graph_active = self._has_graph and _dependencies.blocked_now(conn, dialect)
         return self.graph_active
 
     def ended(
@@ -413,10 +419,7 @@ class Steps:
         """The registry thread's chore: read whether jobs wait on others, and while some do,
         sweep what their parents' own transactions left (`_dependencies.sweep`). Whether
         some do (it is then called every second, else once a beat)."""
-        if self._has_graph is None:
-            self._has_graph = _dependencies.has_tables(conn, dialect)
-        self.graph_active = active = self._has_graph and _dependencies.blocked_now(conn, dialect)
-        if not active:  # (the registry ends a pooled connection's transaction)
+        if not self._blocked_now(conn, dialect):  # (the registry ends a pooled transaction)
             return False
         dialect.commit(conn)
         dialect.begin(conn)

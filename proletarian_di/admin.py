@@ -909,9 +909,10 @@ def _graph(conn: Connection, dialect: Dialect, job: JobInfo) -> dict[str, Any]:
     row = dialect.fetchone(
         conn, f"SELECT workflow_id FROM {dialect.workflows_table} WHERE job_id = %s", (key,)
     )
-    read = lambda sql: tuple(  # noqa: E731
-        sorted(ids.decode(r[0]) for r in dialect.fetchall(conn, sql, (key,)))
-    )
+
+    def read(sql: str) -> tuple[uuid.UUID, ...]:
+        return tuple(sorted(ids.decode(r[0]) for r in dialect.fetchall(conn, sql, (key,))))
+
     return {
         "workflow_id": None if row is None else ids.decode(row[0]),
         "parents": read(f"SELECT parent_id FROM {deps} WHERE job_id = %s"),

@@ -193,19 +193,9 @@ def results_table(job_table: str) -> str:
     return results_table_of(job_table)
 
 
-def dependencies_table(job_table: str) -> str:
-    """Which jobs wait on which (`depends_on`): `<job table>_dependencies`."""
-    return dependencies_table_of(job_table)
-
-
-def blocked_table(job_table: str) -> str:
-    """The jobs still waiting on others: `<job table>_blocked`."""
-    return blocked_table_of(job_table)
-
-
-def workflows_table(job_table: str) -> str:
-    """Which workflow each of its jobs belongs to: `<job table>_workflows`."""
-    return workflows_table_of(job_table)
+dependencies_table = dependencies_table_of
+blocked_table = blocked_table_of
+workflows_table = workflows_table_of
 
 
 def rate_table(job_table: str) -> str:
