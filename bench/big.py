@@ -88,7 +88,7 @@ def reading(db: Database, read: Callable[..., Any]) -> Callable[[], Any]:
 def sum_up_day(db: Database) -> tuple[int, float, float]:
     """What running workers' beats would have done over the last day: every hour of it
     summed up into the outcomes table, one call per hour (hours, seconds, slowest in ms)."""
-    from proletarian_di._outcomes import sum_up  # a revision --compare builds may have none
+    from proletarian_di._store.outcomes import sum_up  # a revision --compare builds may have none
 
     hours, slowest = 0, 0.0
     began = time.perf_counter()

@@ -5,9 +5,9 @@ Jobs are rows, enqueued in the application's own transaction, claimed with
 in the same transaction: at-least-once, no broker.
 """
 
-from ._enqueue import enqueue, enqueue_async, enqueue_many
-from ._rates import RateLimit
-from ._types import DataSource, EnqueueOptions, HandlerMode, WorkerOptions
+from ._common.types import DataSource, EnqueueOptions, HandlerMode, WorkerOptions
+from ._engine.rates import RateLimit
+from ._store.enqueue import enqueue, enqueue_async, enqueue_many
 from .errors import (
     ArgumentTypeError,
     ConfigurationError,

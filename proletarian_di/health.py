@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ._logging import describe
-from ._probes import Probe, ProbeTimeout
-from ._secrets import scrub
+from ._common.logging import describe
+from ._store.probes import Probe, ProbeTimeout
+from ._store.secrets import scrub
 from .errors import ArgumentTypeError
 from .worker import QueueWorker
 

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ._dialects import unwrap_connection
-from ._dialects.mysql import DISCONNECT_CODES, restore_session, rolled_back, session_state
-from ._secrets import mask as mask
-from ._secrets import parse_mysql_url as parse_mysql_url
+from ._store.dialects import unwrap_connection
+from ._store.dialects.mysql import DISCONNECT_CODES, restore_session, rolled_back, session_state
+from ._store.secrets import mask as mask
+from ._store.secrets import parse_mysql_url as parse_mysql_url
 
 DEFAULT_OPTIONS: dict[str, Any] = {
     "charset": "utf8mb4",

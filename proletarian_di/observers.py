@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._logging import safe_log
-from ._types import LogFn
+from ._common.logging import safe_log
+from ._common.types import LogFn
 from .errors import ConfigurationError
 from .jobs import Job
 

@@ -18,11 +18,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ._datasource import connection_factory
-from ._dialects import Dialect, dialect_for
-from ._enqueue import enqueue
-from ._logging import default_log, describe, safe_log
-from ._options import (
+from ._common.logging import default_log, describe, safe_log
+from ._common.types import Clock, Connection, DataSource, LogFn
+from ._engine.options import (
     DEFAULT_ARCHIVED_JOB_TABLE,
     DEFAULT_JOB_TABLE,
     _int_at_least,
@@ -34,7 +32,9 @@ from ._options import (
     utc_now,
     validated,
 )
-from ._types import Clock, Connection, DataSource, LogFn
+from ._store.datasource import connection_factory
+from ._store.dialects import Dialect, dialect_for
+from ._store.enqueue import enqueue
 from .errors import ConfigurationError, PayloadError, WorkerStateError
 from .jobs import DEFAULT_QUEUE
 from .schema import check_schema, periodic_table

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .errors import InvalidRetrySpec
 
 if TYPE_CHECKING:
-    from ._types import RetrySpecLike
+    from ._common.types import RetrySpecLike
 
 MAX_DELAY_MS = 100 * 366 * 24 * 3600 * 1000
 """The longest retry delay: about a century, so `now + delay` always fits a datetime."""

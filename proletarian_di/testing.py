@@ -8,13 +8,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ._datasource import connection_factory
-from ._dialects import check_table_name
-from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, worker_settings
-from ._runner import JobRunner
-from ._secrets import mask, parse_mysql_url
-from ._types import DataSource, Handler, WorkerOptions
-from ._urls import url_dialect
+from ._common.types import DataSource, Handler, WorkerOptions
+from ._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, worker_settings
+from ._engine.runner import JobRunner
+from ._store.datasource import connection_factory
+from ._store.dialects import check_table_name
+from ._store.secrets import mask, parse_mysql_url
+from ._store.urls import url_dialect
 from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
 from .errors import ConfigurationError
 from .schema import (

@@ -10,29 +10,29 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._cpu import Pin, shared_cpu
-from ._crashes import ClaimCounter
-from ._datasource import (
+from ._common.logging import describe, safe_log, wanted
+from ._common.types import DataSource, Handler, WorkerOptions
+from ._engine.cpu import Pin, shared_cpu
+from ._engine.crashes import ClaimCounter
+from ._engine.frontier import Frontier
+from ._engine.leases import Heartbeat, Leases
+from ._engine.options import WorkerSettings, check_pooled, worker_settings
+from ._engine.pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
+from ._engine.registry import TIMEOUT_S as REGISTRY_TIMEOUT_S
+from ._engine.registry import Registration, new_worker_id, thread_activity
+from ._engine.runner import Checkout, JobRunner, Replaced, Slot, Stats
+from ._engine.signals import ShutdownHook
+from ._engine.wakeup import Listener, Wakeup
+from ._engine.watchdog import Watchdog
+from ._store.datasource import (
     check_pgbouncer_pool,
     connection_factory,
     direct_connect,
     worker_connection_factory,
 )
-from ._dialects import Dialect, is_transient
-from ._dialects.base import reserved
-from ._frontier import Frontier
-from ._leases import Heartbeat, Leases
-from ._logging import describe, safe_log, wanted
-from ._options import WorkerSettings, check_pooled, worker_settings
-from ._pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
-from ._registry import TIMEOUT_S as REGISTRY_TIMEOUT_S
-from ._registry import Registration, new_worker_id, thread_activity
-from ._runner import Checkout, JobRunner, Replaced, Slot, Stats
-from ._signals import ShutdownHook
-from ._types import DataSource, Handler, WorkerOptions
-from ._urls import connect_postgres
-from ._wakeup import Listener, Wakeup
-from ._watchdog import Watchdog
+from ._store.dialects import Dialect, is_transient
+from ._store.dialects.base import reserved
+from ._store.urls import connect_postgres
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
 from .jobs import Job
 from .observers import observers_everywhere

@@ -16,12 +16,17 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ._connections import driver_connection
-from ._dependencies import check_wait_for, require_tables
-from ._dialects import check_table_name, dialect_for
-from ._enqueue import _enqueue_one
-from ._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, check_id_strategy, check_name
-from ._types import Connection, EnqueueOptions
+from ._common.types import Connection, EnqueueOptions
+from ._engine.options import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    check_id_strategy,
+    check_name,
+)
+from ._store.connections import driver_connection
+from ._store.dependencies import check_wait_for, require_tables
+from ._store.dialects import check_table_name, dialect_for
+from ._store.enqueue import _enqueue_one
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from proletarian_di._secrets import mask
+from proletarian_di._store.secrets import mask
 from proletarian_di.embedded import postgres_url
 from proletarian_di.testing import mysql_unreachable_reason
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import psycopg
 
-from proletarian_di._secrets import libpq_url
+from proletarian_di._store.secrets import libpq_url
 
 from servers import binary, free_port, stop
 

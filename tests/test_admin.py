@@ -216,8 +216,8 @@ def test_reads_leave_the_callers_transaction_as_it_was(backend):
 
 def test_mysql_reads_row_locks_from_data_locks_where_it_can(mysql_backend, monkeypatch):
     """MySQL 8's performance_schema.data_locks, as MariaDB stands in for it here."""
-    from proletarian_di._dialects import MySQLDialect
-    from proletarian_di._dialects.mysql import _lock_key
+    from proletarian_di._store.dialects import MySQLDialect
+    from proletarian_di._store.dialects.mysql import _lock_key
 
     backend = mysql_backend
     backend.reset()

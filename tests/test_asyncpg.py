@@ -19,7 +19,7 @@ from proletarian_di import (
     enqueue_async,
     enqueue_many,
 )
-from proletarian_di._dialects.postgresql import NOTIFY_CHANNEL
+from proletarian_di._store.dialects.postgresql import NOTIFY_CHANNEL
 from proletarian_di.testing import FakeClock, run_due_jobs
 
 from backends import Backend

@@ -348,7 +348,7 @@ def story_or_none(backend: Backend, job_id: Any) -> Any:
 
 def test_a_forked_process_names_its_attempts_and_leases_with_its_own_pid():
     """The pid is kept, not asked for with every job: a fork must not inherit its parent's."""
-    from proletarian_di._attempts import unique_name, worker_name
+    from proletarian_di._engine.attempts import unique_name, worker_name
 
     parent = unique_name()
     read, write = os.pipe()

@@ -26,8 +26,8 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
-from proletarian_di._dependencies import LATEST_DUE
-from proletarian_di._options import MAX_DURATION_MS
+from proletarian_di._engine.options import MAX_DURATION_MS
+from proletarian_di._store.dependencies import LATEST_DUE
 from proletarian_di.router import JobRouter
 
 from backends import archive_by_id, enqueue_committed, store_raw_payload

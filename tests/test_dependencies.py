@@ -23,7 +23,7 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
-from proletarian_di._dependencies import SWEEP_EVERY_S
+from proletarian_di._store.dependencies import SWEEP_EVERY_S
 
 from backends import Backend, Events, archive_by_id, connection, enqueue_committed, wait_until
 

@@ -12,15 +12,9 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import (
-    RateLimit,
-    RetrySpec,
-    _registry,
-    admin,
-    create_queue_worker,
-    process_next_job,
-)
-from proletarian_di._explain import moment
+from proletarian_di import RateLimit, RetrySpec, admin, create_queue_worker, process_next_job
+from proletarian_di._engine import registry as _registry
+from proletarian_di.admin.explain import moment
 from proletarian_di.errors import ConfigurationError
 from proletarian_di.schema import workers_table
 

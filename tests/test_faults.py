@@ -25,7 +25,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many
-from proletarian_di._dialects import unwrap_connection
+from proletarian_di._store.dialects import unwrap_connection
 from proletarian_di.health import check_health
 from proletarian_di.mysql import MySQLDataSource
 from proletarian_di.schema import install_schema

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from proletarian_di import create_queue_worker, enqueue_many
-from proletarian_di._dialects import dialect_for
-from proletarian_di._frontier import MAX_LEVELS, Frontier
-from proletarian_di._options import worker_settings
-from proletarian_di._runner import JobRunner, Slot
+from proletarian_di._engine.frontier import MAX_LEVELS, Frontier
+from proletarian_di._engine.options import worker_settings
+from proletarian_di._engine.runner import JobRunner, Slot
+from proletarian_di._store.dialects import dialect_for
 
 from backends import Backend, archive_by_id, enqueue_committed, wait_until
 
@@ -261,7 +261,7 @@ def test_a_worker_runs_jobs_released_or_enqueued_behind_its_frontier(backend: Ba
 def test_postgres_prepares_its_statements_anew_on_a_sweep(pg: Backend, monkeypatch) -> None:
     """On a sweep, at most every _REPLAN_EVERY_S, the worker's statements are prepared
     again, so a plan made on a nearly empty table does not outlive it."""
-    monkeypatch.setattr("proletarian_di._dialects.postgresql._REPLAN_EVERY_S", 0.0)
+    monkeypatch.setattr("proletarian_di._store.dialects.postgresql._REPLAN_EVERY_S", 0.0)
     enqueue_committed(pg, ("first", None), ("second", None))
     prepared: list[datetime] = []
 

@@ -12,7 +12,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import create_queue_worker, process_next_job
-from proletarian_di._dialects import PostgresDialect
+from proletarian_di._store.dialects import PostgresDialect
 
 from backends import Events, StatementLog, enqueue_committed, logged_pool, wait_until
 
@@ -235,7 +235,7 @@ def test_an_autocommit_connection_still_holds_the_row_lock(pg):
 def test_without_psycopg_internals_a_cursor_runs_the_hot_path(pg, pg_pool, monkeypatch):
     """On a psycopg without the generator the hot path uses for speed, a cursor sends the
     same two statements per job."""
-    from proletarian_di._dialects import _libpq
+    from proletarian_di._store.dialects import libpq as _libpq
 
     monkeypatch.setattr(_libpq, "_direct", False)
     enqueue_committed(pg, *[("ok", i) for i in range(3)], ("bad", 3))

@@ -12,8 +12,8 @@ import pymysql
 import pytest
 
 from proletarian_di import create_queue_worker
-from proletarian_di._dialects import MySQLDialect
-from proletarian_di._dialects.base import running_slots, unwrap_connection
+from proletarian_di._store.dialects import MySQLDialect
+from proletarian_di._store.dialects.base import running_slots, unwrap_connection
 
 from backends import CountedConnections, enqueue_committed, wait_until
 

@@ -11,7 +11,7 @@ import pytest
 from test_admin_overview import archive_at
 
 from proletarian_di import create_queue_worker
-from proletarian_di._outcomes import SUM_UP_AFTER, TOTAL, first_hour, sum_up
+from proletarian_di._store.outcomes import SUM_UP_AFTER, TOTAL, first_hour, sum_up
 from proletarian_di.admin import Tables, delete_archived, overview, queue_stats, retry_failed
 from proletarian_di.schema import outcomes_table
 

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many
-from proletarian_di._dialects import NOTIFY_CHANNEL, Wake, read_wake_payload
-from proletarian_di._frontier import Frontier
-from proletarian_di._wakeup import Wakeup
+from proletarian_di._engine.frontier import Frontier
+from proletarian_di._engine.wakeup import Wakeup
+from proletarian_di._store.dialects import NOTIFY_CHANNEL, Wake, read_wake_payload
 
 from backends import Backend, Events, enqueue_committed, wait_until
 

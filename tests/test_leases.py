@@ -18,7 +18,7 @@ import long_job_process
 import pytest
 
 from proletarian_di import ConfigurationError, QueueWorker, admin, create_queue_worker
-from proletarian_di._dialects import MySQLDialect, PostgresDialect
+from proletarian_di._store.dialects import MySQLDialect, PostgresDialect
 
 from backends import (
     Backend,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from proletarian_di import process_next_job
-from proletarian_di._logging import escape_controls, log_fields, log_value
+from proletarian_di._common.logging import escape_controls, log_fields, log_value
 
 from backends import enqueue_committed
 

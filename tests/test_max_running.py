@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from proletarian_di import ConfigurationError, create_queue_worker, process_next_job
-from proletarian_di._dialects import dialect_for
-from proletarian_di._dialects.base import running_slots
+from proletarian_di._store.dialects import dialect_for
+from proletarian_di._store.dialects.base import running_slots
 
 from backends import Backend, enqueue_committed, wait_until
 

@@ -11,18 +11,12 @@ from typing import Any
 
 import pytest
 
-from proletarian_di import (
-    SchemaError,
-    _ddl,
-    create_queue_worker,
-    enqueue,
-    enqueue_many,
-    process_next_job,
-)
+from proletarian_di import SchemaError, create_queue_worker, enqueue, enqueue_many, process_next_job
 from proletarian_di.schema import (
     LATEST,
     MIGRATIONS,
     WORKERS_NEED,
+    _ddl,
     migration_file,
     schema_sql,
     schema_version,

@@ -22,9 +22,9 @@ from test_cli import one_line
 from typer.testing import CliRunner
 
 from proletarian_di import admin, process_next_job
-from proletarian_di._dialects import is_read_only
-from proletarian_di._secrets import libpq_url, mask
-from proletarian_di._urls import url_dialect
+from proletarian_di._store.dialects import is_read_only
+from proletarian_di._store.secrets import libpq_url, mask
+from proletarian_di._store.urls import url_dialect
 from proletarian_di.cli import app
 from proletarian_di.embedded import embedded_postgres
 

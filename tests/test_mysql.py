@@ -165,7 +165,7 @@ def _mysql_error(code: int) -> Exception:
     ],
 )
 def test_only_connection_level_mysql_errors_are_transient(code, transient):
-    from proletarian_di._dialects import is_transient
+    from proletarian_di._store.dialects import is_transient
 
     assert is_transient(_mysql_error(code)) is transient
 

@@ -213,9 +213,9 @@ def test_a_worker_reads_the_pause_once_per_interval_and_never_while_idle(
 ) -> None:
     """The read is per worker, not per thread or per job, and only when a claim found jobs:
     counted on a fake clock."""
-    from proletarian_di import _pauses
-    from proletarian_di._options import worker_settings
-    from proletarian_di._runner import JobRunner
+    from proletarian_di._engine import pauses as _pauses
+    from proletarian_di._engine.options import worker_settings
+    from proletarian_di._engine.runner import JobRunner
 
     now, reads, held = [0.0], [], [None]
     original = _pauses.is_paused

@@ -25,10 +25,10 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
-from proletarian_di._dialects import dialect_for
-from proletarian_di._frontier import Frontier
-from proletarian_di._options import PRIORITY_LIMIT, worker_settings
-from proletarian_di._runner import JobRunner, Slot
+from proletarian_di._engine.frontier import Frontier
+from proletarian_di._engine.options import PRIORITY_LIMIT, worker_settings
+from proletarian_di._engine.runner import JobRunner, Slot
+from proletarian_di._store.dialects import dialect_for
 
 from backends import Backend, as_uuid, enqueue_committed, wait_until
 

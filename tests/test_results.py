@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from proletarian_di import admin, create_queue_worker, process_next_job, worker_running
-from proletarian_di._steps import MAX_RESULT_BYTES
+from proletarian_di._engine.steps import MAX_RESULT_BYTES
 
 from backends import (
     Backend,

@@ -16,8 +16,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 from typer.testing import CliRunner
 
-from proletarian_di._secrets import mask as secrets_mask
-from proletarian_di._secrets import passwords, postgres_problem, scrub
+from proletarian_di._store.secrets import mask as secrets_mask
+from proletarian_di._store.secrets import passwords, postgres_problem, scrub
 from proletarian_di.cli import app
 from proletarian_di.di import mysql_data_source, postgres_pool
 from proletarian_di.errors import ConfigurationError

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 import pytest
 from typer.testing import CliRunner
 
-from proletarian_di._secrets import RedactingStream, Redactor
+from proletarian_di._store.secrets import RedactingStream, Redactor
 from proletarian_di.cli import app
 
 FIXTURES = Path(__file__).parent / "cli_fixtures"

@@ -20,7 +20,7 @@ from faults import EventLog, running, wait_for
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many, process_next_job
-from proletarian_di._outcomes import sum_up
+from proletarian_di._store.outcomes import sum_up
 from proletarian_di.admin import DEFAULT_TABLES
 from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
 from proletarian_di.schema import statements

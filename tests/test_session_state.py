@@ -9,7 +9,7 @@ import pytest
 from faults import running, wait_for
 
 from proletarian_di import create_queue_worker
-from proletarian_di._dialects.mysql import _session_variables
+from proletarian_di._store.dialects.mysql import _session_variables
 from proletarian_di.mysql import MySQLDataSource
 
 from backends import enqueue_committed

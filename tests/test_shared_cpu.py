@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from proletarian_di import ConfigurationError, create_queue_worker
-from proletarian_di._cpu import QUIET_SLACK, choose_cpu, interrupt_time, shared_cpu
+from proletarian_di._engine.cpu import QUIET_SLACK, choose_cpu, interrupt_time, shared_cpu
 
 from backends import enqueue_committed, wait_until
 

@@ -32,7 +32,7 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
-from proletarian_di._dialects import MySQLDialect, PostgresDialect
+from proletarian_di._store.dialects import MySQLDialect, PostgresDialect
 from proletarian_di.contrib.opentelemetry import TracingObserver, tracing
 from proletarian_di.schema import MIGRATIONS, schema_version, statements, upgrade_schema
 from proletarian_di.testing import run_due_jobs

@@ -27,7 +27,6 @@ from uuid import UUID
 
 import pytest
 
-from proletarian_di._transit import java_double
 from proletarian_di.errors import PayloadError
 from proletarian_di.serializers import (
     URI,
@@ -39,6 +38,7 @@ from proletarian_di.serializers import (
     TransitSerializer,
     check_serializer,
 )
+from proletarian_di.serializers._transit import java_double
 
 TRANSIT = TransitSerializer()
 UTC = timezone.utc

@@ -19,7 +19,7 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
-from proletarian_di._dialects.postgresql import keepalives
+from proletarian_di._store.dialects.postgresql import keepalives
 from proletarian_di.testing import run_due_jobs
 
 from backends import (
@@ -239,7 +239,7 @@ def test_a_job_that_always_outlives_the_timeout_ends_in_the_failure_archive(back
     """Abandoned at every stop, it ends in the failure archive at the third, whatever its
     retry strategy allows (no retry was spent)."""
     from proletarian_di import JobAbandoned
-    from proletarian_di._runner import MAX_ABANDONMENTS
+    from proletarian_di._engine.runner import MAX_ABANDONMENTS
 
     enqueue_committed(backend, ("stuck", None))
     release = threading.Event()
@@ -352,7 +352,7 @@ def test_start_names_a_missing_table(backend, pool):
 
 def test_start_rejects_an_old_server(backend, pool, monkeypatch):
     from proletarian_di import UnsupportedDatabase
-    from proletarian_di._dialects import MySQLDialect, PostgresDialect
+    from proletarian_di._store.dialects import MySQLDialect, PostgresDialect
 
     old = ("MariaDB", (10, 5, 9)) if backend.name == "mysql" else ("PostgreSQL", (9, 4, 26))
     cls = MySQLDialect if backend.name == "mysql" else PostgresDialect

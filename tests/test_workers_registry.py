@@ -25,7 +25,8 @@ from cli_fixtures.cli_db import CliDB
 from test_cli_worker import WorkerProcess, started
 from typer.testing import CliRunner
 
-from proletarian_di import _registry, admin, create_queue_worker, process_next_job
+from proletarian_di import admin, create_queue_worker, process_next_job
+from proletarian_di._engine import registry as _registry
 from proletarian_di.cli import app as cli_app
 from proletarian_di.contrib.dashboard import dashboard
 from proletarian_di.errors import ConfigurationError, SchemaError

@@ -29,10 +29,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .. import admin
-from .._logging import describe
-from .._probes import PROBE_TIMEOUT_S, Probe, check_timeout
-from .._secrets import scrub
-from .._types import DataSource
+from .._common.logging import describe
+from .._common.types import DataSource
+from .._store.probes import PROBE_TIMEOUT_S, Probe, check_timeout
+from .._store.secrets import scrub
 from ..jobs import Job
 from ..observers import Observer
 

@@ -23,11 +23,11 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ... import __version__, admin
-from ..._dialects import MySQLDialect, dialect_for, is_read_only
-from ..._logging import describe, escape_controls
-from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..._secrets import RedactingStream, Redactor, mask, passwords, scrub
-from ..._urls import connect, is_unreachable, url_dialect
+from ..._common.logging import describe, escape_controls
+from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._store.dialects import MySQLDialect, dialect_for, is_read_only
+from ..._store.secrets import RedactingStream, Redactor, mask, passwords, scrub
+from ..._store.urls import connect, is_unreachable, url_dialect
 from ...errors import (
     ConfigurationError,
     DatabaseURLError,

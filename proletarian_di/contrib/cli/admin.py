@@ -16,11 +16,11 @@ from rich.live import Live
 from rich.table import Table
 
 from ... import admin
-from ..._dialects import dialect_for
-from ..._enqueue import enqueue as enqueue_job
-from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..._types import DialectName
-from ..._urls import url_dialect
+from ..._common.types import DialectName
+from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._store.dialects import dialect_for
+from ..._store.enqueue import enqueue as enqueue_job
+from ..._store.urls import url_dialect
 from ...admin import QueueStats
 from ...errors import SchemaError
 from ...jobs import DEFAULT_QUEUE

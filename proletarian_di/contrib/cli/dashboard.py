@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from ... import admin
-from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..._urls import connect
+from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._store.urls import connect
 from ._app import (
     ArchivedJobTable,
     CLIError,

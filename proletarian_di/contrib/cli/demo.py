@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ... import admin
-from ..._urls import url_dialect
+from ..._store.urls import url_dialect
 from ...mysql import mask
 from ...schema import install_schema
 from ...worker import QueueWorker

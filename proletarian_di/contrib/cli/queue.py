@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ... import admin
-from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ...schema import paused_table, periodic_table
 from ._app import (
     ArchivedJobTable,

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from ... import admin
+from ..._common.logging import describe
 from ..._containers import (
     _resources,
     as_container,
@@ -25,11 +26,10 @@ from ..._containers import (
     init_resources,
     shutdown_resources,
 )
-from ..._logging import describe
-from ..._secrets import scrub
-from ..._signals import Signals, total_summary
-from ..._signals import exit_now as _exit_now
-from ..._signals import stop_all as _stop_all
+from ..._engine.signals import Signals, total_summary
+from ..._engine.signals import exit_now as _exit_now
+from ..._engine.signals import stop_all as _stop_all
+from ..._store.secrets import scrub
 from ...health import serve_health
 from ...observers import observing_all
 from ...worker import QueueWorker

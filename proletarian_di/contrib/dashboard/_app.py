@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ... import admin
-from ..._datasource import connection_factory
+from ..._store.datasource import connection_factory
 from ...errors import ConfigurationError, SchemaError
 from . import _chart
 from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
@@ -79,7 +79,7 @@ T = TypeVar("T")
 def default_log(event: str, data: dict[str, Any]) -> None:
     """Write the event to the `proletarian_di.dashboard` logger, its data as `key=value`,
     one line whatever the values hold (a value's repr with its controls escaped)."""
-    from ..._logging import escape_controls
+    from ..._common.logging import escape_controls
 
     fields = " ".join(f"{key}={escape_controls(repr(value))}" for key, value in data.items())
     _logger.info("%s %s", event, fields)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..._dialects import check_table_name, dialect_name
-from ..._dialects.base import results_table_of
-from ..._options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._store.dialects import check_table_name, dialect_name
+from ..._store.dialects.base import results_table_of
 from ...errors import ConfigurationError
 
 MAX_RESULT_BYTES = 64 * 1024

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, close_old_connections, connections
 from django.utils.module_loading import import_string
 
-from ..._signals import Signals, exit_now, stop_all, total_summary
+from ..._engine.signals import Signals, exit_now, stop_all, total_summary
 from ...jobs import Job
 from ...worker import QueueWorker, create_queue_worker
 from ._compat import (

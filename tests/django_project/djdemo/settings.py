@@ -9,7 +9,7 @@ import pymysql
 
 pymysql.install_as_MySQLdb()  # Django's mysql backend on PyMySQL
 
-from proletarian_di._secrets import parse_mysql_url  # noqa: E402
+from proletarian_di._store.secrets import parse_mysql_url  # noqa: E402
 
 
 def _database() -> dict:

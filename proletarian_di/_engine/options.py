@@ -1,0 +1,439 @@
+"""Worker options: defaults and validation, in one place (their types are in `_types`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+from .._common.logging import default_log
+from .._common.types import (
+    Clock,
+    FailedJobFn,
+    HandlerMode,
+    LogFn,
+    PollingErrorFn,
+    RetryStrategyFn,
+    ShutdownFn,
+)
+from .._store.dialects import check_table_name
+from .._store.secrets import mask
+from .._store.urls import url_dialect
+from ..errors import ConfigurationError
+from ..job_ids import JobIdStrategy
+from ..jobs import DEFAULT_QUEUE
+from ..observers import Observer, check_observers
+from ..retry import MAX_DELAY_MS
+from ..serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
+from .rates import RateLimit, check_rate_limit
+
+T = TypeVar("T")
+
+DEFAULT_JOB_TABLE = "proletarian.job"
+DEFAULT_ARCHIVED_JOB_TABLE = "proletarian.archived_job"
+HANDLER_MODES = ("default", "advanced")
+
+
+def utc_now() -> datetime:
+    """The default clock: the current time, timezone-aware, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+MAX_NAME_LENGTH = 255
+
+
+def check_name(value: Any, option: str) -> str:
+    """A queue or job type: a non-empty string of at most 255 characters without NUL, which
+    both databases store exactly (MySQL's VARCHAR(255) would cut a longer one short)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{option} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise ConfigurationError(f"{option} must not contain NUL characters, got {value!r}")
+    check_utf8(value, option)
+    if len(value) > MAX_NAME_LENGTH:
+        raise ConfigurationError(
+            f"{option} must be at most {MAX_NAME_LENGTH} characters, got {len(value)}: "
+            f"{value[:40]!r}…"
+        )
+    return value
+
+
+def check_utf8(text: str, option: str) -> None:
+    """Refuse a string the drivers cannot send: a lone surrogate (say from a file name
+    decoded with `surrogateescape`) has no UTF-8 encoding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(
+            f"{option} must be valid Unicode text, got {text[:40]!r} with a lone surrogate "
+            f"at position {exc.start}"
+        ) from None
+
+
+def check_queue(queue: Any) -> str:
+    return check_name(queue, "queue")
+
+
+JobTypeStyle = Literal["plain", "keyword"]
+"""How job types are stored: "plain" as given, "keyword" as Clojure keywords'
+text (`"app.jobs/send-email"` is the row's `":app.jobs/send-email"`), so that
+Proletarian (Clojure) reads and writes the same rows."""
+
+JOB_TYPE_STYLES = ("plain", "keyword")
+
+_NOT_IN_A_KEYWORD = re.compile(r'[\s,()\[\]{}"\\;@^`~]')
+"""What ends a token in Clojure's reader: whitespace, commas and the terminating macro
+characters. A job type with one would be read back by Clojure as another keyword."""
+
+
+def check_job_type_style(style: Any) -> JobTypeStyle:
+    """`job_type_style`: "plain" (the default) or "keyword"."""
+    if not isinstance(style, str) or style not in JOB_TYPE_STYLES:
+        raise ConfigurationError(f"job_type_style must be 'plain' or 'keyword', got {style!r}")
+    return style  # type: ignore[return-value]
+
+
+def keyword_job_type(job_type: str) -> str:
+    """The row's text for a job type written with job_type_style="keyword": the keyword
+    `:ns/name` that Clojure's `(str k)` gives, refused unless `edn/read-string` reads it
+    back as that keyword (no leading colon: that would be `::`, an auto-resolved keyword)."""
+    if job_type.startswith(":"):
+        raise ConfigurationError(
+            f"job_type {job_type!r} starts with ':'; with job_type_style='keyword' give it "
+            f"without the colon ({job_type.lstrip(':')!r} is stored as "
+            f"':{job_type.lstrip(':')}')"
+        )
+    bad = _NOT_IN_A_KEYWORD.search(job_type)
+    slash = job_type.rfind("/")
+    if (
+        bad is not None
+        or "::" in job_type
+        or job_type.endswith(":")
+        or ":/" in job_type
+        or (slash == len(job_type) - 1 and job_type != "/")
+    ):
+        found = f"the character {bad.group()!r}" if bad is not None else "a misplaced ':' or '/'"
+        raise ConfigurationError(
+            f"job_type {job_type!r} is not the text of a Clojure keyword (it has {found}): "
+            "with job_type_style='keyword' Proletarian reads it back as another keyword or "
+            "not at all; use names like 'app.jobs/send-email'"
+        )
+    return check_name(":" + job_type, "job_type")
+
+
+def job_type_from_keyword(stored: str) -> str:
+    """The job type a keyword-style worker hands its handler: the row's text without the
+    keyword's leading colon; text without one (a job enqueued in the plain style, or a
+    Clojure `enqueue!` given a string) is handed as stored."""
+    return stored[1:] if stored[:1] == ":" else stored
+
+
+PRIORITY_LIMIT = 2**31 - 1
+"""The highest priority, and the negated lowest (the claim index stores -priority)."""
+
+
+def check_priority(priority: Any) -> int:
+    """A job's priority: an int from -PRIORITY_LIMIT to PRIORITY_LIMIT; higher runs first."""
+    if type(priority) is not int:
+        raise ConfigurationError(f"priority must be an int, got {priority!r}")
+    if not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
+        raise ConfigurationError(
+            f"priority must be between {-PRIORITY_LIMIT} and {PRIORITY_LIMIT}, got {priority}"
+        )
+    return priority
+
+
+def check_clock(clock: Any) -> Clock:
+    if clock is None:
+        return utc_now
+    if not callable(clock):
+        raise ConfigurationError(f"clock must be a callable returning a datetime, got {clock!r}")
+    return clock
+
+
+def check_id_strategy(strategy: Any) -> JobIdStrategy | None:
+    if strategy is not None and not isinstance(strategy, JobIdStrategy):
+        raise ConfigurationError(
+            f"job_id_strategy must have generate(), encode() and decode(), got {strategy!r}"
+        )
+    return strategy
+
+
+def _callable_or_none(value: Any, name: str) -> Any:
+    if value is not None and not callable(value):
+        raise ConfigurationError(f"{name} must be callable or None, got {value!r}")
+    return value
+
+
+MAX_DURATION_MS = MAX_DELAY_MS
+"""The longest duration an option takes (about a century): a lease's end, `now + lease_ms`,
+then fits MySQL's DATETIME (up to 9999-12-31) and a `datetime`, and a wait of it fits
+`threading.TIMEOUT_MAX` (about 292 years on Linux)."""
+
+
+def _int_at_least(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _ms(value: Any, name: str, minimum: int) -> int:
+    """A duration option in milliseconds, from `minimum` to `MAX_DURATION_MS`."""
+    _int_at_least(value, name, minimum)
+    if value > MAX_DURATION_MS:
+        raise ConfigurationError(
+            f"{name} must be at most {MAX_DURATION_MS} ms (about 100 years), got {value}"
+        )
+    return value
+
+
+DEFAULT_KEEPALIVE_TIMEOUT_MS = 45_000
+"""How long a PostgreSQL server waits on a silent worker host by default: its held job
+runs again on a live worker within about this long plus a polling interval."""
+MAX_KEEPALIVE_TIMEOUT_MS = 86_400_000
+
+
+def check_keepalive_timeout(ms: Any) -> None:
+    """`keepalive_timeout_ms`: 0 (the connection's own keepalives), else from 3 s (a second
+    idle and three probes a second apart) to a day."""
+    if ms == 0 and type(ms) is int:
+        return
+    if isinstance(ms, bool) or not isinstance(ms, int) or ms < 3_000:
+        raise ConfigurationError(
+            f"keepalive_timeout_ms must be 0 (off) or an int >= 3000, got {ms!r}"
+        )
+    if ms > MAX_KEEPALIVE_TIMEOUT_MS:
+        raise ConfigurationError(
+            f"keepalive_timeout_ms must be at most {MAX_KEEPALIVE_TIMEOUT_MS} (a day), got {ms}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSettings:
+    """Every option of `create_queue_worker`, validated, with its default filled in."""
+
+    queue: str = DEFAULT_QUEUE
+    worker_threads: int = 1
+    polling_interval_ms: int = 100
+    retry_strategy_fn: RetryStrategyFn | None = None
+    failed_job_fn: FailedJobFn | None = None
+    on_polling_error: PollingErrorFn | None = None
+    handler_fn_mode: HandlerMode = "default"
+    install_shutdown_hook: bool = False
+    await_termination_timeout_ms: int = 10_000
+    queue_worker_id: str = ""
+    on_shutdown: ShutdownFn | None = None
+    job_table: str = DEFAULT_JOB_TABLE
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE
+    serializer: Serializer = DEFAULT_SERIALIZER
+    job_id_strategy: JobIdStrategy | None = None
+    log: LogFn = default_log
+    clock: Clock = utc_now
+    batch_size: int = 1
+    max_running: int | None = None
+    lease_ms: int | None = None
+    job_timeout_ms: int | None = None
+    job_timeouts: Mapping[str, int | None] = dataclasses.field(default_factory=dict)
+    max_crashes: int | None = None
+    fallback_polling_interval_ms: int = 5_000
+    observers: Sequence[Observer] = ()
+    pgbouncer: bool = False
+    listen_conninfo: str | None = None
+    keepalive_timeout_ms: int = DEFAULT_KEEPALIVE_TIMEOUT_MS
+    share_cpu: bool = True
+    rate_limit: RateLimit | None = None
+    fair: bool = False
+    job_type_style: JobTypeStyle = "plain"
+
+    def __post_init__(self) -> None:
+        check_queue(self.queue)
+        _int_at_least(self.worker_threads, "worker_threads", 1)
+        _ms(self.polling_interval_ms, "polling_interval_ms", 0)
+        _ms(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
+        _int_at_least(self.batch_size, "batch_size", 1)
+        for name in ("max_running", "max_crashes"):
+            if getattr(self, name) is not None:
+                _int_at_least(getattr(self, name), name, 1)
+        if self.job_timeout_ms is not None:
+            _ms(self.job_timeout_ms, "job_timeout_ms", 1)
+        _ms(self.fallback_polling_interval_ms, "fallback_polling_interval_ms", 0)
+        check_job_timeouts(self.job_timeouts)
+        if self.lease_ms is not None:
+            _ms(self.lease_ms, "lease_ms", MIN_LEASE_MS)
+            check_lease_mode(self)
+        if self.handler_fn_mode not in HANDLER_MODES:
+            raise ConfigurationError(
+                f"handler_fn_mode must be 'default' or 'advanced', got {self.handler_fn_mode!r}"
+            )
+        for name in ("install_shutdown_hook", "share_cpu", "fair"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        for name in ("retry_strategy_fn", "failed_job_fn", "on_polling_error", "on_shutdown"):
+            _callable_or_none(getattr(self, name), name)
+        check_table_name(self.job_table, "job_table")
+        check_table_name(self.archived_job_table, "archived_job_table")
+        if not isinstance(self.queue_worker_id, str):
+            raise ConfigurationError(
+                f"queue_worker_id must be a string, got {self.queue_worker_id!r}"
+            )
+        if not self.queue_worker_id:
+            object.__setattr__(self, "queue_worker_id", f"proletarian[{self.queue}]")
+        check_serializer(self.serializer)
+        check_id_strategy(self.job_id_strategy)
+        check_clock(self.clock)
+        check_log(self.log)
+        object.__setattr__(self, "observers", check_observers(self.observers))
+        check_pgbouncer(self)
+        check_keepalive_timeout(self.keepalive_timeout_ms)
+        if check_rate_limit(self.rate_limit) is not None and self.batch_size > 1:
+            raise ConfigurationError(
+                "rate_limit and batch_size > 1 cannot go together: a rate limit counts each "
+                "job's start when it is claimed, and a batch claims its later jobs before "
+                "they start; use worker_threads for more at once"
+            )
+        check_fair(self)
+        check_job_type_style(self.job_type_style)
+
+    @property
+    def lends_connection(self) -> bool:
+        """Whether user code is handed the job's connection: an advanced-mode handler, a
+        retry strategy or a failed-job callback (each is given the `Job`, connection and
+        all). Otherwise the worker's connection runs only the worker's own statements."""
+        return (
+            self.handler_fn_mode == "advanced"
+            or self.retry_strategy_fn is not None
+            or self.failed_job_fn is not None
+        )
+
+    def handed_job_type(self, stored: str) -> str:
+        """The job type a handler is given for a row's text: with job_type_style="keyword"
+        the keyword without its colon (see `job_type_from_keyword`), else the text."""
+        return job_type_from_keyword(stored) if self.job_type_style == "keyword" else stored
+
+    def timeout_s(self, job_type: str) -> float | None:
+        """How long a job of this type may run, in seconds, or None for no bound."""
+        ms = self.job_timeouts.get(job_type, self.job_timeout_ms)
+        return None if ms is None else ms / 1000
+
+
+MIN_LEASE_MS = 100
+"""The shortest lease: the heartbeat renews it every third of it."""
+
+
+def check_job_timeouts(timeouts: Any) -> None:
+    """`job_timeouts`: job type -> milliseconds (None: no bound for that type)."""
+    if not isinstance(timeouts, Mapping):
+        raise ConfigurationError(
+            f"job_timeouts must be a mapping of job type to milliseconds, got {timeouts!r}"
+        )
+    for job_type, ms in timeouts.items():
+        check_name(job_type, "job_timeouts' job type")
+        if ms is not None:
+            _ms(ms, f"job_timeouts[{job_type!r}]", 1)
+
+
+def check_lease_mode(settings: WorkerSettings) -> None:
+    """Refuse the options lease mode cannot honour, naming why."""
+    if settings.handler_fn_mode == "advanced":
+        raise ConfigurationError(
+            "lease_ms and handler_fn_mode='advanced' cannot go together: in lease mode the "
+            "handler runs with no transaction open, so there is no job.connection to make "
+            "its writes commit exactly once with the job; drop lease_ms (the held-transaction "
+            "mode) or use handler_fn_mode='default'"
+        )
+    if settings.max_running is not None:
+        raise ConfigurationError(
+            "lease_ms and max_running cannot go together yet: max_running's slots are held "
+            "by the job's transaction, which lease mode commits at the claim"
+        )
+    if settings.max_crashes is not None:
+        raise ConfigurationError(
+            "lease_ms and max_crashes cannot go together: lease mode counts an attempt when "
+            "it claims the job, so the retry strategy already bounds a job that crashes "
+            "its process"
+        )
+
+
+def check_fair(settings: WorkerSettings) -> None:
+    """`fair`: refuse what would claim past the group's turn."""
+    rate = settings.rate_limit
+    if rate is not None and rate.by == "group_key" and not settings.fair:
+        raise ConfigurationError(
+            "rate_limit by='group_key' needs fair=True: a plain claim would wait behind the "
+            "first job of a group held back, where a fair one goes on to the next group"
+        )
+    if not settings.fair:
+        return
+    if settings.batch_size > 1:
+        raise ConfigurationError(
+            "fair=True and batch_size > 1 cannot go together: a fair claim takes one job "
+            "of the next group key at a time; use worker_threads for more at once"
+        )
+    if settings.max_running is not None:
+        raise ConfigurationError(
+            "fair=True and max_running cannot go together yet: the running slots are taken "
+            "in the plain claim's statement"
+        )
+
+
+def check_pgbouncer(settings: WorkerSettings) -> None:
+    """`pgbouncer` and `listen_conninfo`: types, and what a transaction pooler cannot keep."""
+    if not isinstance(settings.pgbouncer, bool):
+        raise ConfigurationError(f"pgbouncer must be a bool, got {settings.pgbouncer!r}")
+    conninfo = settings.listen_conninfo
+    if conninfo is not None:
+        if not isinstance(conninfo, str) or not conninfo.strip():
+            raise ConfigurationError(
+                f"listen_conninfo must be a postgresql:// URL or libpq conninfo, got {conninfo!r}"
+            )
+        if "://" in conninfo and url_dialect(conninfo) != "postgresql":
+            raise ConfigurationError(
+                f"listen_conninfo must be a postgresql:// URL, got {mask(conninfo)!r}"
+            )
+        if not settings.pgbouncer:
+            raise ConfigurationError(
+                "listen_conninfo is for pgbouncer=True (the worker's LISTEN goes around the "
+                "pooler); without it the worker listens on a connection of its data source"
+            )
+    if settings.pgbouncer:
+        check_pooled(settings, "pgbouncer=True")
+
+
+def check_pooled(settings: WorkerSettings, why: str) -> None:
+    """Refuse what a transaction pooler cannot keep (`why`: how the worker knows of it)."""
+    timeouts = settings.job_timeout_ms is not None or any(
+        ms is not None for ms in settings.job_timeouts.values()
+    )
+    if settings.max_running is not None and timeouts:
+        raise ConfigurationError(
+            f"{why} with max_running and a job timeout cannot go together: a job "
+            "past its timeout keeps its running slot with a session-level advisory lock, "
+            "which a transaction pooler hands to other clients; give this worker a direct "
+            "URL, or drop one of them"
+        )
+
+
+def check_log(log: Any) -> LogFn:
+    if not callable(log):
+        raise ConfigurationError(f"log must be a callable (event, data), got {log!r}")
+    return log
+
+
+def validated(settings: type[T], kind: str, options: Mapping[str, Any]) -> T:
+    """`settings(**options)`, None meaning the default, naming any option that does not exist
+    (`kind`: "worker", "scheduler")."""
+    fields = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown {kind} option(s) {', '.join(unknown)}; "
+            f"valid options: {', '.join(sorted(fields))}"
+        )
+    return settings(**{name: value for name, value in options.items() if value is not None})
+
+
+def worker_settings(**options: Any) -> WorkerSettings:
+    """Validate keyword options into `WorkerSettings`, naming any option that does not exist."""
+    return validated(WorkerSettings, "worker", options)

@@ -1,0 +1,239 @@
+"""Why a job is not running now (`admin.explain_job`).
+
+Each reason is a small function of the `Facts` read once for the job: it returns a sentence
+when the thing it checks holds the job back now, else None. A new reason (jobs it depends
+on) is one more function in `REASONS`, reading what it needs from `Facts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .._engine import pauses as _pauses
+from .._engine.rates import bucket_of
+from .._engine.registry import WorkerInfo
+from .._store.dialects import Dialect
+from .._store.dialects.base import RunningSlots, running_slots
+
+WAITING_STATES = ("blocked", "queued", "scheduled", "retrying")
+"""The states in which something may hold a job back."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """Why a job is where it is: its `state` (as `admin.get_job` tells it) and `reasons`, a
+    sentence for each thing that holds it back now (empty when nothing does: a running or
+    finished job, or a due one that waits for a free worker thread); `note` says what it is
+    doing or waits for when no reason holds it back."""
+
+    job_id: uuid.UUID
+    queue: str
+    state: str
+    reasons: list[str]
+    note: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields for JSON, the id as a string."""
+        return {**dataclasses.asdict(self), "job_id": str(self.job_id)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What the reasons are told from, read once: the job (a waiting `JobInfo`), the time,
+    the connection, and the workers registered for its queue (None: the schema has no
+    registry, so nothing is said about workers)."""
+
+    conn: Any
+    dialect: Dialect
+    job: Any
+    now: datetime
+    workers: list[WorkerInfo] | None
+
+    @property
+    def due(self) -> bool:
+        return bool(self.job.process_at <= self.now)
+
+    def live(self, *states: str) -> list[WorkerInfo]:
+        """The registered workers of the job's queue in these states (default: any but stale)."""
+        wanted = states or ("running", "stopping")
+        return [w for w in self.workers or () if w.state in wanted]
+
+
+def paused(facts: Facts) -> str | None:
+    """Its queue is paused: no worker claims its jobs until it is resumed."""
+    since = _pauses.paused_queues(facts.conn, facts.dialect).get(facts.job.queue)
+    if since is None:
+        return None
+    return f"its queue {facts.job.queue!r} is paused (since {moment(since)}); resume it to run it"
+
+
+def waiting_on_parents(facts: Facts) -> str | None:
+    """It waits on jobs it depends on that have not ended (`depends_on`)."""
+    if facts.job.state != "blocked":
+        return None
+    dialect = facts.dialect
+    ids = dialect.default_id_strategy
+    rows = dialect.fetchall(
+        facts.conn,
+        f"SELECT parent_id FROM {dialect.dependencies_table} WHERE job_id = %s "
+        "AND parent_status IS NULL",
+        (ids.encode(facts.job.job_id),),
+    )
+    waiting = sorted(str(ids.decode(row[0])) for row in rows)
+    if not waiting:
+        return "waiting on dependencies: all have ended, and it is about to be released"
+    shown = ", ".join(waiting[:10]) + (
+        f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
+    )
+    return f"waiting on dependencies: {len(waiting)} job(s) it depends on have not ended ({shown})"
+
+
+def not_due(facts: Facts) -> str | None:
+    """It is not due yet: scheduled, or waiting out a retry's delay."""
+    job = facts.job
+    if facts.due or job.state == "blocked":
+        return None
+    if job.attempts > 0:
+        tries = "attempt" if job.attempts == 1 else "attempts"
+        return f"retrying until {moment(job.process_at)} (after {job.attempts} failed {tries})"
+    return f"scheduled until {moment(job.process_at)}"
+
+
+def slots_full(facts: Facts) -> str | None:
+    """Due, but its queue's `max_running` slots are all taken: the jobs that hold them, as
+    the live workers' registry lists them, and the slots taken, from the database's locks."""
+    polling = facts.live("running")
+    caps = [w.max_running for w in polling]
+    if not facts.due or not caps or None in caps:
+        return None
+    size = max(cap for cap in caps if cap is not None)
+    slots = running_slots(facts.dialect.job_table, facts.job.queue, size)
+    if taken_slots(facts.conn, facts.dialect, slots) < size:
+        return None
+    holders = sorted(
+        str(job_id)
+        for worker in facts.live()
+        for thread in worker.threads
+        if (job_id := thread.job_id) is not None and job_id != facts.job.job_id
+    )
+    cap = f"queue {facts.job.queue!r} runs at most {size} job{'s' if size > 1 else ''} at once"
+    slot = "its slot" if size == 1 else "its slots"
+    if not holders:
+        return f"max_running is full: {cap}, and jobs not reported yet hold {slot}"
+    holds = "holds" if len(holders) == 1 else "hold"
+    return f"max_running is full: {cap}, and {', '.join(holders)} {holds} {slot}"
+
+
+def rate_limited(facts: Facts) -> str | None:
+    """Due, but its queue's (or its group key's) `rate_limit` has no start left in the
+    window: until when, from the slots' last starts (by the database's clock)."""
+    dialect, job = facts.dialect, facts.job
+    if not facts.due or not dialect.table_columns(facts.conn, dialect.rate_table):
+        return None
+    group = bucket_of(job.queue, job.group_key or "")
+    rows = dialect.fetchall(
+        facts.conn,
+        f"SELECT bucket, used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
+        "WHERE bucket IN (%s, %s)",
+        (job.queue, group),
+    )
+    for bucket, what in (
+        (group, f"group key {job.group_key or ''!r} of queue"),
+        (job.queue, "queue"),
+    ):
+        slots = [row for row in rows if row[0] == bucket]
+        if not slots:
+            continue
+        period = timedelta(milliseconds=int(slots[0][2]))
+        now = dialect.decode_time(slots[0][3])
+        free_at = min(dialect.decode_time(row[1]) for row in slots) + period
+        if free_at <= now:
+            continue
+        limit = len(slots)
+        return (
+            f"rate limited until {moment(free_at)}: {what} {job.queue!r} starts at most "
+            f"{limit} job{'s' if limit > 1 else ''} in any {period.total_seconds():g} s, and "
+            f"has {'started them' if limit > 1 else 'started it'} in the last one"
+        )
+    return None
+
+
+def no_live_worker(facts: Facts) -> str | None:
+    """No live worker polls its queue (known from the registry only)."""
+    if facts.workers is None or facts.live("running"):
+        return None
+    reason = f"no live worker polls queue {facts.job.queue!r}"
+    stopping, stale = facts.live("stopping"), facts.live("stale")
+    if stopping:
+        n = len(stopping)
+        reason += f" (its {n} worker{'s are' if n > 1 else ' is'} stopping)"
+    elif stale:
+        last = max(w.last_seen for w in stale)
+        reason += f" (the last one was seen at {moment(last)})"
+    return reason
+
+
+REASONS: Sequence[Callable[[Facts], str | None]] = (
+    waiting_on_parents,
+    paused,
+    not_due,
+    slots_full,
+    rate_limited,
+    no_live_worker,
+)
+"""Every reason, in the order `Explanation.reasons` lists them."""
+
+
+def explain(facts: Facts) -> Explanation:
+    """The job's state, what holds it back now, and a note when nothing does."""
+    job = facts.job
+    if job.state not in WAITING_STATES:
+        return Explanation(job.job_id, job.queue, job.state, [], _settled(facts))
+    reasons = [reason for check in REASONS if (reason := check(facts)) is not None]
+    note = None
+    if not reasons:
+        note = f"due since {moment(job.process_at)}; waiting for a free worker thread"
+        if facts.workers is not None:
+            n = len(facts.live("running"))
+            note += f" ({n} live worker{'s poll' if n != 1 else ' polls'} its queue)"
+    return Explanation(job.job_id, job.queue, job.state, reasons, note)
+
+
+def _settled(facts: Facts) -> str | None:
+    """The note of a running or finished job: who runs it, or when it finished."""
+    job = facts.job
+    if job.finished_at is not None:
+        return f"{job.state} at {moment(job.finished_at)}"
+    for worker in facts.live():
+        for thread in worker.threads:
+            if thread.job_id == job.job_id:
+                return f"running on {worker.host} pid {worker.pid} (thread {thread.name})"
+    return None
+
+
+def moment(at: datetime) -> str:
+    """A time as the reasons say it: UTC, to the second."""
+    return f"{at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+
+
+_TAKEN_PG = (
+    "SELECT COUNT(DISTINCT objid) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+    "AND objsubid = 2 AND classid = %s::bigint::oid AND objid::bigint BETWEEN 1 AND %s "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+"""PostgreSQL: how many of a queue's slots (advisory locks `(key, n)`) some session holds."""
+
+
+def taken_slots(conn: Any, dialect: Dialect, slots: RunningSlots) -> int:
+    """How many of `slots` are held now, by any session, read without taking any."""
+    if dialect.name == "postgresql":
+        row = dialect.fetchone(conn, _TAKEN_PG, (slots.key % 2**32, slots.size))
+    else:  # MySQL: a GET_LOCK name per slot; IS_USED_LOCK names its holder, or NULL
+        used = " + ".join(["(IS_USED_LOCK(%s) IS NOT NULL)"] * slots.size)
+        names = [f"{slots.prefix}{n}" for n in range(1, slots.size + 1)]
+        row = dialect.fetchone(conn, f"SELECT {used}", names)
+    return int(row[0]) if row is not None and row[0] is not None else 0
