@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proletarian_di import admin, enqueue_many
+from proletarian_di._store.dialects import dialect_of
 
 from . import dashboard
 from .cpu import Figure, metered
@@ -93,7 +94,7 @@ def sum_up_day(db: Database) -> tuple[int, float, float]:
     hours, slowest = 0, 0.0
     began = time.perf_counter()
     with contextlib.closing(db.connect()) as conn:
-        dialect = ADMIN_TABLES.dialect(conn)
+        dialect = dialect_of(conn, ADMIN_TABLES)
         while True:
             last = time.perf_counter()
             summed = sum_up(conn, dialect, datetime.now(timezone.utc))

@@ -21,8 +21,6 @@ from typing import TYPE_CHECKING, Any
 from ._common.logging import default_log, describe, safe_log
 from ._common.types import Clock, Connection, DataSource, LogFn
 from ._engine.options import (
-    DEFAULT_ARCHIVED_JOB_TABLE,
-    DEFAULT_JOB_TABLE,
     _int_at_least,
     check_clock,
     check_id_strategy,
@@ -35,9 +33,10 @@ from ._engine.options import (
 from ._store.datasource import connection_factory
 from ._store.dialects import Dialect, dialect_for
 from ._store.enqueue import enqueue
+from ._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, periodic_table
 from .errors import ConfigurationError, PayloadError, WorkerStateError
 from .jobs import DEFAULT_QUEUE
-from .schema import check_schema, periodic_table
+from .schema import check_schema
 from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
 
 if TYPE_CHECKING:

@@ -9,21 +9,20 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._common.types import DataSource, Handler, WorkerOptions
-from ._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, worker_settings
+from ._engine.options import worker_settings
 from ._engine.runner import JobRunner
 from ._store.datasource import connection_factory
-from ._store.dialects import check_table_name
 from ._store.secrets import mask, parse_mysql_url
-from ._store.urls import url_dialect
-from .admin import DEFAULT_TABLES, MAX_LIMIT, JobInfo, Tables, list_jobs
-from .errors import ConfigurationError
-from .schema import (
+from ._store.tables import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    DEFAULT_TABLES,
+    Tables,
     attempt_table,
     blocked_table,
-    check_schema,
+    check_table_name,
     claims_table,
     dependencies_table,
-    install_schema,
     outcomes_table,
     paused_table,
     periodic_table,
@@ -33,6 +32,10 @@ from .schema import (
     workers_table,
     workflows_table,
 )
+from ._store.urls import url_dialect
+from .admin import MAX_LIMIT, JobInfo, list_jobs
+from .errors import ConfigurationError
+from .schema import check_schema, install_schema
 from .serializers import Serializer
 
 if TYPE_CHECKING:

@@ -32,11 +32,12 @@ from ._store.datasource import (
 )
 from ._store.dialects import Dialect, is_transient
 from ._store.dialects.base import reserved
+from ._store.tables import workers_table
 from ._store.urls import connect_postgres
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
 from .jobs import Job
 from .observers import observers_everywhere
-from .schema import check_schema, workers_table
+from .schema import check_schema
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -17,16 +17,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ._common.types import Connection, EnqueueOptions
-from ._engine.options import (
-    DEFAULT_ARCHIVED_JOB_TABLE,
-    DEFAULT_JOB_TABLE,
-    check_id_strategy,
-    check_name,
-)
+from ._engine.options import check_id_strategy, check_name
 from ._store.connections import driver_connection
 from ._store.dependencies import check_wait_for, require_tables
-from ._store.dialects import check_table_name, dialect_for
+from ._store.dialects import dialect_for
 from ._store.enqueue import _enqueue_one
+from ._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, check_table_name
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from cli_fixtures.cli_db import CliDB
 from test_cli import one_line, run
 
 from proletarian_di import create_queue_worker, enqueue
-from proletarian_di._store.dialects import check_table_name
 from proletarian_di._store.dialects.postgresql import Wake, read_wake_payload
+from proletarian_di._store.tables import check_table_name
 from proletarian_di.admin import Tables
 from proletarian_di.contrib.cli._app import CLIError, parse_duration
 from proletarian_di.errors import ConfigurationError

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from proletarian_di import ConfigurationError, RetrySpec, create_queue_worker, process_next_job
+from proletarian_di._store.dialects import dialect_of
 from proletarian_di.admin import (
     Tables,
     delete_archived,
@@ -265,7 +266,7 @@ def put_archived(
     started = due + timedelta(seconds=wait_s)
     finished = started + timedelta(seconds=run_s)
     with connection(backend) as conn:
-        dialect = Tables(backend.job_table, backend.archived_job_table).dialect(conn)
+        dialect = dialect_of(conn, Tables(backend.job_table, backend.archived_job_table))
         at = dialect.encode_time
         dialect.execute(
             conn,

@@ -11,6 +11,7 @@ import pytest
 from test_admin_overview import archive_at
 
 from proletarian_di import create_queue_worker
+from proletarian_di._store.dialects import dialect_of
 from proletarian_di._store.outcomes import SUM_UP_AFTER, TOTAL, first_hour, sum_up
 from proletarian_di.admin import Tables, delete_archived, overview, queue_stats, retry_failed
 from proletarian_di.schema import outcomes_table
@@ -28,7 +29,7 @@ def sum_up_all(backend: Any, now: datetime) -> list[datetime]:
     """Sum up every missing hour of the last day, as workers' beats do one by one."""
     summed = []
     with connection(backend) as conn:
-        dialect = Tables(backend.job_table, backend.archived_job_table).dialect(conn)
+        dialect = dialect_of(conn, Tables(backend.job_table, backend.archived_job_table))
         while (hour := sum_up(conn, dialect, now)) is not None:
             conn.commit()
             summed.append(hour)

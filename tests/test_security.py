@@ -20,6 +20,7 @@ from faults import EventLog, running, wait_for
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import RetrySpec, create_queue_worker, enqueue, enqueue_many, process_next_job
+from proletarian_di._store.dialects import dialect_of
 from proletarian_di._store.outcomes import sum_up
 from proletarian_di.admin import DEFAULT_TABLES
 from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
@@ -397,7 +398,7 @@ def run_as_worker(backend: Any, connect: Any, source: Any) -> None:
     assert failed == ["bad"]
     assert events.named("registry_error") == []
     with contextlib.closing(connect()) as conn:  # what a worker's beat does once an hour
-        sum_up(conn, DEFAULT_TABLES.dialect(conn), datetime.now(timezone.utc))
+        sum_up(conn, dialect_of(conn, DEFAULT_TABLES), datetime.now(timezone.utc))
         conn.commit()
     summed = backend.query("SELECT COUNT(*) FROM proletarian.job_hourly_outcomes WHERE queue = ''")
     assert summed[0][0] >= 1, "the worker role summed up an hour of the archive"

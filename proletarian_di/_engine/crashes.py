@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._store.dialects import Dialect
-from ..schema import claims_table
+from .._store.tables import claims_table
 
 
 class ClaimCounter:

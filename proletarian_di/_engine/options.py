@@ -18,8 +18,8 @@ from .._common.types import (
     RetryStrategyFn,
     ShutdownFn,
 )
-from .._store.dialects import check_table_name
 from .._store.secrets import mask
+from .._store.tables import check_table_name
 from .._store.urls import url_dialect
 from ..errors import ConfigurationError
 from ..job_ids import JobIdStrategy

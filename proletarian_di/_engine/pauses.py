@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from .._store.dialects import Dialect, Session
-from ..schema import paused_table
+from .._store.tables import paused_table
 from .options import check_queue
 
 STATE_CHANNEL = "proletarian_di_state"

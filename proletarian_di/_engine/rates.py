@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from .._store.dialects import Dialect, is_transient
+from .._store.tables import UPGRADE_HINT
 from ..errors import ConfigurationError, SchemaError
 
 MAX_RATE_LIMIT = 10_000
@@ -124,8 +125,6 @@ class RateGate:
         by group key, each group's are written when it is first met."""
         table = dialect.rate_table
         if not dialect.table_columns(conn, table):
-            from ..schema import UPGRADE_HINT
-
             raise SchemaError(
                 f"rate_limit needs the {table} table (schema step rate_limits): {UPGRADE_HINT}"
             )

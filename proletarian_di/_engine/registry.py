@@ -38,7 +38,7 @@ from .._store.datasource import connection_factory
 from .._store.dialects import Dialect
 from .._store.outcomes import HOUR, SUM_UP_AFTER, sum_up
 from .._store.probes import bound_statements, probe_connector
-from ..schema import UPGRADE_HINT
+from .._store.tables import UPGRADE_HINT
 from .attempts import unique_name
 from .slot import Slot
 

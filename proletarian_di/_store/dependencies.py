@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import ConfigurationError, SchemaError
-from ..schema import UPGRADE_HINT
 from .dialects import Dialect
+from .tables import UPGRADE_HINT
 
 BLOCKED_AT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
 """The process_at of a blocked job: later than any job may be due (`LATEST_DUE`)."""

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._common.types import Connection, EnqueueOptions
 from .._engine.options import (
-    DEFAULT_ARCHIVED_JOB_TABLE,
-    DEFAULT_JOB_TABLE,
     check_clock,
     check_id_strategy,
     check_job_type_style,
@@ -25,12 +23,12 @@ from .._engine.options import (
 )
 from ..errors import ArgumentTypeError, ConfigurationError, PayloadError, SchemaError
 from ..jobs import DEFAULT_QUEUE
-from ..schema import UPGRADE_HINT
 from ..serializers import DEFAULT_SERIALIZER, check_serializer
 from . import dependencies as _dependencies
 from .connections import async_driver_connection, async_statements, driver_connection
-from .dialects import Dialect, check_table_name, connection_kind, dialect_named
+from .dialects import Dialect, connection_kind, dialect_named
 from .dialects.base import UNIQUE_TRIES
+from .tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, UPGRADE_HINT, check_table_name
 from .tracing import current_trace_context, missing_column
 
 if TYPE_CHECKING:

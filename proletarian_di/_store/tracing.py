@@ -10,7 +10,7 @@ import json
 import sys
 
 from ..errors import SchemaError
-from ..schema import UPGRADE_HINT
+from .tables import UPGRADE_HINT
 
 TRACE_COLUMN = "trace_context"
 _UNDEFINED_COLUMN = ("42703", "42S22")  # the SQLSTATEs of PostgreSQL and MySQL

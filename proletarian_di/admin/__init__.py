@@ -21,18 +21,25 @@ from typing import Any, NamedTuple
 from .._common.types import Connection
 from .._engine import pauses as _pauses
 from .._engine import registry as _registry
-from .._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from .._engine.registry import WorkerInfo, WorkerThread
 from .._store import dependencies as _dependencies
 from .._store.dependencies import BLOCKED_AT, BLOCKED_SQL
-from .._store.dialects import Dialect, check_table_name, dialect_for
-from .._store.dialects.base import HeldRows, attempt_table_of
+from .._store.dialects import Dialect, dialect_of
+from .._store.dialects.base import HeldRows
 from .._store.outcomes import DAY_HOURS as _DAY_HOURS
 from .._store.outcomes import HOUR as _HOUR
 from .._store.outcomes import HourlyOutcomes, first_hour
+from .._store.tables import (
+    DEFAULT_TABLES,
+    UPGRADE_HINT,
+    Tables,
+    attempt_table,
+    periodic_table,
+    workers_table,
+)
 from ..errors import ArgumentTypeError, ConfigurationError, SchemaError
 from ..periodic import Schedule, next_tick
-from ..schema import UPGRADE_HINT, check_schema, periodic_table, workers_table
+from ..schema import check_schema
 from ..serializers import Serializer, check_serializer
 from . import explain as _explain
 from . import timings as _timings
@@ -195,24 +202,6 @@ class QueueStats:
         return data
 
 
-@dataclasses.dataclass(frozen=True)
-class Tables:
-    """The queue tables the admin functions work on (validated `schema.table` names)."""
-
-    job_table: str = DEFAULT_JOB_TABLE
-    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE
-
-    def __post_init__(self) -> None:
-        check_table_name(self.job_table, "job_table")
-        check_table_name(self.archived_job_table, "archived_job_table")
-
-    def dialect(self, conn: Connection) -> Dialect:
-        return dialect_for(conn, self.job_table, self.archived_job_table)
-
-
-DEFAULT_TABLES = Tables()
-
-
 def check(
     conn: Connection,
     *,
@@ -231,7 +220,7 @@ def missing_columns(
     tables: Tables = DEFAULT_TABLES,
 ) -> dict[str, list[str]]:
     """Columns a queue table lacks, per table (empty when both match)."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     columns = dialect.columns.split(", ")
     expected = {
         tables.job_table: columns,
@@ -266,7 +255,7 @@ def queue_stats(
 
     A job under a live lease counts as due, not scheduled (its process_at is when the lease
     runs out), and not in the oldest due wait; an expired lease is due from when it ran out."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     now = now or datetime.now(timezone.utc)
     t_now, t_hour = dialect.encode_time(now), dialect.encode_time(now - timedelta(hours=1))
     with dialect.admin_read(conn):
@@ -414,7 +403,7 @@ def _overview(
 ) -> tuple[list[QueueOverview], int, list[ThroughputBucket]]:
     """The queues from `offset` by name, `count` of them (None: all); how many there are in
     all; the last day's outcomes over all of them. Only the queues shown are probed."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     now = _utc(now or datetime.now(timezone.utc))
     at = dialect.encode_time(now)
     by_queue: dict[str, QueueOverview] = {}
@@ -558,7 +547,7 @@ def throughput(
     for name, value in (("hours", hours), ("buckets", buckets)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ArgumentTypeError(f"{name} must be a positive int, got {value!r}")
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     end = _utc(now or datetime.now(timezone.utc))
     start = end - timedelta(hours=hours)
     width = timedelta(hours=hours) / buckets
@@ -699,7 +688,7 @@ def timings(
         raise ConfigurationError(
             f"hours must be a whole number from 1 to {MAX_HOURS}, got {hours!r}"
         )
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     end = _utc(now or datetime.now(timezone.utc))
     since = end.replace(minute=0, second=0, microsecond=0) - (hours - 1) * _HOUR
     return _timings.read(
@@ -828,7 +817,7 @@ def list_jobs(
     )
     count, after = _check_limit(limit), _after(before)
     codec = check_serializer(serializer)
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     with dialect.admin_read(conn):
         return _collect(conn, dialect, tables, query, count, after, codec).jobs
 
@@ -862,7 +851,7 @@ def list_jobs_page(
     if payload_chars is not None:
         _check_positive(payload_chars, "payload_chars")
     codec = check_serializer(serializer)
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     with dialect.admin_read(conn):
         return _collect(
             conn,
@@ -888,7 +877,7 @@ def get_job(
     none."""
     query = _Query(job_id=_job_id(job_id))
     codec = check_serializer(serializer)
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     with dialect.admin_read(conn):
         found = _collect(conn, dialect, tables, query, 1, None, codec).jobs
         if not found:
@@ -955,7 +944,7 @@ def get_workflow(
 ) -> WorkflowInfo | None:
     """The workflow with this id, its jobs and their states; None if there is none (or its
     jobs were purged)."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     with dialect.admin_read(conn):
         if not _dependencies.has_tables(conn, dialect):
             return None
@@ -979,7 +968,7 @@ def get_result(
     from JSON); None if it returned None, has not succeeded (yet), returned a value that is
     not JSON, or there is no such job. A retry that succeeds again replaces it; purging the
     archived job deletes it."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     with dialect.admin_read(conn):
         if not dialect.table_columns(conn, dialect.results_table):
             return None
@@ -1038,7 +1027,7 @@ def explain_job(
     it, nothing is said about workers. A few small reads, whatever the tables' size."""
     wanted = _job_id(job_id)
     at = _utc(now or datetime.now(timezone.utc))
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     with dialect.admin_read(conn):
         held = dialect.held_rows(conn)
         query = _Query(job_id=wanted)
@@ -1064,7 +1053,7 @@ def _history(
     rows = dialect.fetchall(
         conn,
         f"SELECT attempt, started_at, finished_at, worker, error, 0 FROM "
-        f"{attempt_table_of(tables.job_table)} WHERE job_id = %s UNION ALL "
+        f"{attempt_table(tables.job_table)} WHERE job_id = %s UNION ALL "
         "SELECT attempts, started_at, finished_at, worker, NULL, 1 FROM "
         f"{tables.archived_job_table} WHERE job_id = %s AND status = 'success'",
         (key, key),
@@ -1456,7 +1445,7 @@ def _failed_plan(
     tables: Tables = DEFAULT_TABLES,
 ) -> _Bulk:
     """Archived failures, to move back into the queue (`requeue`) or to delete."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     where = _failures(dialect, job_ids, queue, job_type, since, until, error)
     if not requeue:
         return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived)
@@ -1616,7 +1605,7 @@ def _cancel_plan(
             "cancel_jobs cancels waiting jobs: state must be blocked, queued, scheduled or "
             f"retrying, got {state!r}"
         )
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     now = datetime.now(timezone.utc)
     at = dialect.encode_time(now)
     end = _moment(enqueued_until, "enqueued_until")
@@ -1732,19 +1721,19 @@ def pause_queue(conn: Connection, queue: str, *, tables: Tables = DEFAULT_TABLES
     """Pause `queue`: its workers, in every process, finish the jobs in hand and claim no more
     until it is resumed (within one polling interval; at once on PostgreSQL, whose workers
     are notified). Enqueueing goes on. False if it was paused already. Commit to keep it."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     return _pauses.pause(conn, dialect, queue, datetime.now(timezone.utc))
 
 
 def resume_queue(conn: Connection, queue: str, *, tables: Tables = DEFAULT_TABLES) -> bool:
     """Resume a paused `queue`: its workers claim again. False if it was not paused. Commit
     to keep it."""
-    return _pauses.resume(conn, tables.dialect(conn), queue)
+    return _pauses.resume(conn, dialect_of(conn, tables), queue)
 
 
 def paused_queues(conn: Connection, *, tables: Tables = DEFAULT_TABLES) -> dict[str, datetime]:
     """The paused queues, each with when it was paused (UTC)."""
-    paused = _pauses.paused_queues(conn, tables.dialect(conn))
+    paused = _pauses.paused_queues(conn, dialect_of(conn, tables))
     return {queue: _utc(at) for queue, at in paused.items()}
 
 
@@ -1788,7 +1777,7 @@ def delete_archived(
             raise ConfigurationError(
                 f"unknown status {status!r}; valid statuses: {', '.join(_STATE_OF_STATUS)}"
             )
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     where = _archive_filter(dialect, older_than, status, queue, datetime.now(timezone.utc))
     with dialect.admin_write(conn):
         return dialect.purge_archived(conn, where.sql, where.params)
@@ -1808,7 +1797,7 @@ def purge_archive(
 
     Commit to make it stick.
     """
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     where = _archive_filter(dialect, older_than, status, queue, now or datetime.now(timezone.utc))
     if dry_run:
         needed = dialect.still_needed(conn)
@@ -1831,7 +1820,7 @@ def still_needed(
     """How many of the archived jobs `purge_archive` would delete with these filters it
     keeps instead, because jobs still waiting need them: the parents of a blocked job,
     and the jobs of a workflow that has not finished."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     needed = dialect.still_needed(conn)
     if not needed:
         return 0
@@ -1895,7 +1884,7 @@ def _pruned(
     now: datetime,
     tables: Tables,
 ) -> Iterator[Pruned]:
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     archive = tables.archived_job_table
     for state, keep in kept.items():
         if keep is None:
@@ -1942,7 +1931,7 @@ def recent_failures(
     tables: Tables = DEFAULT_TABLES,
 ) -> list[tuple[uuid.UUID, str, str, int, datetime]]:
     """The latest failed jobs as (job_id, queue, job_type, attempts, finished_at)."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     rows = dialect.fetchall(
         conn,
         "SELECT job_id, queue, job_type, attempts, finished_at "
@@ -1964,7 +1953,7 @@ def waiting(
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
     """How many jobs of these queues are still in the job table (due or not)."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     marks = ", ".join(["%s"] * len(queues))
     sql = f"SELECT COUNT(*) FROM {tables.job_table} WHERE queue IN ({marks})"
     return int(dialect.fetchall(conn, sql, list(queues))[0][0])
@@ -1975,7 +1964,7 @@ def list_schedules(
 ) -> list[Schedule]:
     """The periodic schedules recorded beside these tables, by name, each with its next run
     after the later of its last tick and `now`."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     now = now or datetime.now(timezone.utc)
     if not dialect.table_columns(conn, periodic_table(tables.job_table)):
         raise SchemaError(
@@ -2045,7 +2034,7 @@ def failure_groups(
     and job type) through the archive's `finished_at` index, and says when there were more;
     `retry_jobs(error=...)` and the others count and act on a whole group."""
     _check_positive(max_examined, "max_examined")
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     where = _failures(dialect, None, queue, job_type, None, None)
     sql = (
         "SELECT headline, COUNT(*), MAX(finished_at) FROM ("
@@ -2124,7 +2113,7 @@ def find_jobs(
     if payload_chars is not None:
         _check_positive(payload_chars, "payload_chars")
     codec = check_serializer(serializer)
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     key = dialect.default_id_strategy.encode
     indexed: list[tuple[str, list[Any]]] = []
     scanned: list[tuple[str, list[Any]]] = []
@@ -2197,7 +2186,7 @@ STALE_AFTER = timedelta(seconds=_registry.STALE_AFTER_S)
 
 
 def _registry_table(conn: Connection, tables: Tables) -> tuple[Dialect, str]:
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     table = workers_table(tables.job_table)
     if not dialect.table_columns(conn, table):
         raise SchemaError(f"there is no {table} table for the live workers: " + UPGRADE_HINT)

@@ -17,21 +17,77 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from .._store.dialects import Dialect, check_table_name, dialect_for, dialect_name
-from .._store.dialects.base import (
-    attempt_table_of,
-    blocked_table_of,
-    claims_table_of,
-    dependencies_table_of,
-    outcomes_table_of,
-    rate_table_of,
-    results_table_of,
-    workflows_table_of,
+from .._store.dialects import Dialect, dialect_for, dialect_name
+from .._store.tables import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    UPGRADE_HINT,
+    Tables,
+    attempt_table,
+    blocked_table,
+    check_table_name,
+    claims_table,
+    dependencies_table,
+    finished_index,
+    outcomes_table,
+    paused_table,
+    periodic_table,
+    rate_table,
+    results_table,
+    unique_index,
+    version_table,
+    workers_table,
+    workflows_table,
 )
 from ..errors import ConfigurationError, SchemaError
 from . import _ddl
 
+__all__ = [
+    "DEFAULT_ARCHIVED_JOB_TABLE",
+    "DEFAULT_JOB_TABLE",
+    "LATEST",
+    "MIGRATIONS",
+    "NO_PAD_COLLATION",
+    "OLD_MYSQL_COLLATION",
+    "PAUSED_TABLE_SUFFIX",
+    "PERIODIC_TABLE_SUFFIX",
+    "UPGRADE_HINT",
+    "VERSION_TABLE_SUFFIX",
+    "WORKERS_NEED",
+    "WORKERS_TABLE_SUFFIX",
+    "Migration",
+    "Tables",
+    "attempt_table",
+    "blocked_table",
+    "check_schema",
+    "check_table_name",
+    "claims_table",
+    "dependencies_table",
+    "finished_index",
+    "install_schema",
+    "migration",
+    "migration_file",
+    "outcomes_table",
+    "paused_table",
+    "pending_migrations",
+    "periodic_table",
+    "rate_table",
+    "results_table",
+    "schema_file",
+    "schema_sql",
+    "schema_version",
+    "statements",
+    "unique_index",
+    "upgrade_schema",
+    "version_table",
+    "workers_table",
+    "workflows_table",
+]
+
+# The suffixes of earlier releases' names, kept importable.
+VERSION_TABLE_SUFFIX, PERIODIC_TABLE_SUFFIX, PAUSED_TABLE_SUFFIX, WORKERS_TABLE_SUFFIX = (
+    name("") for name in (version_table, periodic_table, paused_table, workers_table)
+)
 # Binary and NO PAD, so 'email' and 'email ' are two queues, as on PostgreSQL: MariaDB runs
 # the /*M! comment, MySQL 8.0.17+ the /*!80017 one (each ignores the other's).
 NO_PAD_COLLATION = "/*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */"
@@ -45,11 +101,6 @@ job's lease, they read the job's trace context, and they record each attempt (it
 worker in the archive, a failed one in the attempt table). `enqueue` needs only the seeds'
 tables, unless asked for a newer step's feature (a priority, a unique key, a trace context
 to keep)."""
-VERSION_TABLE_SUFFIX = "_schema_version"
-PERIODIC_TABLE_SUFFIX = "_periodic"
-PAUSED_TABLE_SUFFIX = "_paused"
-WORKERS_TABLE_SUFFIX = "_workers"
-UPGRADE_HINT = "run `proletarian-di schema upgrade` (or the SQL in sql/migrations/)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,26 +158,14 @@ def _render(
     template: str, dialect: str, job_table: str, archived_job_table: str, collation: str
 ) -> str:
     _check_dialect(dialect)
-    check_table_name(job_table, "job_table")
-    check_table_name(archived_job_table, "archived_job_table")
+    named = Tables(job_table, archived_job_table)
     schema, _, name = job_table.rpartition(".")
     if schema != archived_job_table.rpartition(".")[0]:
         raise ConfigurationError("job_table and archived_job_table must be in the same schema")
     tables = {
         "job_table": job_table,
         "archived_job_table": archived_job_table,
-        "version_table": version_table(job_table),
-        "periodic_table": periodic_table(job_table),
-        "paused_table": paused_table(job_table),
-        "claims_table": claims_table(job_table),
-        "attempt_table": attempt_table(job_table),
-        "workers_table": workers_table(job_table),
-        "outcomes_table": outcomes_table(job_table),
-        "rate_table": rate_table(job_table),
-        "results_table": results_table(job_table),
-        "dependencies_table": dependencies_table_of(job_table),
-        "blocked_table": blocked_table_of(job_table),
-        "workflows_table": workflows_table_of(job_table),
+        **named.companions(),
     }
     sql = template.format(
         schema=schema or "public",
@@ -151,67 +190,6 @@ def _render(
         sql = "".join(kept)
         sql = sql.replace("DROP INDEX IF EXISTS public.", "DROP INDEX IF EXISTS ").lstrip("\n")
     return sql
-
-
-def unique_index(job_table: str) -> str:
-    """The index that keeps one job per queue and key: `<job table name>_queue_unique_key`."""
-    return f"{job_table.rpartition('.')[2]}_queue_unique_key"
-
-
-def finished_index(archived_job_table: str) -> str:
-    """The archive's index by time (the dashboard's overview): `<archive name>_finished_at`."""
-    return f"{archived_job_table.rpartition('.')[2]}_finished_at"
-
-
-def periodic_table(job_table: str) -> str:
-    """Where the periodic schedules of these tables live: `<job table>_periodic`."""
-    return f"{job_table}{PERIODIC_TABLE_SUFFIX}"
-
-
-def paused_table(job_table: str) -> str:
-    """Where the paused queues of these tables are listed: `<job table>_paused`."""
-    return f"{job_table}{PAUSED_TABLE_SUFFIX}"
-
-
-def claims_table(job_table: str) -> str:
-    """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
-    return claims_table_of(job_table)
-
-
-def attempt_table(job_table: str) -> str:
-    """Where a job's failed attempts are kept: `<job table>_attempt`."""
-    return attempt_table_of(job_table)
-
-
-def workers_table(job_table: str) -> str:
-    """Where the running workers of these tables register: `<job table>_workers`."""
-    return f"{job_table}{WORKERS_TABLE_SUFFIX}"
-
-
-def results_table(job_table: str) -> str:
-    """Where handlers' return values are kept with their archived jobs: `<job table>_results`."""
-    return results_table_of(job_table)
-
-
-dependencies_table = dependencies_table_of
-blocked_table = blocked_table_of
-workflows_table = workflows_table_of
-
-
-def rate_table(job_table: str) -> str:
-    """Where rate-limited queues count their starts: `<job table>_rate_slots`."""
-    return rate_table_of(job_table)
-
-
-def outcomes_table(job_table: str) -> str:
-    """Where the archive's outcomes are summed up per clock hour and queue:
-    `<job table>_hourly_outcomes`."""
-    return outcomes_table_of(job_table)
-
-
-def version_table(job_table: str) -> str:
-    """Where the version of these tables is recorded: `<job table>_schema_version`."""
-    return f"{job_table}{VERSION_TABLE_SUFFIX}"
 
 
 def schema_sql(

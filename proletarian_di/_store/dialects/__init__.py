@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..tables import Tables
 from . import mysql
 from .base import (
     Dialect,
@@ -18,7 +19,6 @@ from .base import (
     Runs,
     Session,
     TransactionLost,
-    check_table_name,
     connection_kind,
     dialect_name,
     unwrap_connection,
@@ -38,11 +38,11 @@ __all__ = [
     "Session",
     "TransactionLost",
     "Wake",
-    "check_table_name",
     "connection_kind",
     "dialect_for",
     "dialect_name",
     "dialect_named",
+    "dialect_of",
     "is_read_only",
     "is_transient",
     "read_wake_payload",
@@ -86,6 +86,11 @@ _CACHE: dict[tuple[str, str, str], Dialect] = {}
 def dialect_for(conn: Any, job_table: str, archived_job_table: str) -> Dialect:
     """The dialect of `conn`, with its statements prepared for these tables."""
     return dialect_named(dialect_name(conn), job_table, archived_job_table)
+
+
+def dialect_of(conn: Any, tables: Tables) -> Dialect:
+    """The dialect of `conn`, with its statements prepared for `tables`."""
+    return dialect_named(dialect_name(conn), tables.job_table, tables.archived_job_table)
 
 
 def dialect_named(name: str, job_table: str, archived_job_table: str) -> Dialect:

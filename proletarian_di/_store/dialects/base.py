@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -20,8 +19,17 @@ from ...errors import (
     UnsupportedDatabase,
 )
 from ...job_ids import JobIdStrategy
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
+from ..tables import (
+    attempt_table,
+    blocked_table,
+    check_table_name,
+    claims_table,
+    dependencies_table,
+    outcomes_table,
+    rate_table,
+    results_table,
+    workflows_table,
+)
 
 JobRow = tuple[Any, str, str, str, int, datetime, datetime, "str | None", int, "str | None"]
 """A claimed job: id, queue, type, payload, attempts, enqueued_at, process_at, last_error,
@@ -69,56 +77,6 @@ EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
 """The earliest process_at (both databases store year 1)."""
 FIRST_POSITION = (-(2**31), EARLIEST)
 """Where a claim from the beginning of a queue starts: before every (-priority, process_at)."""
-
-
-def claims_table_of(job_table: str) -> str:
-    """Where a job's claims are counted for `max_crashes`: `<job table>_claims`."""
-    return f"{job_table}_claims"
-
-
-def attempt_table_of(job_table: str) -> str:
-    """Where a job's failed attempts are kept: `<job table>_attempt`."""
-    return f"{job_table}_attempt"
-
-
-def results_table_of(job_table: str) -> str:
-    """Where handlers' return values are kept with their archived jobs: `<job table>_results`."""
-    return f"{job_table}_results"
-
-
-def dependencies_table_of(job_table: str) -> str:
-    """Which jobs wait on which (`depends_on`): `<job table>_dependencies`."""
-    return f"{job_table}_dependencies"
-
-
-def blocked_table_of(job_table: str) -> str:
-    """The jobs still waiting on others: `<job table>_blocked`."""
-    return f"{job_table}_blocked"
-
-
-def workflows_table_of(job_table: str) -> str:
-    """Which workflow each of its jobs belongs to: `<job table>_workflows`."""
-    return f"{job_table}_workflows"
-
-
-def rate_table_of(job_table: str) -> str:
-    """Where rate-limited queues count their starts (`rate_limit`): `<job table>_rate_slots`."""
-    return f"{job_table}_rate_slots"
-
-
-def outcomes_table_of(job_table: str) -> str:
-    """Where the archive's outcomes are summed up per clock hour and queue:
-    `<job table>_hourly_outcomes`."""
-    return f"{job_table}_hourly_outcomes"
-
-
-def check_table_name(name: Any, option: str = "job_table") -> str:
-    """Return `name` if it is a plain `table` or `schema.table` identifier."""
-    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise ConfigurationError(
-            f"{option} must be a plain identifier such as 'proletarian.job', got {name!r}"
-        )
-    return name
 
 
 def unwrap_connection(conn: Any) -> Any:
@@ -381,7 +339,7 @@ class Dialect:
     def __init__(self, job_table: str, archived_job_table: str) -> None:
         self.job_table = check_table_name(job_table, "job_table")
         self.archived_job_table = check_table_name(archived_job_table, "archived_job_table")
-        self.claims_table = claims_table_of(self.job_table)
+        self.claims_table = claims_table(self.job_table)
         job, archive = self.job_table, self.archived_job_table
         self.columns = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
         self._inserts: dict[tuple[str, ...], str] = {}
@@ -416,13 +374,13 @@ class Dialect:
         self.holder_sql = f"SELECT job_id FROM {job} WHERE queue = %s AND unique_key = %s"
         self.peek_sql = f"SELECT attempts FROM {job} WHERE job_id = %s"
         self.lock_sql = self.peek_sql + " FOR UPDATE SKIP LOCKED"
-        self.attempt_table = attempt_table_of(self.job_table)
-        self.outcomes_table = outcomes_table_of(self.job_table)
-        self.rate_table = rate_table_of(self.job_table)
-        self.results_table = results_table_of(self.job_table)
-        self.dependencies_table = dependencies_table_of(self.job_table)
-        self.blocked_table = blocked_table_of(self.job_table)
-        self.workflows_table = workflows_table_of(self.job_table)
+        self.attempt_table = attempt_table(self.job_table)
+        self.outcomes_table = outcomes_table(self.job_table)
+        self.rate_table = rate_table(self.job_table)
+        self.results_table = results_table(self.job_table)
+        self.dependencies_table = dependencies_table(self.job_table)
+        self.blocked_table = blocked_table(self.job_table)
+        self.workflows_table = workflows_table(self.job_table)
         # status, finished_at, the error (a failure's own, else the job's last one), then when
         # the last attempt started and its worker (`archive_of` writes the start)
         self.archive_columns = (

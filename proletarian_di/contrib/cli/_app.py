@@ -24,9 +24,9 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ... import __version__, admin
 from ..._common.logging import describe, escape_controls
-from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._store.dialects import MySQLDialect, dialect_for, is_read_only
 from ..._store.secrets import RedactingStream, Redactor, mask, passwords, scrub
+from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._store.urls import connect, is_unreachable, url_dialect
 from ...errors import (
     ConfigurationError,

@@ -17,9 +17,9 @@ from rich.table import Table
 
 from ... import admin
 from ..._common.types import DialectName
-from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._store.dialects import dialect_for
 from ..._store.enqueue import enqueue as enqueue_job
+from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._store.urls import url_dialect
 from ...admin import QueueStats
 from ...errors import SchemaError

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ... import admin
-from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ._app import (
     DURATION_FORMS,
     ArchivedJobTable,

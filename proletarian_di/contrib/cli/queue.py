@@ -8,8 +8,13 @@ from typing import Annotated, Any
 import typer
 
 from ... import admin
-from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ...schema import paused_table, periodic_table
+from ..._store.dialects import dialect_of
+from ..._store.tables import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    paused_table,
+    periodic_table,
+)
 from ._app import (
     ArchivedJobTable,
     DatabaseURL,
@@ -87,7 +92,7 @@ def _change(
 
 def known_queues(conn: Any, *, tables: admin.Tables) -> set[str]:
     """Every queue named by a waiting or archived job, a schedule or a pause."""
-    dialect = tables.dialect(conn)
+    dialect = dialect_of(conn, tables)
     named_in = (
         tables.job_table,
         tables.archived_job_table,

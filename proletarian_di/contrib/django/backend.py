@@ -11,8 +11,8 @@ from django.utils import timezone as django_timezone
 from django.utils.module_loading import import_string
 
 from ... import admin
-from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._store.enqueue import enqueue
+from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ...errors import TransactionAborted
 from ._compat import (
     BaseTaskBackend,

@@ -17,9 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ..._engine.options import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..._store.dialects import check_table_name, dialect_name
-from ..._store.dialects.base import results_table_of
+from ..._store.dialects import dialect_name
+from ..._store.tables import (
+    DEFAULT_ARCHIVED_JOB_TABLE,
+    DEFAULT_JOB_TABLE,
+    check_table_name,
+)
+from ..._store.tables import (
+    results_table as companion_results_table,
+)
 from ...errors import ConfigurationError
 
 MAX_RESULT_BYTES = 64 * 1024
@@ -59,7 +65,7 @@ class ResultTooLarge(ValueError):
 def results_table(job_table: str = DEFAULT_JOB_TABLE) -> str:
     """The results table that goes with `job_table`: `<job_table>_results`, the schema's
     own (step `results`), where workers keep any handler's return value too."""
-    return check_table_name(results_table_of(check_table_name(job_table)), "results table")
+    return check_table_name(companion_results_table(check_table_name(job_table)), "results table")
 
 
 def _key(dialect: str, job_id: uuid.UUID) -> Any:
