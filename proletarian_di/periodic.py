@@ -18,18 +18,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from ._common.logging import default_log, describe, safe_log
-from ._common.types import Clock, Connection, DataSource, LogFn
-from ._engine.options import (
-    _int_at_least,
+from ._common.checks import (
     check_clock,
     check_id_strategy,
     check_log,
     check_name,
     check_queue,
+    int_at_least,
     utc_now,
     validated,
 )
+from ._common.logging import default_log, describe, safe_log
+from ._common.types import Clock, Connection, DataSource, LogFn
 from ._store.datasource import connection_factory
 from ._store.dialects import Dialect, dialect_for
 from ._store.enqueue import enqueue
@@ -232,7 +232,7 @@ class SchedulerSettings:
     def __post_init__(self) -> None:
         if not isinstance(self.catch_up, bool):
             raise ConfigurationError(f"catch_up must be a bool, got {self.catch_up!r}")
-        _int_at_least(self.polling_interval_ms, "polling_interval_ms", 1)
+        int_at_least(self.polling_interval_ms, "polling_interval_ms", 1)
         check_serializer(self.serializer)
         check_id_strategy(self.job_id_strategy)
         check_clock(self.clock)

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ._common.checks import check_id_strategy, check_name
 from ._common.types import Connection, EnqueueOptions
-from ._engine.options import check_id_strategy, check_name
 from ._store.connections import driver_connection
 from ._store.dependencies import check_wait_for, require_tables
 from ._store.dialects import dialect_for

@@ -26,7 +26,7 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
-from proletarian_di._engine.options import MAX_DURATION_MS
+from proletarian_di._common.checks import MAX_DURATION_MS
 from proletarian_di._store.dependencies import LATEST_DUE
 from proletarian_di.router import JobRouter
 

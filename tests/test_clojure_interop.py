@@ -22,7 +22,8 @@ import pytest
 from test_transit import Oracle, canonical, oracle_process
 
 from proletarian_di import JobRouter, Workflow, enqueue, enqueue_many, process_next_job
-from proletarian_di._engine.options import job_type_from_keyword, keyword_job_type, worker_settings
+from proletarian_di._common.checks import job_type_from_keyword, keyword_job_type
+from proletarian_di._engine.options import worker_settings
 from proletarian_di.errors import ConfigurationError
 from proletarian_di.jobs import Job
 from proletarian_di.schema import LATEST, schema_version

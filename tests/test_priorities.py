@@ -25,8 +25,9 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
+from proletarian_di._common.checks import PRIORITY_LIMIT
 from proletarian_di._engine.frontier import Frontier
-from proletarian_di._engine.options import PRIORITY_LIMIT, worker_settings
+from proletarian_di._engine.options import worker_settings
 from proletarian_di._engine.runner import JobRunner, Slot
 from proletarian_di._store.dialects import dialect_for
 

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any
 
+from .._common.checks import (
+    JobTypeStyle,
+    callable_or_none,
+    check_clock,
+    check_id_strategy,
+    check_job_type_style,
+    check_log,
+    check_ms,
+    check_name,
+    check_queue,
+    int_at_least,
+    job_type_from_keyword,
+    utc_now,
+    validated,
+)
 from .._common.logging import default_log
 from .._common.types import (
     Clock,
@@ -19,174 +32,16 @@ from .._common.types import (
     ShutdownFn,
 )
 from .._store.secrets import mask
-from .._store.tables import check_table_name
+from .._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, check_table_name
 from .._store.urls import url_dialect
 from ..errors import ConfigurationError
 from ..job_ids import JobIdStrategy
 from ..jobs import DEFAULT_QUEUE
 from ..observers import Observer, check_observers
-from ..retry import MAX_DELAY_MS
 from ..serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
 from .rates import RateLimit, check_rate_limit
 
-T = TypeVar("T")
-
-DEFAULT_JOB_TABLE = "proletarian.job"
-DEFAULT_ARCHIVED_JOB_TABLE = "proletarian.archived_job"
 HANDLER_MODES = ("default", "advanced")
-
-
-def utc_now() -> datetime:
-    """The default clock: the current time, timezone-aware, in UTC."""
-    return datetime.now(timezone.utc)
-
-
-MAX_NAME_LENGTH = 255
-
-
-def check_name(value: Any, option: str) -> str:
-    """A queue or job type: a non-empty string of at most 255 characters without NUL, which
-    both databases store exactly (MySQL's VARCHAR(255) would cut a longer one short)."""
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"{option} must be a non-empty string, got {value!r}")
-    if "\x00" in value:
-        raise ConfigurationError(f"{option} must not contain NUL characters, got {value!r}")
-    check_utf8(value, option)
-    if len(value) > MAX_NAME_LENGTH:
-        raise ConfigurationError(
-            f"{option} must be at most {MAX_NAME_LENGTH} characters, got {len(value)}: "
-            f"{value[:40]!r}…"
-        )
-    return value
-
-
-def check_utf8(text: str, option: str) -> None:
-    """Refuse a string the drivers cannot send: a lone surrogate (say from a file name
-    decoded with `surrogateescape`) has no UTF-8 encoding."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigurationError(
-            f"{option} must be valid Unicode text, got {text[:40]!r} with a lone surrogate "
-            f"at position {exc.start}"
-        ) from None
-
-
-def check_queue(queue: Any) -> str:
-    return check_name(queue, "queue")
-
-
-JobTypeStyle = Literal["plain", "keyword"]
-"""How job types are stored: "plain" as given, "keyword" as Clojure keywords'
-text (`"app.jobs/send-email"` is the row's `":app.jobs/send-email"`), so that
-Proletarian (Clojure) reads and writes the same rows."""
-
-JOB_TYPE_STYLES = ("plain", "keyword")
-
-_NOT_IN_A_KEYWORD = re.compile(r'[\s,()\[\]{}"\\;@^`~]')
-"""What ends a token in Clojure's reader: whitespace, commas and the terminating macro
-characters. A job type with one would be read back by Clojure as another keyword."""
-
-
-def check_job_type_style(style: Any) -> JobTypeStyle:
-    """`job_type_style`: "plain" (the default) or "keyword"."""
-    if not isinstance(style, str) or style not in JOB_TYPE_STYLES:
-        raise ConfigurationError(f"job_type_style must be 'plain' or 'keyword', got {style!r}")
-    return style  # type: ignore[return-value]
-
-
-def keyword_job_type(job_type: str) -> str:
-    """The row's text for a job type written with job_type_style="keyword": the keyword
-    `:ns/name` that Clojure's `(str k)` gives, refused unless `edn/read-string` reads it
-    back as that keyword (no leading colon: that would be `::`, an auto-resolved keyword)."""
-    if job_type.startswith(":"):
-        raise ConfigurationError(
-            f"job_type {job_type!r} starts with ':'; with job_type_style='keyword' give it "
-            f"without the colon ({job_type.lstrip(':')!r} is stored as "
-            f"':{job_type.lstrip(':')}')"
-        )
-    bad = _NOT_IN_A_KEYWORD.search(job_type)
-    slash = job_type.rfind("/")
-    if (
-        bad is not None
-        or "::" in job_type
-        or job_type.endswith(":")
-        or ":/" in job_type
-        or (slash == len(job_type) - 1 and job_type != "/")
-    ):
-        found = f"the character {bad.group()!r}" if bad is not None else "a misplaced ':' or '/'"
-        raise ConfigurationError(
-            f"job_type {job_type!r} is not the text of a Clojure keyword (it has {found}): "
-            "with job_type_style='keyword' Proletarian reads it back as another keyword or "
-            "not at all; use names like 'app.jobs/send-email'"
-        )
-    return check_name(":" + job_type, "job_type")
-
-
-def job_type_from_keyword(stored: str) -> str:
-    """The job type a keyword-style worker hands its handler: the row's text without the
-    keyword's leading colon; text without one (a job enqueued in the plain style, or a
-    Clojure `enqueue!` given a string) is handed as stored."""
-    return stored[1:] if stored[:1] == ":" else stored
-
-
-PRIORITY_LIMIT = 2**31 - 1
-"""The highest priority, and the negated lowest (the claim index stores -priority)."""
-
-
-def check_priority(priority: Any) -> int:
-    """A job's priority: an int from -PRIORITY_LIMIT to PRIORITY_LIMIT; higher runs first."""
-    if type(priority) is not int:
-        raise ConfigurationError(f"priority must be an int, got {priority!r}")
-    if not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
-        raise ConfigurationError(
-            f"priority must be between {-PRIORITY_LIMIT} and {PRIORITY_LIMIT}, got {priority}"
-        )
-    return priority
-
-
-def check_clock(clock: Any) -> Clock:
-    if clock is None:
-        return utc_now
-    if not callable(clock):
-        raise ConfigurationError(f"clock must be a callable returning a datetime, got {clock!r}")
-    return clock
-
-
-def check_id_strategy(strategy: Any) -> JobIdStrategy | None:
-    if strategy is not None and not isinstance(strategy, JobIdStrategy):
-        raise ConfigurationError(
-            f"job_id_strategy must have generate(), encode() and decode(), got {strategy!r}"
-        )
-    return strategy
-
-
-def _callable_or_none(value: Any, name: str) -> Any:
-    if value is not None and not callable(value):
-        raise ConfigurationError(f"{name} must be callable or None, got {value!r}")
-    return value
-
-
-MAX_DURATION_MS = MAX_DELAY_MS
-"""The longest duration an option takes (about a century): a lease's end, `now + lease_ms`,
-then fits MySQL's DATETIME (up to 9999-12-31) and a `datetime`, and a wait of it fits
-`threading.TIMEOUT_MAX` (about 292 years on Linux)."""
-
-
-def _int_at_least(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigurationError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def _ms(value: Any, name: str, minimum: int) -> int:
-    """A duration option in milliseconds, from `minimum` to `MAX_DURATION_MS`."""
-    _int_at_least(value, name, minimum)
-    if value > MAX_DURATION_MS:
-        raise ConfigurationError(
-            f"{name} must be at most {MAX_DURATION_MS} ms (about 100 years), got {value}"
-        )
-    return value
 
 
 DEFAULT_KEEPALIVE_TIMEOUT_MS = 45_000
@@ -249,19 +104,19 @@ class WorkerSettings:
 
     def __post_init__(self) -> None:
         check_queue(self.queue)
-        _int_at_least(self.worker_threads, "worker_threads", 1)
-        _ms(self.polling_interval_ms, "polling_interval_ms", 0)
-        _ms(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
-        _int_at_least(self.batch_size, "batch_size", 1)
+        int_at_least(self.worker_threads, "worker_threads", 1)
+        check_ms(self.polling_interval_ms, "polling_interval_ms", 0)
+        check_ms(self.await_termination_timeout_ms, "await_termination_timeout_ms", 0)
+        int_at_least(self.batch_size, "batch_size", 1)
         for name in ("max_running", "max_crashes"):
             if getattr(self, name) is not None:
-                _int_at_least(getattr(self, name), name, 1)
+                int_at_least(getattr(self, name), name, 1)
         if self.job_timeout_ms is not None:
-            _ms(self.job_timeout_ms, "job_timeout_ms", 1)
-        _ms(self.fallback_polling_interval_ms, "fallback_polling_interval_ms", 0)
+            check_ms(self.job_timeout_ms, "job_timeout_ms", 1)
+        check_ms(self.fallback_polling_interval_ms, "fallback_polling_interval_ms", 0)
         check_job_timeouts(self.job_timeouts)
         if self.lease_ms is not None:
-            _ms(self.lease_ms, "lease_ms", MIN_LEASE_MS)
+            check_ms(self.lease_ms, "lease_ms", MIN_LEASE_MS)
             check_lease_mode(self)
         if self.handler_fn_mode not in HANDLER_MODES:
             raise ConfigurationError(
@@ -271,7 +126,7 @@ class WorkerSettings:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigurationError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("retry_strategy_fn", "failed_job_fn", "on_polling_error", "on_shutdown"):
-            _callable_or_none(getattr(self, name), name)
+            callable_or_none(getattr(self, name), name)
         check_table_name(self.job_table, "job_table")
         check_table_name(self.archived_job_table, "archived_job_table")
         if not isinstance(self.queue_worker_id, str):
@@ -331,7 +186,7 @@ def check_job_timeouts(timeouts: Any) -> None:
     for job_type, ms in timeouts.items():
         check_name(job_type, "job_timeouts' job type")
         if ms is not None:
-            _ms(ms, f"job_timeouts[{job_type!r}]", 1)
+            check_ms(ms, f"job_timeouts[{job_type!r}]", 1)
 
 
 def check_lease_mode(settings: WorkerSettings) -> None:
@@ -413,25 +268,6 @@ def check_pooled(settings: WorkerSettings, why: str) -> None:
             "which a transaction pooler hands to other clients; give this worker a direct "
             "URL, or drop one of them"
         )
-
-
-def check_log(log: Any) -> LogFn:
-    if not callable(log):
-        raise ConfigurationError(f"log must be a callable (event, data), got {log!r}")
-    return log
-
-
-def validated(settings: type[T], kind: str, options: Mapping[str, Any]) -> T:
-    """`settings(**options)`, None meaning the default, naming any option that does not exist
-    (`kind`: "worker", "scheduler")."""
-    fields = {f.name for f in dataclasses.fields(settings)}  # type: ignore[arg-type]
-    unknown = sorted(set(options) - fields)
-    if unknown:
-        raise ConfigurationError(
-            f"unknown {kind} option(s) {', '.join(unknown)}; "
-            f"valid options: {', '.join(sorted(fields))}"
-        )
-    return settings(**{name: value for name, value in options.items() if value is not None})
 
 
 def worker_settings(**options: Any) -> WorkerSettings:

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .._common.checks import check_queue
 from .._store.dialects import Dialect, Session
 from .._store.tables import paused_table
-from .options import check_queue
 
 STATE_CHANNEL = "proletarian_di_state"
 """The PostgreSQL channel on which pausing or resuming a queue names it."""

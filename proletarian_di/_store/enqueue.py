@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from .._common.types import Connection, EnqueueOptions
-from .._engine.options import (
+from .._common.checks import (
     check_clock,
     check_id_strategy,
     check_job_type_style,
@@ -21,6 +20,7 @@ from .._engine.options import (
     check_queue,
     keyword_job_type,
 )
+from .._common.types import Connection, EnqueueOptions
 from ..errors import ArgumentTypeError, ConfigurationError, PayloadError, SchemaError
 from ..jobs import DEFAULT_QUEUE
 from ..serializers import DEFAULT_SERIALIZER, check_serializer

@@ -20,6 +20,7 @@ from ..errors import ArgumentTypeError
 from .datasource import connection_factory, direct_connect, resolved
 from .dialects import unwrap_connection
 from .dialects.base import shutdown_socket
+from .mysql_pool import MySQLDataSource
 
 T = TypeVar("T")
 
@@ -69,8 +70,6 @@ def probe_connector(data_source: Any, timeout_s: float) -> Callable[[], Any] | N
     conninfo = getattr(data_source, "conninfo", None)
     if isinstance(conninfo, str):
         return _pg_connect(conninfo, dict(getattr(data_source, "kwargs", None) or {}), timeout_s)
-    from ..mysql import MySQLDataSource
-
     if isinstance(data_source, MySQLDataSource):
         return _mysql_connect(dict(data_source._options), timeout_s)
     return direct_connect(data_source)

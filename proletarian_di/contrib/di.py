@@ -40,9 +40,9 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._common.types import DataSource, Handler, WorkerOptions
-from .._containers import container_workers, init_resources, shutdown_resources, teardown
 from .._store.secrets import malformed, mask, parse_mysql_url, passwords, postgres_problem, scrub
 from ..errors import ConfigurationError
+from ..lifecycle import container_workers, init_resources, shutdown_resources, teardown
 from ..mysql import MySQLDataSource
 from ..periodic import PeriodicJob, Scheduler, create_scheduler
 from ..worker import QueueWorker, create_queue_worker

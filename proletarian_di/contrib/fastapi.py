@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
-from .._containers import container_workers, init_resources, is_container, shutdown_resources
 from ..health import check_health
+from ..lifecycle import container_workers, init_resources, is_container, shutdown_resources
 from ..worker import QueueWorker
 
 if TYPE_CHECKING:

@@ -103,7 +103,7 @@ def demo(
 
 
 def _run_demo(module: ModuleType, url: str, conn: Any, count: int) -> None:
-    from ..._containers import container_workers, init_resources, shutdown_resources
+    from ...lifecycle import container_workers, init_resources, shutdown_resources
 
     per_queue: dict[str, int] = module.jobs_per_queue(count)
     queues = tuple(per_queue)

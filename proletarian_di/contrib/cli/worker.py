@@ -19,18 +19,18 @@ import typer
 
 from ... import admin
 from ..._common.logging import describe
-from ..._containers import (
+from ..._engine.signals import Signals, total_summary
+from ..._engine.signals import exit_now as _exit_now
+from ..._engine.signals import stop_all as _stop_all
+from ..._store.secrets import scrub
+from ...health import serve_health
+from ...lifecycle import (
     _resources,
     as_container,
     container_workers,
     init_resources,
     shutdown_resources,
 )
-from ..._engine.signals import Signals, total_summary
-from ..._engine.signals import exit_now as _exit_now
-from ..._engine.signals import stop_all as _stop_all
-from ..._store.secrets import scrub
-from ...health import serve_health
 from ...observers import observing_all
 from ...worker import QueueWorker
 from ._app import (
