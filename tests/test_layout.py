@@ -294,3 +294,12 @@ def test_the_public_names_of_earlier_releases_still_import(module: str) -> None:
     imported = importlib.import_module(module)
     missing = [name for name in PUBLIC_NAMES[module].split() if not hasattr(imported, name)]
     assert missing == []
+
+
+def test_every_folder_of_modules_is_a_package() -> None:
+    """A folder without `__init__.py` would be a namespace package, which a wheel leaves out."""
+    folders = {path.parent for path in PACKAGE.rglob("*.py")}
+    assert (
+        sorted(str(f.relative_to(PACKAGE)) for f in folders if not (f / "__init__.py").exists())
+        == []
+    )

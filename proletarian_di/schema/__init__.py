@@ -98,7 +98,7 @@ WORKERS_NEED = "attempts"
 """The schema step workers, `process_next_job` and the admin queries need: their claim runs in
 the order of the priorities step's index, they read the paused queues, they clear a
 job's lease, they read the job's trace context, and they record each attempt (its start and
-worker in the archive, a failed one in the attempt table). `enqueue` needs only the seeds'
+worker in the archive, a failed one in the attempt table). `enqueue` needs only Proletarian's
 tables, unless asked for a newer step's feature (a priority, a unique key, a trace context
 to keep)."""
 

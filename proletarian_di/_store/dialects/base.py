@@ -415,8 +415,8 @@ class Dialect:
         )
 
     def insert_into(self, extra: tuple[str, ...]) -> str:
-        """The INSERT of one job with the seeds' columns and `extra` ones (a priority, a
-        unique key, a trace context): a job without them writes only what the seeds' tables
+        """The INSERT of one job with Proletarian's own columns and `extra` ones (a priority, a
+        unique key, a trace context): a job without them writes only what Proletarian's tables
         have."""
         columns = ", ".join((self.columns, *extra))
         marks = ", ".join(["%s"] * (7 + len(extra)))
