@@ -28,6 +28,8 @@ from proletarian_di.testing import mysql_unreachable_reason
 import private_mariadb
 from backends import MYSQL_URL, Backend, Gate, MySQLBackend, PostgresBackend
 
+pytest_plugins = ["slow_tests"]
+
 
 def _import_the_cli_with_no_fixed_width() -> None:
     """Rich fixes a console's width for good from COLUMNS when it is made: import the CLI (and

@@ -56,11 +56,16 @@ def test_a_killed_last_parent_leaves_its_dependent_blocked_until_it_runs_again(
     assert {archive_by_id(backend)[i][0] for i in (first, last, child)} == {"success"}
 
 
-def test_a_callback_after_ten_thousand_parents_run_by_three_processes_runs_once_after_all(
-    backend: Backend, tmp_path: Path
+@pytest.mark.parametrize(
+    "count", [1_000, pytest.param(10_000, marks=pytest.mark.slow)], ids=lambda n: f"{n}-parents"
+)
+def test_a_callback_after_many_parents_run_by_three_processes_runs_once_after_all(
+    backend: Backend, tmp_path: Path, count: int
 ) -> None:
+    """A fan-in: `count` parents run by three processes at once, whose last ones commit
+    together; the callback runs once, after every one of them."""
     with connection(backend) as conn:
-        parents = enqueue_many(conn, [("t", f"p{n}") for n in range(10_000)])
+        parents = enqueue_many(conn, [("t", f"p{n}") for n in range(count)])
         callback = enqueue(conn, "t", "callback", depends_on=parents)
         conn.commit()
     events = tmp_path / "events"
@@ -69,9 +74,9 @@ def test_a_callback_after_ten_thousand_parents_run_by_three_processes_runs_once_
         for _ in range(3)
     ]
     outs = [finish(process, timeout=300) for process in processes]
-    assert sum(int(out) for out in outs) == 10_001
+    assert sum(int(out) for out in outs) == count + 1
     runs = long_job_process.starts(events)
-    assert len(runs) == 10_001 and runs[-1] == "start callback"
+    assert len(runs) == count + 1 and runs[-1] == "start callback"
     archived: dict[Any, Any] = archive_by_id(backend)
     assert archived[callback] == ("success", 1)
-    assert sum(status == "success" for status, _ in archived.values()) == 10_001
+    assert sum(status == "success" for status, _ in archived.values()) == count + 1

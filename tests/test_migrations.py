@@ -233,8 +233,26 @@ def interruptions(step: list[str]) -> list[int]:
     return [0] + [n for n, sql in enumerate(step, start=1) if not sql.startswith(session)]
 
 
+EVERY_STATEMENT = [
+    pytest.param(False, id="sampled"),
+    pytest.param(True, id="every-statement", marks=pytest.mark.slow),
+]
+
+
+def sample(points: list[int], every: bool) -> list[int]:
+    """The interruption points to try: all of them, or (in every run) the first two, the
+    middle one and the last, which leave a step not begun, begun, half done and all but
+    recorded, at a fraction of the cost (`--slow` tries every one)."""
+    if every or len(points) <= 4:
+        return points
+    return sorted({points[0], points[1], points[len(points) // 2], points[-1]})
+
+
+@pytest.mark.parametrize("every", EVERY_STATEMENT)
 @pytest.mark.parametrize("share", [0, 1], ids=["odd-steps", "even-steps"])
-def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(scratch, share):
+def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
+    scratch, share, every
+):
     """Every step, stopped after each of its statements (MySQL commits each DDL statement;
     a step file run by hand stops where it failed): the catalog never shows the step as
     applied before it is (files run by hand resume at it), and the next upgrade, from the
@@ -258,7 +276,7 @@ def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
     for migration in MIGRATIONS[backend.name][share::2]:
         version = migration.version
         step = statements(migration.sql(**tables(OLD)))
-        for done in interruptions(step):
+        for done in sample(interruptions(step), every):
             drop(backend, OLD)
             create_at(backend, version - 1)
             run_sql(backend, ";\n".join(step[:done]))
@@ -275,7 +293,10 @@ def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
     assert wrong == [], "(step, statements applied, what went wrong)"
 
 
-def test_a_fresh_install_interrupted_after_any_statement_is_finished_by_the_next_upgrade(scratch):
+@pytest.mark.parametrize("every", EVERY_STATEMENT)
+def test_a_fresh_install_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
+    scratch, every
+):
     """sql/<database>.sql run by hand, stopped after each statement (the upgrade itself runs
     it in one transaction on PostgreSQL, statement by statement on MySQL)."""
     backend = scratch
@@ -283,7 +304,7 @@ def test_a_fresh_install_interrupted_after_any_statement_is_finished_by_the_next
     fresh = tables_only(catalog(backend, FRESH))
     full = statements(schema_sql(backend.name, **tables(OLD)))
     differ = []
-    for done in range(len(full)):
+    for done in sample(list(range(len(full))), every):
         drop(backend, OLD)
         run_sql(backend, ";\n".join(full[:done]))
         upgrade(backend)
