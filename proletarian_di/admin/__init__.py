@@ -11,7 +11,7 @@ Every name is importable from here; each module holds one concern:
 - `jobs`: a job as an operator sees it (`JobInfo`, its `Attempt`s, `STATES`), `get_job`,
   `list_jobs` and `list_jobs_page` (and their bounds, `MAX_LIMIT` and `MAX_EXAMINED`), and
   the reading of both tables they share.
-- `overview`: the queues at a glance (`queue_stats`, `overview`, `overview_page`,
+- `queues`: the queues at a glance (`queue_stats`, `overview`, `overview_page`,
   `throughput`, `recent_failures`, `waiting`) and the schema checks (`check`,
   `missing_columns`).
 - `timings`: how long jobs waited and ran (`timings`, `Timing`).
@@ -25,7 +25,14 @@ Every name is importable from here; each module holds one concern:
 - `workflows`: `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`).
-- `_checks` and `_sql`, below them all: the argument checks and the SQL they share.
+- `_checks` and `_sql`: the argument checks and the SQL pieces the others share.
+
+They stand in layers, each importing only those below it, never this package:
+`_checks` and `headline`; `_sql`; `workers`; `jobs`; the rest (`explain`, `search` and
+`workflows` read jobs through `jobs`). `timings` is both a module and the function it holds:
+`admin.timings` is the function. `pause_queue`, `resume_queue`, `paused_queues`,
+`PRUNE_BATCH_SIZE` and `MAX_HOURS` import from here too, outside `__all__` as they always
+were (hence their `X as X`).
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ from .jobs import (
     list_jobs,
     list_jobs_page,
 )
-from .overview import (
+from .queues import (
     OverviewPage,
     QueueOverview,
     QueueStats,
