@@ -190,7 +190,7 @@ def autocommit(backend: Any, conn: Any) -> None:
 
 
 def test_held_rows_on_an_autocommit_connection_and_across_batches(backend, monkeypatch):
-    monkeypatch.setattr("proletarian_di.admin._SCAN_BATCH", 1)
+    monkeypatch.setattr("proletarian_di.admin.jobs._SCAN_BATCH", 1)
     a, b, c, d = (enqueue_committed(backend, (name, None))[0] for name in "abcd")
     with connection(backend) as holder, connection(backend) as conn:
         lock_row(backend, holder, d)

@@ -132,7 +132,7 @@ def test_a_leased_job_is_running_and_its_worker_is_never_held_up(
 def test_an_expired_lease_is_retrying_and_a_live_one_running(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("proletarian_di.admin._SCAN_BATCH", 1)
+    monkeypatch.setattr("proletarian_di.admin.jobs._SCAN_BATCH", 1)
     expired, live, queued = enqueue_committed(
         backend, ("expired", None), ("live", None), ("queued", None), queue="q"
     )

@@ -1,8 +1,9 @@
-"""Why a job is not running now (`admin.explain_job`).
+"""Why a job is not running now (`explain_job`).
 
-Each reason is a small function of the `Facts` read once for the job: it returns a sentence
-when the thing it checks holds the job back now, else None. A new reason (jobs it depends
-on) is one more function in `REASONS`, reading what it needs from `Facts`.
+`explain_job` reads the job, its queue's live workers and the time once, as `Facts`. Each
+reason is a small function of those `Facts`: it returns a sentence when the thing it checks
+holds the job back now, else None. A new reason (jobs it depends on) is one more function in
+`REASONS`, reading what it needs from `Facts`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,18 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .._common.types import Connection
 from .._engine import pauses as _pauses
+from .._engine import registry as _registry
 from .._engine.rates import bucket_of
 from .._engine.registry import WorkerInfo
-from .._store.dialects import Dialect
+from .._store.dialects import Dialect, dialect_of
 from .._store.dialects.base import RunningSlots, running_slots
+from .._store.tables import DEFAULT_TABLES, Tables, workers_table
+from ..serializers import check_serializer
+from ._checks import _job_id, _utc
+from .jobs import _group_key, _infos, _Query, _select
+from .workers import STALE_AFTER
 
 WAITING_STATES = ("blocked", "queued", "scheduled", "retrying")
 """The states in which something may hold a job back."""
@@ -186,6 +194,41 @@ REASONS: Sequence[Callable[[Facts], str | None]] = (
     no_live_worker,
 )
 """Every reason, in the order `Explanation.reasons` lists them."""
+
+
+def explain_job(
+    conn: Connection,
+    job_id: uuid.UUID | str,
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> Explanation | None:
+    """Why the job with this id is not running now, or None if there is no such job: its
+    state (as `get_job` tells it) and a sentence for each thing that holds it back (its
+    queue paused, scheduled or retrying until a time, its queue's `max_running` full, with
+    the running jobs that hold the slots, its queue's or group's rate limit spent until a
+    time, no live worker polling its queue). A running or
+    finished job has no reasons; `Explanation.note` then says who runs it, or when it ended.
+
+    The workers are the live workers' registry's (see `list_workers`); on a schema without
+    it, nothing is said about workers. A few small reads, whatever the tables' size."""
+    wanted = _job_id(job_id)
+    at = _utc(now or datetime.now(timezone.utc))
+    dialect = dialect_of(conn, tables)
+    with dialect.admin_read(conn):
+        held = dialect.held_rows(conn)
+        query = _Query(job_id=wanted)
+        sql, params = _select(dialect, tables, query, held, None, at, 1, 1)
+        rows = dialect.fetchall(conn, sql, params)
+        found = _infos(conn, dialect, rows, held, at, check_serializer(None), 1)
+        if not found:
+            return None
+        job = dataclasses.replace(found[0], group_key=_group_key(conn, dialect, tables, found[0]))
+        registry = workers_table(tables.job_table)
+        workers = None
+        if dialect.table_columns(conn, registry):
+            workers = _registry.read_workers(conn, dialect, registry, found[0].queue, STALE_AFTER)
+        return explain(Facts(conn, dialect, job, at, workers))
 
 
 def explain(facts: Facts) -> Explanation:

@@ -1,4 +1,4 @@
-"""How long jobs waited and ran, per queue, job type and clock hour, for `admin.timings`.
+"""How long jobs waited and ran, per queue, job type and clock hour (`timings`).
 
 Read from the archive's rows that finished in the window (its `finished_at` index bounds the
 read), each job's last attempt: its wait from when it was due (`process_at`) to its start
@@ -11,10 +11,14 @@ however many jobs finished.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .._store.dialects import Dialect
+from .._common.types import Connection
+from .._store.dialects import Dialect, dialect_of
+from .._store.tables import DEFAULT_TABLES, Tables
+from ..errors import ConfigurationError
+from ._checks import _utc
 
 HOUR = timedelta(hours=1)
 MAX_HOURS = 7 * 24
@@ -48,6 +52,34 @@ class Timing:
             if isinstance(value, timedelta):
                 data[name] = round(value.total_seconds(), 6)
         return data
+
+
+def timings(
+    conn: Connection,
+    *,
+    hours: int = 24,
+    per_hour: bool = True,
+    queue: str | None = None,
+    job_type: str | None = None,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> list[Timing]:
+    """How long the jobs that finished in the last `hours` (the current clock hour and those
+    before it, 1 to a week's) waited and ran, per queue and job type: per clock hour, or
+    over the whole window (`per_hour=False`); of one queue or job type if given. By queue,
+    job type, then hour; an hour in which no job of theirs finished is left out.
+
+    Each job's last attempt counts: its wait from when it was due to when it started, its
+    run from then to its end; `Timing` holds the 50th and 95th percentiles (nearest rank)
+    and the maximum of each. The read is bounded by the archive's `finished_at` index."""
+    if isinstance(hours, bool) or not isinstance(hours, int) or not 1 <= hours <= MAX_HOURS:
+        raise ConfigurationError(
+            f"hours must be a whole number from 1 to {MAX_HOURS}, got {hours!r}"
+        )
+    dialect = dialect_of(conn, tables)
+    end = _utc(now or datetime.now(timezone.utc))
+    since = end.replace(minute=0, second=0, microsecond=0) - (hours - 1) * HOUR
+    return read(conn, dialect, tables.archived_job_table, since, hours, per_hour, queue, job_type)
 
 
 _PERCENTILES = (0.5, 0.95)

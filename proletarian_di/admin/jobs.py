@@ -1,0 +1,619 @@
+"""Jobs as an operator sees them, waiting and archived: `JobInfo` and its `Attempt`s,
+`list_jobs`, `list_jobs_page` and `get_job`, and the reading they share (the SELECT over
+both tables, newest first, and the probe that tells a running job from a waiting one),
+which `search` and `explain` read jobs through too."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .._common.types import Connection
+from .._engine import registry as _registry
+from .._store import dependencies as _dependencies
+from .._store.dependencies import BLOCKED_AT
+from .._store.dialects import Dialect, dialect_of
+from .._store.dialects.base import HeldRows
+from .._store.tables import DEFAULT_TABLES, Tables, attempt_table, workers_table
+from ..errors import ConfigurationError
+from ..serializers import Serializer, check_serializer
+from ._checks import _check_positive, _job_id, _moment, _utc
+from ._sql import _ARCHIVED, _LEASED, _STATE_OF_STATUS, _WAITING, _Where
+from .headline import _check_error, error_headline
+from .workers import STALE_AFTER
+
+STATES = (
+    "blocked",
+    "queued",
+    "scheduled",
+    "retrying",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+)
+"""A job's states: the first five in the job table, the last three in the archive. A
+`blocked` job waits on others (`depends_on`, `Workflow`)."""
+
+MAX_LIMIT = 1000
+"""The most jobs one `list_jobs` call returns."""
+
+MAX_EXAMINED = 2000
+"""The most rows one `list_jobs_page` or `overview_page` call reads to tell jobs' states by
+default: where the database cannot list the rows workers hold, the rows are probed, and the
+probe of a large table is bounded by this, not by the table."""
+
+_ORDER = "ORDER BY enqueued_at DESC, job_id DESC"
+_SCAN_BATCH = 200
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One run of a job, as its history keeps it: its number (from 1; a run that `stop()`
+    abandoned keeps its number, which runs again), when it started (None: unknown, a run
+    whose lease ran out), when it ended, the worker that ran it (`host:pid thread`; a
+    dead lease's `host:pid`), and its error (None: it succeeded)."""
+
+    number: int
+    started_at: datetime | None
+    finished_at: datetime
+    worker: str | None
+    error: str | None
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long it ran (None when its start is unknown)."""
+        return None if self.started_at is None else self.finished_at - self.started_at
+
+    @property
+    def succeeded(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields for JSON: times in ISO 8601, the duration in seconds."""
+        duration = self.duration
+        return {
+            **dataclasses.asdict(self),
+            "started_at": self.started_at and self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "duration_seconds": None if duration is None else duration.total_seconds(),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class JobInfo:
+    """One job as an operator sees it, waiting or archived; every time is an aware UTC datetime.
+
+    `state` is one of `STATES`; `payload` is decoded (its raw text when it cannot be);
+    `finished_at` is None while the job waits; `error` is the last failed attempt's error
+    (a failure's own once archived), None when no attempt failed; `priority` is the one
+    it was enqueued with. `payload_truncated`: the listing read only the payload's first
+    characters (see `list_jobs_page`), and `payload` is that text, not decoded. `history`:
+    every finished attempt, oldest first (`get_job` reads it; listings leave it empty).
+    `progress`: what a running job last reported (`Job.report_progress`), as its worker's
+    last beat wrote it (`get_job` reads it; None otherwise). `group_key`: the one it was
+    enqueued with, while it waits or runs (`get_job` reads it; the archive does not keep it).
+    `workflow_id`, `parents` and `children`: the workflow it belongs to, the jobs it waits on
+    (`depends_on`) and those that wait on it (`get_job` reads them).
+    """
+
+    job_id: uuid.UUID
+    queue: str
+    job_type: str
+    payload: Any
+    attempts: int
+    state: str
+    enqueued_at: datetime
+    process_at: datetime
+    finished_at: datetime | None
+    error: str | None
+    priority: int = 0
+    payload_truncated: bool = False
+    history: tuple[Attempt, ...] = ()
+    progress: Any = None
+    group_key: str | None = None
+    workflow_id: uuid.UUID | None = None
+    parents: tuple[uuid.UUID, ...] = ()
+    children: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def error_headline(self) -> str | None:
+        """The error's first line (`Type: message`), as `error_headline` gives it."""
+        return error_headline(self.error)
+
+    @property
+    def cursor(self) -> str:
+        """This job's place in `list_jobs`' order as text, for `before=` (an HTTP query, say):
+        `<enqueued_at in microseconds since 1970>.<job_id>`."""
+        return f"{(self.enqueued_at - _EPOCH) // timedelta(microseconds=1)}.{self.job_id}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields for JSON, the id and the times (ISO 8601) as strings."""
+        data = dataclasses.asdict(self)
+        data["job_id"] = str(self.job_id)
+        for name in ("enqueued_at", "process_at", "finished_at"):
+            data[name] = data[name] and data[name].isoformat()
+        data["history"] = [attempt.as_dict() for attempt in self.history]
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPage:
+    """One page of `list_jobs_page`: its jobs, newest first; `next_before`, the cursor of the
+    next page (None after the last); `partial` when the page stopped at its bound of rows
+    examined before it found `limit` jobs (the next page goes on from there); `examined`,
+    the rows it read to tell the jobs' states."""
+
+    jobs: list[JobInfo]
+    next_before: str | None
+    partial: bool
+    examined: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Query:
+    """What `list_jobs` and `get_job` look for (times aware UTC)."""
+
+    state: str | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    enqueued_since: datetime | None = None
+    enqueued_until: datetime | None = None
+    finished_since: datetime | None = None
+    finished_until: datetime | None = None
+    job_id: uuid.UUID | None = None
+    error: str | None = None
+    condition: tuple[str, tuple[Any, ...]] | None = None
+    """More SQL, with its parameters, that a row must match (a search's)."""
+
+    def in_job_table(self) -> bool:
+        """Whether waiting jobs can match (they have no finished_at)."""
+        finished = self.finished_since is not None or self.finished_until is not None
+        return self.state in (None, *_WAITING) and not finished
+
+    def in_archive(self) -> bool:
+        """Whether archived jobs can match."""
+        return self.state in (None, *_ARCHIVED)
+
+
+def list_jobs(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    limit: int = 100,
+    enqueued_since: datetime | None = None,
+    enqueued_until: datetime | None = None,
+    finished_since: datetime | None = None,
+    finished_until: datetime | None = None,
+    before: JobInfo | str | None = None,
+    error: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> list[JobInfo]:
+    """Jobs, waiting and archived, newest first (by enqueued_at, then job_id): at most
+    `limit` (1 to `MAX_LIMIT`), of one `state` if given (see `STATES`).
+
+    Filters: queue, job type, `enqueued_since` <= enqueued_at < `enqueued_until`,
+    `finished_since` <= finished_at < `finished_until` (archived jobs only), and `error`, the
+    (last) error's first line as `error_headline` gives it. Pages: pass the
+    last job of a page, or its `cursor` string, as `before` to get the next one. "running"
+    is a job whose row a worker holds locked now, probed without blocking anyone (see the
+    admin docs for what each database does), or one under a live lease (`leased_by` set,
+    `process_at`, the lease's end, still ahead). Roll back or commit afterwards.
+
+    It reads on until it has `limit` jobs or none are left; `list_jobs_page` bounds that.
+    """
+    query = _Query(
+        _check_state(state),
+        queue,
+        job_type,
+        _moment(enqueued_since, "enqueued_since"),
+        _moment(enqueued_until, "enqueued_until"),
+        _moment(finished_since, "finished_since"),
+        _moment(finished_until, "finished_until"),
+        error=_check_error(error),
+    )
+    count, after = _check_limit(limit), _after(before)
+    codec = check_serializer(serializer)
+    dialect = dialect_of(conn, tables)
+    with dialect.admin_read(conn):
+        return _collect(conn, dialect, tables, query, count, after, codec).jobs
+
+
+def list_jobs_page(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    limit: int = 100,
+    before: JobInfo | str | None = None,
+    max_examined: int = MAX_EXAMINED,
+    payload_chars: int | None = None,
+    error: str | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> JobPage:
+    """One page of `list_jobs` whose work is bounded, for pages anyone may load (a dashboard):
+    it reads at most `max_examined` rows (at least `limit`) in a few statements, however
+    large the tables, and says when it stopped there (`JobPage.partial`: a state that only a
+    probe of row locks tells, such as "running" on MariaDB, can need more).
+
+    `payload_chars`: read only the first this many characters of each payload (in SQL); a
+    longer payload is that text, undecoded, with `payload_truncated` set. None: whole payloads.
+    `error`: only jobs whose (last) error's first line is this (see `error_headline`).
+    """
+    query = _Query(_check_state(state), queue, job_type, error=_check_error(error))
+    count, after = _check_limit(limit), _after(before)
+    _check_positive(max_examined, "max_examined")
+    if payload_chars is not None:
+        _check_positive(payload_chars, "payload_chars")
+    codec = check_serializer(serializer)
+    dialect = dialect_of(conn, tables)
+    with dialect.admin_read(conn):
+        return _collect(
+            conn,
+            dialect,
+            tables,
+            query,
+            count,
+            after,
+            codec,
+            max(max_examined, count),
+            payload_chars,
+        )
+
+
+def get_job(
+    conn: Connection,
+    job_id: uuid.UUID | str,
+    *,
+    tables: Tables = DEFAULT_TABLES,
+    serializer: Serializer | None = None,
+) -> JobInfo | None:
+    """The job with this id, waiting or archived, with its history, or None if there is
+    none."""
+    query = _Query(job_id=_job_id(job_id))
+    codec = check_serializer(serializer)
+    dialect = dialect_of(conn, tables)
+    with dialect.admin_read(conn):
+        found = _collect(conn, dialect, tables, query, 1, None, codec).jobs
+        if not found:
+            return None
+        job = found[0]
+        return dataclasses.replace(
+            job,
+            history=_history(conn, dialect, tables, job),
+            progress=_progress(conn, dialect, tables, job),
+            group_key=_group_key(conn, dialect, tables, job),
+            **_graph(conn, dialect, job),
+        )
+
+
+def _graph(conn: Connection, dialect: Dialect, job: JobInfo) -> dict[str, Any]:
+    """A job's workflow, parents and children (none on a schema without them)."""
+    if not _dependencies.has_tables(conn, dialect):
+        return {}
+    ids = dialect.default_id_strategy
+    key = ids.encode(job.job_id)
+    deps = dialect.dependencies_table
+    row = dialect.fetchone(
+        conn, f"SELECT workflow_id FROM {dialect.workflows_table} WHERE job_id = %s", (key,)
+    )
+
+    def read(sql: str) -> tuple[uuid.UUID, ...]:
+        return tuple(sorted(ids.decode(r[0]) for r in dialect.fetchall(conn, sql, (key,))))
+
+    return {
+        "workflow_id": None if row is None else ids.decode(row[0]),
+        "parents": read(f"SELECT parent_id FROM {deps} WHERE job_id = %s"),
+        "children": read(f"SELECT job_id FROM {deps} WHERE parent_id = %s"),
+    }
+
+
+def _group_key(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> str | None:
+    """A waiting or running job's group key (None: none, or a schema without the column)."""
+    if job.finished_at is not None or "group_key" not in dialect.table_columns(
+        conn, tables.job_table
+    ):
+        return None
+    key = dialect.default_id_strategy.encode(job.job_id)
+    row = dialect.fetchone(
+        conn, f"SELECT group_key FROM {tables.job_table} WHERE job_id = %s", (key,)
+    )
+    return row[0] if row is not None and row[0] else None
+
+
+def _progress(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> Any:
+    """A running job's progress, from the live worker that runs it (None if it reported
+    none, or the schema predates the live workers' table)."""
+    table = workers_table(tables.job_table)
+    if job.state != "running" or not dialect.table_columns(conn, table):
+        return None
+    for worker in _registry.read_workers(conn, dialect, table, job.queue, STALE_AFTER):
+        for thread in worker.threads:
+            if thread.job_id == job.job_id and thread.progress is not None:
+                return thread.progress
+    return None
+
+
+def _history(
+    conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo
+) -> tuple[Attempt, ...]:
+    """The job's finished attempts, oldest first: the failed ones from the attempt table, then
+    its success from the archive, in one statement."""
+    key = dialect.default_id_strategy.encode(job.job_id)
+    rows = dialect.fetchall(
+        conn,
+        f"SELECT attempt, started_at, finished_at, worker, error, 0 FROM "
+        f"{attempt_table(tables.job_table)} WHERE job_id = %s UNION ALL "
+        "SELECT attempts, started_at, finished_at, worker, NULL, 1 FROM "
+        f"{tables.archived_job_table} WHERE job_id = %s AND status = 'success'",
+        (key, key),
+    )
+
+    attempts = []
+    for n, started, finished, worker, error, last in rows:
+        ended = _utc(dialect.decode_time(finished))
+        began = None if started is None else _utc(dialect.decode_time(started))
+        attempts.append((last, ended, Attempt(int(n), began, ended, worker, error)))
+    return tuple(attempt for *_, attempt in sorted(attempts, key=lambda row: row[:2]))
+
+
+def _collect(
+    conn: Connection,
+    dialect: Dialect,
+    tables: Tables,
+    query: _Query,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+    codec: Serializer,
+    max_examined: int | None = None,
+    payload_chars: int | None = None,
+) -> JobPage:
+    """Up to `limit` jobs matching `query` after `after`; a waiting state, which the lock
+    probe decides, may take more than one batch of rows: with `max_examined`, two at most
+    (the page's worth, then the rest of the bound), else as many as it takes."""
+    now = datetime.now(timezone.utc)
+    held = dialect.held_rows(conn)
+    exact = query.state is None or query.state in _ARCHIVED
+    batch = limit if exact else max(limit, _SCAN_BATCH)
+    if max_examined is not None:
+        batch = min(batch, max_examined)
+    found: list[JobInfo] = []
+    examined = 0
+    last: JobInfo | None = None
+    full = False
+    while query.in_job_table() or query.in_archive():
+        sql, params = _select(dialect, tables, query, held, after, now, batch, payload_chars)
+        rows = dialect.fetchall(conn, sql, params)
+        examined += len(rows)
+        infos = _infos(conn, dialect, rows, held, now, codec, payload_chars)
+        found.extend(info for info in infos if query.state in (None, info.state))
+        full = len(rows) == batch
+        if infos:
+            last = infos[-1]
+        if len(found) >= limit or not full:
+            break
+        if max_examined is not None:
+            batch = max_examined - examined
+            if batch <= 0:
+                break
+        after = infos[-1].enqueued_at, infos[-1].job_id
+    jobs = found[:limit]
+    partial = len(jobs) < limit and full
+    if len(jobs) == limit:
+        next_before: str | None = jobs[-1].cursor
+    else:
+        next_before = last.cursor if partial and last is not None else None
+    return JobPage(jobs, next_before, partial, examined)
+
+
+def _select(
+    dialect: Dialect,
+    tables: Tables,
+    query: _Query,
+    held: HeldRows,
+    after: tuple[datetime, uuid.UUID] | None,
+    now: datetime,
+    limit: int,
+    payload_chars: int | None = None,
+    archive_query: _Query | None = None,
+) -> tuple[str, list[Any]]:
+    """The SELECT of the next `limit` rows after `after`, newest first, from the tables
+    `query` can find jobs in (`archive_query`, when given, is the archive's); each row ends
+    with its `held` flag (1: maybe locked by a running worker), its priority and its
+    `leased` flag (1: under a live lease, running)."""
+    columns = dialect.columns
+    if payload_chars is not None:
+        prefix = f"LEFT(payload, {int(payload_chars) + 1}) AS payload"
+        columns = columns.replace("payload", prefix, 1)
+    branches = []
+    if query.in_job_table():
+        branches.append(_job_rows(dialect, tables.job_table, query, held, after, now, columns))
+    if query.in_archive():
+        archived = archive_query or query
+        branches.append(
+            _archived_rows(dialect, tables.archived_job_table, archived, after, columns)
+        )
+    if len(branches) == 1:
+        sql, params = branches[0]
+        return f"{sql} {_ORDER} LIMIT %s", [*params, limit]
+    (first, first_params), (second, second_params) = branches
+    return (
+        f"SELECT * FROM (({first} {_ORDER} LIMIT %s) UNION ALL ({second} {_ORDER} LIMIT %s)) "
+        f"AS page {_ORDER} LIMIT %s",
+        [*first_params, limit, *second_params, limit, limit],
+    )
+
+
+def _matching(dialect: Dialect, query: _Query, after: tuple[datetime, uuid.UUID] | None) -> _Where:
+    """The conditions both tables share: id, queue, job type, enqueued range, page start."""
+    encode, key = dialect.encode_time, dialect.default_id_strategy.encode
+    where = (
+        _Where()
+        .given("job_id = %s", query.job_id and key(query.job_id))
+        .given("queue = %s", query.queue)
+        .given("job_type = %s", query.job_type)
+        .headline(dialect, query.error)
+        .given("enqueued_at >= %s", query.enqueued_since and encode(query.enqueued_since))
+        .given("enqueued_at < %s", query.enqueued_until and encode(query.enqueued_until))
+    )
+    if query.condition is not None:
+        where.add(query.condition[0], *query.condition[1])
+    if after is not None:
+        at, job_id = encode(after[0]), key(after[1])
+        where.add("(enqueued_at < %s OR (enqueued_at = %s AND job_id < %s))", at, at, job_id)
+    return where
+
+
+def _job_rows(
+    dialect: Dialect,
+    table: str,
+    query: _Query,
+    held: HeldRows,
+    after: tuple[datetime, uuid.UUID] | None,
+    now: datetime,
+    columns: str,
+) -> tuple[str, list[Any]]:
+    """The job table's part: the state's condition, whether each row may be held, and
+    whether it is under a live lease."""
+    at = dialect.encode_time(now)
+    where = _matching(dialect, query, after)
+    if query.state == "running":
+        where.add(f"({held.condition} OR {_LEASED})", *held.params, at)
+    elif query.state is not None:
+        condition = _WAITING[query.state]
+        where.add(condition, *[at] * condition.count("%s"))
+    columns = (
+        f"{columns}, NULL AS status, NULL AS finished_at, last_error, "
+        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held, priority, "
+        f"CASE WHEN {_LEASED} THEN 1 ELSE 0 END AS leased"
+    )
+    sql = f"SELECT {columns} FROM {table} WHERE {where.sql}"
+    return sql, [*held.params, at, *where.params]
+
+
+def _archived_rows(
+    dialect: Dialect,
+    table: str,
+    query: _Query,
+    after: tuple[datetime, uuid.UUID] | None,
+    columns: str,
+) -> tuple[str, list[Any]]:
+    """The archive's part: the state's status and the finished range."""
+    encode = dialect.encode_time
+    where = (
+        _matching(dialect, query, after)
+        .given("status = %s", _ARCHIVED.get(query.state or ""))
+        .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
+        .given("finished_at < %s", query.finished_until and encode(query.finished_until))
+    )
+    columns = f"{columns}, status, finished_at, last_error, 0 AS held, priority, 0 AS leased"
+    return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
+
+
+def _infos(
+    conn: Connection,
+    dialect: Dialect,
+    rows: list[tuple[Any, ...]],
+    held: HeldRows,
+    now: datetime,
+    codec: Serializer,
+    payload_chars: int | None = None,
+) -> list[JobInfo]:
+    """The rows as jobs; the job rows that may be held are probed (on this page only), but
+    not those under a live lease: they run, and a probe's lock could hold up their worker,
+    which renews and settles its lease without SKIP LOCKED."""
+    maybe = [row[0] for row in rows if row[10] and not row[12]]
+    held_now = set(maybe) if held.exact else dialect.probe_held(conn, maybe)
+    return [
+        _info(dialect, row, bool(row[12]) or row[0] in held_now, now, codec, payload_chars)
+        for row in rows
+    ]
+
+
+def _info(
+    dialect: Dialect,
+    row: tuple[Any, ...],
+    running: bool,
+    now: datetime,
+    codec: Serializer,
+    payload_chars: int | None = None,
+) -> JobInfo:
+    """One row of `_select` as a job, its state told from its table, lock or lease, and
+    times."""
+    raw_id, queue, job_type, text, attempts, enqueued, due, status, finished, error = row[:10]
+    priority = row[11]
+    if len(row) > 12 and row[12]:
+        attempts -= 1  # a live lease's row counts the attempt in progress: finished ones only
+    process_at = _utc(dialect.decode_time(due))
+    if status is not None:
+        state = _STATE_OF_STATUS.get(status, status)
+    elif running:
+        state = "running"
+    elif attempts > 0:
+        state = "retrying"
+    elif process_at >= BLOCKED_AT:
+        state = "blocked"
+    else:
+        state = "scheduled" if process_at > now else "queued"
+    truncated = payload_chars is not None and len(text) > payload_chars
+    return JobInfo(
+        job_id=dialect.default_id_strategy.decode(raw_id),
+        queue=queue,
+        job_type=job_type,
+        payload=text[:payload_chars] if truncated else _decode(codec, text),
+        attempts=int(attempts),
+        state=state,
+        enqueued_at=_utc(dialect.decode_time(enqueued)),
+        process_at=process_at,
+        finished_at=None if finished is None else _utc(dialect.decode_time(finished)),
+        error=error,
+        priority=int(priority),
+        payload_truncated=truncated,
+    )
+
+
+def _decode(codec: Serializer, text: str) -> Any:
+    """The payload, or its raw text when it cannot be decoded (an operator still sees it)."""
+    try:
+        return codec.decode(text)
+    except Exception:
+        return text
+
+
+def _check_limit(limit: Any) -> int:
+    """A page size from 1 to `MAX_LIMIT`: a page is one bounded query and probe."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ConfigurationError(
+            f"limit must be a whole number from 1 to {MAX_LIMIT}, got {limit!r}"
+        )
+    return limit
+
+
+def _check_state(state: Any) -> str | None:
+    """One of `STATES`, or None for any."""
+    if state is not None and state not in STATES:
+        raise ConfigurationError(f"unknown state {state!r}; valid states: {', '.join(STATES)}")
+    return state
+
+
+def _after(before: Any) -> tuple[datetime, uuid.UUID] | None:
+    """Where a page starts: after this job (a `JobInfo` or its `cursor`)."""
+    if before is None:
+        return None
+    if isinstance(before, JobInfo):
+        return before.enqueued_at, before.job_id
+    if isinstance(before, str):
+        micros, _, job_id = before.partition(".")
+        try:
+            return _EPOCH + timedelta(microseconds=int(micros)), uuid.UUID(job_id)
+        except (ValueError, OverflowError):
+            pass
+    raise ConfigurationError(f"before must be a JobInfo or its cursor string, got {before!r}")
