@@ -36,7 +36,6 @@ from rich.console import Console
 from rich.table import Table
 
 from proletarian_di import admin, enqueue_many
-from proletarian_di._store.dialects import dialect_of
 
 from . import dashboard
 from .cpu import Figure, metered
@@ -89,7 +88,14 @@ def reading(db: Database, read: Callable[..., Any]) -> Callable[[], Any]:
 def sum_up_day(db: Database) -> tuple[int, float, float]:
     """What running workers' beats would have done over the last day: every hour of it
     summed up into the outcomes table, one call per hour (hours, seconds, slowest in ms)."""
-    from proletarian_di._store.outcomes import sum_up  # a revision --compare builds may have none
+    try:
+        from proletarian_di._store.dialects import dialect_of
+        from proletarian_di._store.outcomes import sum_up
+    except ImportError:  # a revision before the layout (--compare), or one with no sums
+        from proletarian_di._outcomes import sum_up  # type: ignore[no-redef]
+
+        def dialect_of(conn: Any, tables: Any) -> Any:  # type: ignore[misc]
+            return tables.dialect(conn)
 
     hours, slowest = 0, 0.0
     began = time.perf_counter()

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from proletarian_di import enqueue, enqueue_many
-from proletarian_di._engine.options import WorkerSettings
+
+try:
+    from proletarian_di._engine.options import WorkerSettings
+except ImportError:  # a revision before the layout, which --compare builds
+    from proletarian_di._options import WorkerSettings  # type: ignore[no-redef]
 
 from . import plain
 from .cpu import Figure, metered
@@ -105,7 +109,7 @@ def worker_option(name: str) -> bool:
 
 def has_dependencies() -> bool:
     """Whether the proletarian-di under test has `enqueue(depends_on=...)`."""
-    from proletarian_di._common.types import EnqueueOptions
+    from proletarian_di import EnqueueOptions
 
     return "depends_on" in EnqueueOptions.__annotations__
 
