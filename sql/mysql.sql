@@ -1,5 +1,5 @@
 -- proletarian-di schema (version 19) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
--- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
+-- Rendered from proletarian_di/schema/; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
 -- MySQL 8.0.17+ respectively); on MySQL 8.0.1-8.0.16 replace both with

@@ -1,5 +1,5 @@
 -- proletarian-di schema (version 16) for PostgreSQL 9.5+ (safe to run twice).
--- Rendered from proletarian_di/schema.py; `proletarian-di schema print` renders
+-- Rendered from proletarian_di/schema/; `proletarian-di schema print` renders
 -- it for other table names.
 
 CREATE SCHEMA IF NOT EXISTS proletarian;
