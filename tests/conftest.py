@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
@@ -95,13 +96,28 @@ def _private_mysql_servers() -> bool:
     return "MYSQL_URL" not in os.environ and private_mariadb.available()
 
 
+_REPEATS_IGNORED_FOR = 5.0
+
+
 def _interrupt_on_sigterm() -> None:
     """End this process on SIGTERM and SIGHUP as on Ctrl-C, with KeyboardInterrupt: Python's
     default ends it at once, running no `finally`, so no fixture would stop its server or
-    drop its database. (A handler someone set, or SIG_IGN under nohup, stays.)"""
+    drop its database. (A handler someone set, or SIG_IGN under nohup, stays.)
+
+    The same signal often comes twice at once (`kill -TERM -- -<make's group>` reaches pytest,
+    and make passes its own on to pytest too): a repeat within 5 s is ignored, so that it
+    does not interrupt the first one's clean-up; a later one ends the process at once (its
+    servers are left to their watchdogs)."""
+    first: list[float] = []
 
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+        if not first:
+            first.append(time.monotonic())
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+        if time.monotonic() - first[0] < _REPEATS_IGNORED_FOR:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError):  # not the main thread: no signal comes here
