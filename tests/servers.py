@@ -17,6 +17,7 @@ the standard library only).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 _SBIN = os.pathsep.join((os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"))
 
@@ -70,9 +72,16 @@ class Watchdog:
         self._write: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
-    def arm(self, pid: int, folder: str, stop_signal: int = signal.SIGTERM) -> None:
+    def arm(
+        self,
+        pid: int | None,
+        folder: str,
+        stop_signal: int = signal.SIGTERM,
+        then: Sequence[Sequence[str]] = (),
+    ) -> None:
         """Watch the server process `pid`, whose command line names `folder` (the server's
-        own temporary folder, removed with it); `stop_signal` stops it."""
+        own temporary folder, removed last); `stop_signal` stops it. The commands `then` run
+        after it stopped (with no `pid`, only they run, and the folder goes)."""
         if self._process is not None:
             raise RuntimeError("this watchdog watches a server already")
         read, self._write = os.pipe()  # not inherited by other children (PEP 446)
@@ -83,9 +92,10 @@ class Watchdog:
                     "-I",
                     "-S",
                     os.path.abspath(__file__),
-                    str(pid),
+                    str(pid or 0),
                     folder,
                     str(int(stop_signal)),
+                    json.dumps([list(command) for command in then]),
                 ],
                 stdin=read,
                 stdout=subprocess.DEVNULL,
@@ -133,7 +143,7 @@ def _runs(pid: int, folder: str) -> bool:
 
 
 def _stop(pid: int, folder: str, stop_signal: int) -> None:
-    """Stop the server if it still runs, SIGKILL it if it will not end, remove its folder."""
+    """Stop the server if it still runs; SIGKILL it if it will not end."""
     if _runs(pid, folder):
         try:
             os.kill(pid, stop_signal)
@@ -146,15 +156,18 @@ def _stop(pid: int, folder: str, stop_signal: int) -> None:
                     time.sleep(0.05)
         except ProcessLookupError:
             pass
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def main(argv: list[str]) -> None:
-    pid, folder, stop_signal = int(argv[0]), argv[1], int(argv[2])
+    pid, folder, stop_signal, then = int(argv[0]), argv[1], int(argv[2]), json.loads(argv[3])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while sys.stdin.buffer.read(4096):  # the test process writes nothing: this waits for EOF
         pass
-    _stop(pid, folder, stop_signal)
+    if pid:
+        _stop(pid, folder, stop_signal)
+    for command in then:
+        subprocess.run(command, capture_output=True, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
