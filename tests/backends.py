@@ -218,10 +218,14 @@ class Events:
             return [data for name, data in self.events if name == event]
 
 
+EFFECTS_TABLE = "proletarian.effects"
+"""The table of handlers' side effects (the `effects` fixture), beside the queue's tables."""
+
+
 def write_effect(job: Any, note: str) -> None:
     """A handler's side effect through the job's own connection (see the `effects` fixture)."""
     cur = job.connection.cursor()
-    cur.execute("INSERT INTO proletarian.effects VALUES (%s)", (note,))
+    cur.execute(f"INSERT INTO {EFFECTS_TABLE} VALUES (%s)", (note,))
     cur.close()
 
 

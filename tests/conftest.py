@@ -60,6 +60,7 @@ from proletarian_di.testing import mysql_unreachable_reason
 
 import private_mariadb
 from backends import (
+    EFFECTS_TABLE,
     MYSQL_URL,
     Backend,
     Gate,
@@ -341,7 +342,7 @@ def gate() -> Iterator[Gate]:
 @pytest.fixture
 def effects(backend: Backend) -> Iterator[Callable[[], list[str]]]:
     """A table for handler side effects; returns a function listing its notes."""
-    backend.execute("DROP TABLE IF EXISTS proletarian.effects")
-    backend.execute("CREATE TABLE proletarian.effects (note VARCHAR(100))")
-    yield lambda: [row[0] for row in backend.query("SELECT note FROM proletarian.effects")]
-    backend.execute("DROP TABLE proletarian.effects")
+    backend.execute(f"DROP TABLE IF EXISTS {EFFECTS_TABLE}")
+    backend.execute(f"CREATE TABLE {EFFECTS_TABLE} (note VARCHAR(100))")
+    yield lambda: [row[0] for row in backend.query(f"SELECT note FROM {EFFECTS_TABLE}")]
+    backend.execute(f"DROP TABLE {EFFECTS_TABLE}")
