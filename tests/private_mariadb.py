@@ -1,9 +1,11 @@
 """A throwaway MariaDB/MySQL server of a test process's own, from the machine's binaries.
 
-The MySQL tests share one database (`proletarian`), so on one server they run one at a
-time; a pytest-xdist worker that starts a server of its own takes a share of them instead
-(see `conftest.py`). Like the embedded PostgreSQL, the server lives in a temporary folder,
-listens on 127.0.0.1 on a free port, and is gone at the end of the session.
+The queue's default tables on MySQL are `proletarian.job` and `proletarian.archived_job`:
+tables of the database `proletarian`, one for the whole server. So the MySQL tests of a run,
+and of each of its pytest-xdist workers, use a server of their own, unless `MYSQL_URL` names
+one (see `conftest.py`). Like the embedded PostgreSQL, the server lives in a temporary
+folder, listens on 127.0.0.1 on a free port, and is gone at the end of the session, also if
+the test process is killed (`servers.Watchdog`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 
 import pymysql
 
-from servers import binary, free_port, stop
+from servers import Watchdog, binary, free_port, stop
 
 _SERVERS = ("mariadbd", "mysqld")
 _INSTALLERS = ("mariadb-install-db", "mysql_install_db")
@@ -47,6 +49,7 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
     data, sock, port = os.path.join(home, "data"), os.path.join(home, "sock"), free_port()
     owner = ("--user=root",) if os.geteuid() == 0 else ()
     process: subprocess.Popen[bytes] | None = None
+    watchdog = Watchdog()
     try:
         subprocess.run(
             [
@@ -76,13 +79,17 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
             ],
             stdout=log,
             stderr=log,
+            # Stopped by this block (or the watchdog), not by a signal to the tests' group.
+            start_new_session=True,
         )
+        watchdog.arm(process.pid, home)
         _wait_and_open_to_tcp(process, sock, home, timeout)
         yield f"mysql://root@127.0.0.1:{port}/test"
     finally:
         if process is not None:
             stop(process)
         shutil.rmtree(home, ignore_errors=True)
+        watchdog.close()
 
 
 def _wait_and_open_to_tcp(

@@ -44,7 +44,7 @@ def on_asyncpg(pg: Backend, scenario: Callable[[asyncpg.Connection], Awaitable[A
 def stored(pg: Backend) -> list[tuple[Any, ...]]:
     """The waiting jobs as (job_id, job_type, payload, priority, unique_key), by priority."""
     return pg.query(
-        "SELECT job_id, job_type, payload, priority, unique_key FROM proletarian.job "
+        f"SELECT job_id, job_type, payload, priority, unique_key FROM {pg.job_table} "
         "ORDER BY priority DESC, job_type"
     )
 
@@ -93,7 +93,7 @@ def test_times_are_stored_as_psycopg_stores_them(pg: Backend) -> None:
     with psycopg.connect(pg.url) as conn:
         psycopg_id = enqueue(conn, "later", None, clock=clock, process_in=timedelta(minutes=5))
     rows = pg.query(
-        "SELECT job_id, enqueued_at, process_at FROM proletarian.job ORDER BY job_id = %s",
+        f"SELECT job_id, enqueued_at, process_at FROM {pg.job_table} ORDER BY job_id = %s",
         (on_asyncpg_id,),
     )
     assert [row[0] for row in rows] == [psycopg_id, on_asyncpg_id]

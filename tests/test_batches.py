@@ -19,7 +19,9 @@ JOBS = 300
 
 def archived_successes(backend: Backend) -> int:
     """How many jobs the archive holds as succeeded."""
-    rows = backend.query("SELECT COUNT(*) FROM proletarian.archived_job WHERE status = 'success'")
+    rows = backend.query(
+        f"SELECT COUNT(*) FROM {backend.archived_job_table} WHERE status = 'success'"
+    )
     return int(rows[0][0])
 
 

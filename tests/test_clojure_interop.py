@@ -388,11 +388,11 @@ def test_with_the_clojure_poll_index_two_clojure_polls_take_two_jobs(
     """docs/clojure.md's index for Clojure workers: each poll locks only the job it takes,
     and proletarian-di's schema check and workers do not mind it."""
     drop = (
-        "DROP INDEX job_clojure_poll ON proletarian.job"
+        f"DROP INDEX job_clojure_poll ON {backend.job_table}"
         if backend.name == "mysql"
-        else "DROP INDEX proletarian.job_clojure_poll"
+        else f"DROP INDEX {backend.job_table.rpartition('.')[0]}.job_clojure_poll"
     )
-    backend.execute("CREATE INDEX job_clojure_poll ON proletarian.job (queue, process_at)")
+    backend.execute(f"CREATE INDEX job_clojure_poll ON {backend.job_table} (queue, process_at)")
     try:
         for _ in range(3):
             proletarian_enqueue(backend, ":app.jobs/send-email", CLOJURE_PAYLOAD)

@@ -32,7 +32,7 @@ def fixed_clock(at: datetime = T0):
 def process_at_of(backend, job_id):
     strategy_value = job_id.bytes if backend.name == "mysql" else job_id
     (value,) = backend.query(
-        "SELECT process_at FROM proletarian.job WHERE job_id = %s", (strategy_value,)
+        f"SELECT process_at FROM {backend.job_table} WHERE job_id = %s", (strategy_value,)
     )[0]
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
@@ -214,7 +214,7 @@ def test_custom_serializer_round_trips(backend, pool):
             return text[::-1]
 
     enqueue_committed(backend, ("x", "hello"), serializer=Reversed())
-    assert backend.query("SELECT payload FROM proletarian.job") == [("olleh",)]
+    assert backend.query(f"SELECT payload FROM {backend.job_table}") == [("olleh",)]
     seen = []
     process_next_job(pool, lambda t, p: seen.append(p), serializer=Reversed())
     assert seen == ["hello"]

@@ -71,7 +71,7 @@ def test_a_success_after_a_failure_keeps_the_last_error_and_a_clean_one_has_none
     retry = {"clock": clock, "retry_strategy_fn": lambda job, exc: RetrySpec(retries=1)}
     while process_next_job(pool, handler, **retry) is not None:
         pass
-    rows = dict(backend.query("SELECT job_type, last_error FROM proletarian.archived_job"))
+    rows = dict(backend.query(f"SELECT job_type, last_error FROM {backend.archived_job_table}"))
     assert rows["fine"] is None
     assert rows["flaky"].startswith("TimeoutError: upstream slow")
 

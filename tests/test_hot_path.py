@@ -222,7 +222,7 @@ def test_an_autocommit_connection_still_holds_the_row_lock(pg):
     def handler(job_type, payload):
         with contextlib.closing(pg.connect()) as other:
             row = other.execute(
-                "SELECT job_id FROM proletarian.job FOR UPDATE SKIP LOCKED"
+                f"SELECT job_id FROM {pg.job_table} FOR UPDATE SKIP LOCKED"
             ).fetchone()
             seen.append(row)
 

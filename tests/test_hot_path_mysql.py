@@ -50,7 +50,7 @@ def test_each_job_takes_one_round_trip(my):
     with worker:
         wait_until(lambda: worker.summary()["succeeded"] == 5)
     per_job = [
-        q for q in connections.queries if q.startswith("INSERT INTO proletarian.archived_job")
+        q for q in connections.queries if q.startswith(f"INSERT INTO {my.archived_job_table}")
     ]
     assert len(per_job) == 5
     for query in per_job:
@@ -83,7 +83,7 @@ def test_with_max_running_each_job_still_takes_one_round_trip(my):
     with worker:
         wait_until(lambda: worker.summary()["succeeded"] == 12)
     archives = [
-        q for q in connections.queries if q.startswith("INSERT INTO proletarian.archived_job")
+        q for q in connections.queries if q.startswith(f"INSERT INTO {my.archived_job_table}")
     ]
     assert len(archives) == 12
     ahead = [q for q in archives if "; START TRANSACTION; SELECT " in q]

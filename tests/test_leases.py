@@ -78,7 +78,8 @@ def open_transactions(backend: Backend) -> set[tuple[Any, ...]]:
     else:
         sql = (
             "SELECT pid, xact_start FROM pg_stat_activity WHERE xact_start IS NOT NULL "
-            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
+            "AND datname = current_database()"
         )
     return set(backend.query(sql))
 

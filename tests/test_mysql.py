@@ -28,7 +28,7 @@ def test_times_are_utc_whatever_the_session_time_zone(my):
         conn.cursor().execute("SET time_zone = '+05:00'")
         enqueue(conn, "x", None, clock=lambda: T0)
         conn.commit()
-    assert my.query("SELECT enqueued_at FROM proletarian.job") == [(T0.replace(tzinfo=None),)]
+    assert my.query(f"SELECT enqueued_at FROM {my.job_table}") == [(T0.replace(tzinfo=None),)]
     seen = []
     source = MySQLDataSource(my.url, max_connections=1, init_command="SET time_zone = '-07:00'")
     try:

@@ -182,7 +182,8 @@ def lock_waits(backend: Backend) -> int:
     INNODB_TRX does not always list a waiting INSERT; its process list does)."""
     if backend.name == "postgresql":
         sql = (
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s"
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database() AND query LIKE %s"
         )
     else:
         sql = (

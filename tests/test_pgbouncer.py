@@ -56,7 +56,9 @@ def enqueue_through(pool: ConnectionPool, count: int) -> list[Any]:
 def archived(backend: Backend) -> list[tuple[Any, str]]:
     return [
         (as_uuid(job_id), status)
-        for job_id, status in backend.query("SELECT job_id, status FROM proletarian.archived_job")
+        for job_id, status in backend.query(
+            f"SELECT job_id, status FROM {backend.archived_job_table}"
+        )
     ]
 
 
@@ -163,7 +165,7 @@ def test_worker_running_starts_and_stops_a_worker_through_pgbouncer(pg, pool):
     with worker_running(worker):
         wait_for(lambda: len(archived(pg)) == 3, what="3 jobs archived")
     assert worker.state == "stopped"
-    assert pg.query("SELECT count(*) FROM proletarian.job") == [(0,)]
+    assert pg.query(f"SELECT count(*) FROM {pg.job_table}") == [(0,)]
 
 
 def test_a_pool_that_prepares_statements_is_refused_at_start(pg, bouncer):

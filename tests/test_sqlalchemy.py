@@ -55,7 +55,8 @@ def sqlalchemy_url(url: str, driver: str) -> str:
 
 def stored_ids(backend: Backend) -> list[uuid.UUID]:
     """The ids of the waiting jobs, as stored."""
-    return sorted(as_uuid(row[0]) for row in backend.query("SELECT job_id FROM proletarian.job"))
+    rows = backend.query(f"SELECT job_id FROM {backend.job_table}")
+    return sorted(as_uuid(row[0]) for row in rows)
 
 
 def orders(backend: Backend) -> list[int]:
@@ -336,7 +337,7 @@ def test_async_duplicate_unique_key_returns_the_existing_id(pg: Backend, driver:
     assert type(again) is uuid.UUID
     assert again == first
     assert stored_ids(pg) == [first]
-    assert pg.query("SELECT priority FROM proletarian.job") == [(5,)]
+    assert pg.query(f"SELECT priority FROM {pg.job_table}") == [(5,)]
     assert orders(pg) == [12]
 
 
