@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
 from typer.testing import CliRunner
 
 from proletarian_di.cli import app
 from proletarian_di.contrib import demo as demo_system
+
+from backends import wait_until
 
 
 def test_demo_runs_to_the_end_and_exits_0(pg, monkeypatch, tmp_path):
@@ -42,3 +50,42 @@ def test_demo_refuses_a_mysql_url():
     result = CliRunner().invoke(app, ["demo", "-d", "mysql://root@127.0.0.1/test"])
     assert result.exit_code == 2
     assert "PostgreSQL" in result.stderr
+
+
+@pytest.mark.db
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_demo_told_to_stop_stops_its_throwaway_server_and_deletes_its_data(tmp_path, signum):
+    """The embedded server runs in a session of its own, out of reach of a signal to the
+    demo's process group: the demo itself must stop it, whatever signal ends it."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "proletarian_di.contrib.cli", "demo", "--jobs", "1000000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+    )
+    try:
+        assert demo.stdout is not None
+        seen = []
+        for line in demo.stdout:
+            seen.append(line)
+            if "started a throwaway PostgreSQL server" in line:
+                break
+        [data] = list(tmp_path.glob("proletarian-pg-*/pgdata"))
+        server = int((data / "postmaster.pid").read_text().split()[0])
+        demo.send_signal(signum)
+        rest, _ = demo.communicate(timeout=60)
+    finally:
+        demo.kill()
+    assert demo.returncode == 130, "".join(seen) + rest
+    assert "interrupted" in rest
+    assert list(tmp_path.glob("proletarian-pg-*")) == []
+    wait_until(lambda: not _alive(server), description="the server to stop")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

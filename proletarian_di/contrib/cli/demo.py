@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from collections.abc import Iterator
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Annotated, Any
 
 import typer
@@ -68,6 +69,27 @@ def _demo_database(url: str | None) -> Iterator[str]:
         console.print("Stopping the PostgreSQL server and deleting its data…")
 
 
+@contextlib.contextmanager
+def _terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the demo as Ctrl-C does, so that its throwaway server stops and
+    its data is deleted: Python's default would end the process at once and leave both (the
+    server runs in a session of its own, out of reach of a signal to the demo's group)."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {
+        sig: signal.signal(sig, interrupt)
+        for sig in (signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(sig) == signal.SIG_DFL
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @app.command(rich_help_panel="Getting started")
 @_guarded
 def demo(
@@ -96,7 +118,12 @@ def demo(
     module = _load_demo_module()
     console.rule("[bold]proletarian-di demo")
     quiet = _log_level("critical")
-    with quiet, _demo_database(database_url) as url, _connection(url) as conn:
+    with (
+        _terminated_as_interrupted(),
+        quiet,
+        _demo_database(database_url) as url,
+        _connection(url) as conn,
+    ):
         install_schema(conn)
         module.create_tables(conn)
         _run_demo(module, url, conn, jobs)
