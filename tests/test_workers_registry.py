@@ -173,10 +173,11 @@ def test_a_worker_prunes_rows_long_dead_when_it_starts(backend, pool):
 SIGKILLED = textwrap.dedent(
     """
     import threading
-    from proletarian_di import _registry, create_queue_worker
+    from proletarian_di import create_queue_worker
+    from proletarian_di._engine import registry
     from backends import backend_from_env
 
-    _registry.BEAT_S = 0.05
+    registry.BEAT_S = 0.05
     def handler(job_type, payload):
         print("started", flush=True)
         threading.Event().wait()

@@ -51,7 +51,7 @@ _LEVELS = {
 # payload that cannot be decoded (which fails its job) has one line.
 _NO_TRACEBACK = frozenset({"handler_exception", "retrying", "not_retrying", "payload_decode_error"})
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _STDLIB = tuple(
     {os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "platstdlib")}
 )
