@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from typer.testing import CliRunner
@@ -54,9 +56,15 @@ def test_demo_refuses_a_mysql_url():
 
 @pytest.mark.db
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_demo_told_to_stop_stops_its_throwaway_server_and_deletes_its_data(tmp_path, signum):
+def test_a_demo_told_to_stop_stops_its_throwaway_server_and_deletes_its_data(signum):
     """The embedded server runs in a session of its own, out of reach of a signal to the
-    demo's process group: the demo itself must stop it, whatever signal ends it."""
+    demo's process group: the demo itself must stop it, whatever signal ends it. (Its
+    temporary folder is a short one: the server's socket path has a length limit.)"""
+    with tempfile.TemporaryDirectory(prefix="pd-demo-") as folder:
+        _stop_the_demo(pathlib.Path(folder), signum)
+
+
+def _stop_the_demo(tmp_path: pathlib.Path, signum: int) -> None:
     demo = subprocess.Popen(
         [sys.executable, "-m", "proletarian_di.contrib.cli", "demo", "--jobs", "1000000"],
         stdout=subprocess.PIPE,
@@ -71,6 +79,7 @@ def test_a_demo_told_to_stop_stops_its_throwaway_server_and_deletes_its_data(tmp
             seen.append(line)
             if "started a throwaway PostgreSQL server" in line:
                 break
+        assert "started a throwaway PostgreSQL server" in seen[-1], "".join(seen)
         [data] = list(tmp_path.glob("proletarian-pg-*/pgdata"))
         server = int((data / "postmaster.pid").read_text().split()[0])
         demo.send_signal(signum)

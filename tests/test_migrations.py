@@ -233,6 +233,8 @@ def interruptions(step: list[str]) -> list[int]:
     return [0] + [n for n, sql in enumerate(step, start=1) if not sql.startswith(session)]
 
 
+SHARES = 3
+"""Into how many tests the steps are dealt, one for each test process."""
 EVERY_STATEMENT = [
     pytest.param(False, id="sampled"),
     pytest.param(True, id="every-statement", marks=pytest.mark.slow),
@@ -249,7 +251,7 @@ def sample(points: list[int], every: bool) -> list[int]:
 
 
 @pytest.mark.parametrize("every", EVERY_STATEMENT)
-@pytest.mark.parametrize("share", [0, 1], ids=["odd-steps", "even-steps"])
+@pytest.mark.parametrize("share", range(SHARES), ids=lambda n: f"steps-{n + 1}-of-{SHARES}")
 def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
     scratch, share, every
 ):
@@ -257,7 +259,7 @@ def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
     a step file run by hand stops where it failed): the catalog never shows the step as
     applied before it is (files run by hand resume at it), and the next upgrade, from the
     version an interrupted upgrade recorded, completes and leaves what a fresh install
-    creates. Every other step in each half (`share`), so that two test processes share
+    creates. Every third step in each share (`share`), so that three test processes share
     the work."""
     backend = scratch
     upgrade(backend, FRESH)
@@ -273,7 +275,7 @@ def test_a_step_interrupted_after_any_statement_is_finished_by_the_next_upgrade(
         return in_full[version]
 
     wrong = []
-    for migration in MIGRATIONS[backend.name][share::2]:
+    for migration in MIGRATIONS[backend.name][share::SHARES]:
         version = migration.version
         step = statements(migration.sql(**tables(OLD)))
         for done in sample(interruptions(step), every):
