@@ -19,6 +19,10 @@ _LEASED = "leased_by IS NOT NULL AND process_at > %s"
 """A job under a live lease (its `%s` is now): a lease-mode worker runs it, its row unlocked,
 and its process_at is when the lease runs out. An expired lease is due, to be rescued."""
 _NOT_LEASED = "(leased_by IS NULL OR process_at <= %s)"
+_CLAIMABLE = "leased_by IS NULL AND process_at <= %s"
+"""A row a held-mode worker may have claimed (its `%s` is now): due, so neither blocked nor
+scheduled, and not leased. Only such a row, locked, is running: a lock on any other row is
+someone else's (a sweep, an enqueue's check, an action), never a job's run."""
 _WAITING = {
     "blocked": f"attempts = 0 AND process_at > {BLOCKED_SQL}",
     "queued": "attempts = 0 AND process_at <= %s",

@@ -20,7 +20,7 @@ from .._store.tables import DEFAULT_TABLES, Tables, attempt_table, workers_table
 from ..errors import ConfigurationError
 from ..serializers import Serializer, check_serializer
 from ._checks import _check_positive, _job_id, _moment, _utc
-from ._sql import _ARCHIVED, _LEASED, _STATE_OF_STATUS, _WAITING, _Where
+from ._sql import _ARCHIVED, _CLAIMABLE, _LEASED, _STATE_OF_STATUS, _WAITING, _Where
 from .headline import _check_error, error_headline
 from .workers import STALE_AFTER
 
@@ -97,7 +97,12 @@ class JobInfo:
     last beat wrote it (`get_job` reads it; None otherwise). `group_key`: the one it was
     enqueued with, while it waits or runs (`get_job` reads it; the archive does not keep it).
     `workflow_id`, `parents` and `children`: the workflow it belongs to, the jobs it waits on
-    (`depends_on`) and those that wait on it (`get_job` reads them).
+    (`depends_on`) and those that wait on it (`get_job` reads them); `parent_states`, each
+    parent's state now ("waiting" until it ends, then "succeeded", "failed", "cancelled", or
+    "missing" when it was deleted), and `wait_for`, what this job needs of them ("success" or
+    "complete"). A blocked job is never due by a time: its `process_at` is a placeholder past
+    any real one, which `never_due` tells and `as_dict` leaves out; `waits_for` says in words
+    what it waits for.
     """
 
     job_id: uuid.UUID
@@ -118,6 +123,37 @@ class JobInfo:
     workflow_id: uuid.UUID | None = None
     parents: tuple[uuid.UUID, ...] = ()
     children: tuple[uuid.UUID, ...] = ()
+    parent_states: tuple[tuple[uuid.UUID, str], ...] = ()
+    wait_for: str | None = None
+
+    @property
+    def never_due(self) -> bool:
+        """Whether it had no due time: blocked, or cancelled while it was (its `process_at`
+        is then a placeholder, not a time to show)."""
+        return self.process_at >= BLOCKED_AT
+
+    @property
+    def waits_for(self) -> str | None:
+        """What a blocked job waits for, in words ("after 2 of its 3 parents succeed"), as
+        far as this read knows (a listing reads no parents); None unless it is blocked."""
+        if self.state != "blocked":
+            return None
+        if not self.parent_states:
+            return "after the jobs it depends on"
+        total = len(self.parent_states)
+        if self.wait_for != "complete":
+            for job_id, state in self.parent_states:
+                if state in _GAVE_UP:
+                    return (
+                        f"never: job {job_id}, which it depends on, {_GAVE_UP[state]}; "
+                        "it is to be cancelled"
+                    )
+        waiting = sum(1 for _, state in self.parent_states if state == "waiting")
+        if not waiting:
+            return "now: all its parents have ended, and it is about to be released"
+        end = "succeed" if self.wait_for != "complete" else "end"
+        parents = "parent" if total == 1 else "parents"
+        return f"after {waiting} of its {total} {parents} {end}"
 
     @property
     def error_headline(self) -> str | None:
@@ -136,6 +172,9 @@ class JobInfo:
         data["job_id"] = str(self.job_id)
         for name in ("enqueued_at", "process_at", "finished_at"):
             data[name] = data[name] and data[name].isoformat()
+        if self.never_due:
+            data["process_at"] = None
+        data["waits_for"] = self.waits_for
         data["history"] = [attempt.as_dict() for attempt in self.history]
         return data
 
@@ -309,11 +348,24 @@ def _graph(conn: Connection, dialect: Dialect, job: JobInfo) -> dict[str, Any]:
     def read(sql: str) -> tuple[uuid.UUID, ...]:
         return tuple(sorted(ids.decode(r[0]) for r in dialect.fetchall(conn, sql, (key,))))
 
+    parents = _dependencies.parents_of(conn, dialect, key)
     return {
         "workflow_id": None if row is None else ids.decode(row[0]),
-        "parents": read(f"SELECT parent_id FROM {deps} WHERE job_id = %s"),
+        "parents": tuple(sorted(ids.decode(parent) for parent, _, _ in parents)),
         "children": read(f"SELECT job_id FROM {deps} WHERE parent_id = %s"),
+        "parent_states": tuple(
+            sorted(
+                (ids.decode(parent), _PARENT_STATES.get(status or "", status or "waiting"))
+                for parent, _, status in parents
+            )
+        ),
+        "wait_for": parents[0][1] if parents else None,
     }
+
+
+_PARENT_STATES = {**_STATE_OF_STATUS, "missing": "missing"}
+_GAVE_UP = {"failed": "failed", "cancelled": "was cancelled", "missing": "was deleted"}
+"""A parent's ends that cancel a job waiting for its success, in words."""
 
 
 def _group_key(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> str | None:
@@ -485,18 +537,19 @@ def _job_rows(
     whether it is under a live lease."""
     at = dialect.encode_time(now)
     where = _matching(dialect, query, after)
+    claimed = f"{held.condition} AND {_CLAIMABLE}"
     if query.state == "running":
-        where.add(f"({held.condition} OR {_LEASED})", *held.params, at)
+        where.add(f"(({claimed}) OR {_LEASED})", *held.params, at, at)
     elif query.state is not None:
         condition = _WAITING[query.state]
         where.add(condition, *[at] * condition.count("%s"))
     columns = (
         f"{columns}, NULL AS status, NULL AS finished_at, last_error, "
-        f"CASE WHEN {held.condition} THEN 1 ELSE 0 END AS held, priority, "
+        f"CASE WHEN {claimed} THEN 1 ELSE 0 END AS held, priority, "
         f"CASE WHEN {_LEASED} THEN 1 ELSE 0 END AS leased"
     )
     sql = f"SELECT {columns} FROM {table} WHERE {where.sql}"
-    return sql, [*held.params, at, *where.params]
+    return sql, [*held.params, at, at, *where.params]
 
 
 def _archived_rows(
@@ -555,12 +608,12 @@ def _info(
     process_at = _utc(dialect.decode_time(due))
     if status is not None:
         state = _STATE_OF_STATUS.get(status, status)
+    elif process_at >= BLOCKED_AT:
+        state = "blocked"
     elif running:
         state = "running"
     elif attempts > 0:
         state = "retrying"
-    elif process_at >= BLOCKED_AT:
-        state = "blocked"
     else:
         state = "scheduled" if process_at > now else "queued"
     truncated = payload_chars is not None and len(text) > payload_chars
