@@ -156,6 +156,7 @@ def test_every_page_shows_the_databases_jobs(backend, pool, jobs, reader):
     assert counts == {
         "queued": "1",
         "scheduled": "0",
+        "blocked": "0",
         "running": "0",
         "retrying": "0",
         "succeeded": "1",

@@ -13,6 +13,7 @@ from typing import Any
 
 from .._common.types import Connection
 from .._engine import pauses as _pauses
+from .._store.dependencies import BLOCKED_SQL
 from .._store.dialects import Dialect, dialect_of
 from .._store.outcomes import DAY_HOURS as _DAY_HOURS
 from .._store.outcomes import HOUR as _HOUR
@@ -40,6 +41,8 @@ class QueueStats:
     succeeded_last_day: int = 0
     failed_last_day: int = 0
     paused: bool = False
+    blocked: int = 0
+    """Jobs waiting on others (`depends_on`): neither due nor scheduled for any time."""
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -88,9 +91,10 @@ def queue_stats(
     now: datetime | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> list[QueueStats]:
-    """Per queue: due (running ones included), scheduled, running now (held by a worker,
-    row lock or live lease), oldest due wait; succeeded/failed in the last hour and the last
-    day; paused. A paused queue with no jobs is listed too.
+    """Per queue: due (running ones included), scheduled, blocked (waiting on other jobs),
+    running now (held by a worker, row lock or live lease), oldest due wait;
+    succeeded/failed in the last hour and the last day; paused. A paused queue with no jobs
+    is listed too.
 
     Running jobs are told as the overview tells them: live leases counted in the same read of
     the job table, row locks found without scanning it for them (`_held`: on MySQL the first
@@ -110,7 +114,8 @@ def queue_stats(
             conn,
             "SELECT queue, COUNT(*), "
             "COUNT(CASE WHEN process_at > %s AND leased_by IS NULL THEN 1 END), "
-            f"COUNT(CASE WHEN {_LEASED} THEN 1 END){_oldest_column(dialect)} "
+            f"COUNT(CASE WHEN {_LEASED} THEN 1 END), "
+            f"COUNT(CASE WHEN process_at > {BLOCKED_SQL} THEN 1 END){_oldest_column(dialect)} "
             f"FROM {tables.job_table} GROUP BY queue",
             (t_now,) * (2 + dialect.oldest_in_scan),
         )
@@ -124,10 +129,11 @@ def queue_stats(
         last_day = HourlyOutcomes().read(conn, dialect, tables.archived_job_table, _utc(now))
         by_queue: dict[str, QueueStats] = {}
         unleased_due: dict[str, int] = {}
-        for queue, total, scheduled, leased, *_ in waiting_rows:
+        for queue, total, later, leased, blocked, *_ in waiting_rows:
             entry = by_queue.setdefault(queue, QueueStats(queue))
-            entry.scheduled = int(scheduled)
-            entry.due = int(total) - entry.scheduled  # a live lease's job counts as due
+            entry.blocked = int(blocked)
+            entry.scheduled = int(later) - entry.blocked
+            entry.due = int(total) - int(later)  # a live lease's job counts as due
             entry.running = int(leased)
             unleased_due[queue] = entry.due - entry.running
         for queue, oldest in _oldest_due(conn, dialect, waiting_rows, now).items():
@@ -172,6 +178,8 @@ class QueueOverview:
     last_day: list[ThroughputBucket] = dataclasses.field(default_factory=list)
     """The last day's outcomes, a clock hour per bucket, oldest first: the last bucket is
     the current hour so far."""
+    blocked: int = 0
+    """Jobs waiting on others (`depends_on`): neither due nor scheduled for any time."""
 
     def as_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -265,14 +273,15 @@ def _overview(
             f"COUNT(CASE WHEN {_LEASED} THEN 1 END), "
             f"COUNT(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 END), "
             f"COUNT(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
-            f"THEN 1 END){_oldest_column(dialect)} "
-            f"FROM {tables.job_table} GROUP BY queue",
+            f"THEN 1 END), COUNT(CASE WHEN process_at > {BLOCKED_SQL} THEN 1 END)"
+            f"{_oldest_column(dialect)} FROM {tables.job_table} GROUP BY queue",
             (at,) * (3 + dialect.oldest_in_scan),
         )
-        for queue, total, leased, retrying, scheduled, *_ in rows:
+        for queue, total, leased, retrying, later, blocked, *_ in rows:
             item = entry(queue)
-            item.running, item.retrying, item.scheduled = int(leased), int(retrying), int(scheduled)
-            item.queued = int(total) - item.running - item.retrying - item.scheduled
+            item.running, item.retrying, item.blocked = int(leased), int(retrying), int(blocked)
+            item.scheduled = int(later) - item.blocked
+            item.queued = int(total) - item.running - item.retrying - int(later)
         outcomes = HourlyOutcomes() if outcomes is None else outcomes
         hourly = outcomes.read(conn, dialect, tables.archived_job_table, now)
         for queue in hourly:

@@ -43,7 +43,7 @@ RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 
 """Run time buckets, seconds: from no-op jobs to half-hour ones."""
 DELAY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600)
 """Pickup delay buckets, seconds: from a listening worker's milliseconds to an hour behind."""
-DEPTH_STATES = ("queued", "scheduled", "retrying", "running")
+DEPTH_STATES = ("blocked", "queued", "scheduled", "retrying", "running")
 
 
 class PrometheusObserver(Observer):

@@ -316,6 +316,7 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
         ("Due", None),
         ("Running", "cyan"),
         ("Later", None),
+        ("Blocked", None),
         ("Oldest", None),
         ("OK 1h", "green"),
         ("Fail 1h", "red"),
@@ -329,6 +330,7 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
             str(row.due),
             str(row.running),
             str(row.scheduled),
+            str(row.blocked),
             _ago(row.oldest_due),
             str(row.succeeded_last_hour),
             str(row.failed_last_hour),
@@ -357,7 +359,8 @@ def stats(
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> None:
-    """Per queue: jobs due, running and scheduled, the oldest due job's wait, and outcomes.
+    """Per queue: jobs due, running, scheduled and blocked, the oldest due job's wait, and
+    outcomes.
 
     Outcomes come from the archive: succeeded and failed in the last hour and the last day
     (the current clock hour and the 23 before it).
