@@ -219,7 +219,7 @@ def test_many_jobs_can_wait_on_the_same_parents(backend: Backend) -> None:
         explained = admin.explain_job(conn, children[0])
     assert explained.state == "blocked"
     assert explained.reasons[0] == (
-        f"waiting on dependencies: 1 job(s) it depends on have not ended ({parent})"
+        f"waiting on dependencies: runs after 1 of its 1 parent succeed ({parent})"
     )
     recorder = Recorder()
     while process_next_job(backend.connect, recorder):
@@ -300,12 +300,12 @@ def test_jobs_show_and_the_dashboard_show_a_jobs_place_in_its_workflow(
     assert shown.exit_code == 0, shown.output
     assert "state blocked" in " ".join(shown.stdout.split())
     assert f"workflow {workflow_id}" in " ".join(shown.stdout.split())
-    assert f"waits on {a.job_id}" in " ".join(shown.stdout.split())
-    assert "due once the jobs it waits on have ended" in " ".join(shown.stdout.split())
+    assert f"waits on {a.job_id} (waiting)" in " ".join(shown.stdout.split())
+    assert "due after 1 of its 1 parent succeed" in " ".join(shown.stdout.split())
     page = TestClient(dashboard(pool)).get(f"/jobs/{a.job_id}").text
     assert f'<dt>Waited on by</dt><dd class="graph"><a href="/jobs/{b.job_id}"' in page
     page = TestClient(dashboard(pool)).get(f"/jobs/{b.job_id}").text
-    assert "waiting on dependencies: 1 job(s)" in page
+    assert "waiting on dependencies: runs after 1 of its 1 parent succeed" in page
     with connection(backend) as conn:
         assert admin.cancel_jobs(conn, state="blocked") == 1
         conn.commit()

@@ -235,6 +235,25 @@ def recheck(conn: Any, dialect: Dialect, waiting: Waiting, now: datetime, wake: 
         raise
 
 
+def parents_of(conn: Any, dialect: Dialect, child: Any) -> list[tuple[Any, str, str | None]]:
+    """Each parent of `child` (raw ids), by id: its id, what the child waits for, and how
+    the parent ended, read from where the parent is now (its archived status; None while it
+    waits or runs; "missing" when neither table has it), not from what was written down when
+    it ended, which a parent that ended while no worker watched never wrote."""
+    return [
+        (row[0], row[1], row[2])
+        for row in dialect.fetchall(
+            conn,
+            f"SELECT d.parent_id, d.wait_for, CASE WHEN j.job_id IS NOT NULL THEN NULL "
+            f"ELSE COALESCE(a.status, 'missing') END FROM {dialect.dependencies_table} d "
+            f"LEFT JOIN {dialect.job_table} j ON j.job_id = d.parent_id "
+            f"LEFT JOIN {dialect.archived_job_table} a ON a.job_id = d.parent_id "
+            "WHERE d.job_id = %s ORDER BY d.parent_id",
+            (child,),
+        )
+    ]
+
+
 def _waits(conn: Any, dialect: Dialect, child: Any) -> int:
     """How many parents of `child` have not ended, as far as this transaction sees (counted
     up to `RECHECK_BELOW` + 1)."""

@@ -64,6 +64,15 @@ def _when(moment: datetime | None) -> str:
     return f"in {_ago(-delta)}" if delta.total_seconds() < 0 else f"{_ago(delta)} ago"
 
 
+def _due(job: JobInfo) -> str:
+    """When a job is (or was) due: a time, or what a job that waits on others waits for."""
+    if job.state == "blocked":
+        return job.waits_for or "after the jobs it depends on"
+    if job.never_due:
+        return "never: it was cancelled while it waited on other jobs"
+    return f"{job.process_at.isoformat()} ({_when(job.process_at)})"
+
+
 def job_lines(jobs: list[JobInfo]) -> list[str]:
     """Jobs two lines each, to fit 80 columns: id, state, attempt and age, then queue and
     job type below, whole (a long one wraps, never cut)."""
@@ -228,17 +237,12 @@ def show_job(
         ("state", job.state),
         ("attempts", str(job.attempts)),
         ("enqueued", f"{job.enqueued_at.isoformat()} ({_when(job.enqueued_at)})"),
-        (
-            "due",
-            "once the jobs it waits on have ended"
-            if job.state == "blocked"
-            else f"{job.process_at.isoformat()} ({_when(job.process_at)})",
-        ),
+        ("due", _due(job)),
     ]
     if job.workflow_id is not None:
         lines.append(("workflow", str(job.workflow_id)))
     if job.parents:
-        lines.append(("waits on", ", ".join(map(str, job.parents))))
+        lines.append(("waits on", ", ".join(f"{i} ({state})" for i, state in job.parent_states)))
     if job.children:
         lines.append(("waited on", ", ".join(map(str, job.children))))
     if job.group_key is not None:
