@@ -306,6 +306,8 @@ class QueueWorker:
             "pid": os.getpid(),
             "threads": options.worker_threads,
             "max_running": options.max_running,
+            "rate_limit": options.rate_limit,
+            "fair": options.fair,
         }
         return Registration(
             self.data_source,

@@ -171,9 +171,22 @@ def test_a_due_job_behind_a_busy_uncapped_worker_has_no_reason(backend, pool, ga
         assert found.note is not None
         assert found.note.startswith("due since ")
         assert found.note.endswith(
-            "waiting for a free worker thread (1 live worker polls its queue)"
+            "waiting for a free worker thread (1 live worker polls its queue, every thread "
+            "running a job)"
         )
         gate.release.set()
+        wait_until(lambda: len(backend.archived()) == 2, description="both jobs ran")
+        [later] = enqueue_committed(backend, ("slow", 3), process_in=timedelta(hours=1))
+        with connection(backend) as conn:
+            job = admin.get_job(conn, later)
+        assert job is not None
+        wait_until(lambda: not running_in_registry(backend, second), description="a beat")
+        idle = explain(backend, later, now=job.process_at + timedelta(seconds=1))
+        assert idle.reasons == [] and idle.note is not None
+        assert idle.note.endswith(
+            "1 of 1 worker thread is free, to claim it at their next poll "
+            "(1 live worker polls its queue)"
+        )
 
 
 def test_without_the_live_workers_table_nothing_is_said_of_workers(backend):
@@ -207,37 +220,99 @@ def test_a_draining_worker_does_not_poll(backend, pool, gate):
     assert explain(backend, first).state == "succeeded"
 
 
+def rate_reasons(backend: Backend, job_id: Any) -> list[str]:
+    return [r for r in explain(backend, job_id).reasons if r.startswith("rate limited")]
+
+
+def slot_starts(backend: Backend, bucket: str) -> list[datetime]:
+    """The starts a bucket's slots record, as the database holds them, oldest first."""
+    table = f"{backend.job_table}_rate_slots"
+    rows = backend.query(f"SELECT used_at FROM {table} WHERE bucket = %s", (bucket,))
+    starts = [row[0] if row[0].tzinfo else row[0].replace(tzinfo=timezone.utc) for row in rows]
+    return sorted(start for start in starts if start.year > 1970)
+
+
+def until_of(reason: str) -> datetime:
+    until = datetime.strptime(reason.split(" until ")[1][:23], "%Y-%m-%d %H:%M:%S UTC")
+    return until.replace(tzinfo=timezone.utc)
+
+
 def test_a_rate_limited_queue_says_until_when(backend, pool):
     """One start a minute: once it is used, the next due job is rate limited until the
-    minute after that start (by the database's clock), and a worker that runs it then
-    would find it due."""
-    [first, second] = enqueue_committed(backend, ("call", 1), ("call", 2), queue="limited")
-    rate = {"queue": "limited", "rate_limit": RateLimit(1, 60_000)}
-    before = datetime.now(timezone.utc)
-    assert process_next_job(pool, lambda t, p: None, **rate) is True
-    assert process_next_job(pool, lambda t, p: None, **rate) is None, "the minute's start is used"
-    found = explain(backend, second)
-    assert found.state == "queued"
-    [reason] = [r for r in found.reasons if r.startswith("rate limited")]
-    until = datetime.strptime(reason.split(" until ")[1][:23], "%Y-%m-%d %H:%M:%S UTC")
-    until = until.replace(tzinfo=timezone.utc)
-    assert before + timedelta(seconds=58) <= until <= before + timedelta(seconds=62), reason
-    assert reason.endswith(
-        "queue 'limited' starts at most 1 job in any 60 s, and has started it in the last one"
-    )
-    assert explain(backend, first).state == "succeeded"
-    other = explain(backend, enqueue_committed(backend, ("call", 3))[0])
-    assert not [r for r in other.reasons if r.startswith("rate limited")], "another queue"
+    minute after that start (by the database's clock), as the slot records it."""
+    rate = RateLimit(1, 60_000)
+    with create_queue_worker(pool, lambda t, p: None, queue="limited", rate_limit=rate):
+        [first, second] = enqueue_committed(backend, ("call", 1), ("call", 2), queue="limited")
+        wait_until(lambda: explain(backend, first).state == "succeeded", description="a run")
+        [reason] = wait_until(lambda: rate_reasons(backend, second), description="a beat")
+        [start] = slot_starts(backend, "limited")
+        assert until_of(reason) == (start + timedelta(seconds=60)).replace(microsecond=0)
+        assert reason.endswith(
+            "queue 'limited' starts at most 1 job in any 60 s, and has started it in the last one"
+        )
+        assert explain(backend, second).state == "queued"
+        other = explain(backend, enqueue_committed(backend, ("call", 3))[0])
+        assert not [r for r in other.reasons if r.startswith("rate limited")], "another queue"
+
+
+def test_with_a_limit_of_two_one_free_slot_holds_nothing_back(backend, pool):
+    """Two starts an hour: after one, the next job is not rate limited (it waits only for
+    its paused queue); after two, it is, until the older start is an hour old."""
+    rate = RateLimit(2, 3_600_000)
+    with create_queue_worker(pool, lambda t, p: None, queue="two", rate_limit=rate):
+        [first] = enqueue_committed(backend, ("call", 1), queue="two")
+        wait_until(lambda: explain(backend, first).state == "succeeded", description="a run")
+        committed(backend, admin.pause_queue, "two")
+        [second] = enqueue_committed(backend, ("call", 2), queue="two")
+        assert len(slot_starts(backend, "two")) == 1
+        wait_until(lambda: explain(backend, second).state == "queued")
+        assert rate_reasons(backend, second) == []
+        committed(backend, admin.resume_queue, "two")
+        wait_until(lambda: explain(backend, second).state == "succeeded", description="a run")
+        committed(backend, admin.pause_queue, "two")
+        [third] = enqueue_committed(backend, ("call", 3), queue="two")
+        older, newer = slot_starts(backend, "two")
+        [reason] = wait_until(lambda: rate_reasons(backend, third), description="a beat")
+        assert until_of(reason) == (older + timedelta(hours=1)).replace(microsecond=0)
+        assert until_of(reason) < newer + timedelta(hours=1) - timedelta(microseconds=1)
+        assert "starts at most 2 jobs in any 3600 s, and has started them" in reason
+
+
+def test_a_limit_no_live_worker_has_holds_nothing_back(backend, pool):
+    """The slots of a limit outlive it: a queue that ran under one start an hour, whose
+    workers now run without a limit, is not rate limited, whatever its slots say."""
+    limited = RateLimit(1, 3_600_000)
+    with create_queue_worker(pool, lambda t, p: None, queue="was", rate_limit=limited):
+        [first] = enqueue_committed(backend, ("call", 1), queue="was")
+        wait_until(lambda: explain(backend, first).state == "succeeded", description="a run")
+    assert len(slot_starts(backend, "was")) == 1, "the slot remembers the start"
+    committed(backend, admin.pause_queue, "was")
+    [job_id] = enqueue_committed(backend, ("call", 2), queue="was")
+    with create_queue_worker(pool, lambda t, p: None, queue="was"):
+        wait_until(lambda: explain(backend, job_id).state == "queued")
+        found = explain(backend, job_id)
+        assert [r for r in found.reasons if not r.startswith("its queue 'was' is paused")] == []
+        with connection(backend) as conn:
+            [worker] = admin.list_workers(conn, queue="was")
+        assert worker.rate_limit is None
+    with create_queue_worker(pool, lambda t, p: None, queue="was", rate_limit=limited):
+        [reason] = wait_until(lambda: rate_reasons(backend, job_id), description="a beat")
+        with connection(backend) as conn:
+            [worker] = admin.list_workers(conn, queue="was")
+        assert worker.rate_limit == limited
+        assert worker.as_dict()["rate_limit"] == {"limit": 1, "period_ms": 3_600_000, "by": "queue"}
+        assert "at most 1 job in any 3600 s" in reason
 
 
 def test_a_group_key_held_back_by_its_rate_limit_is_named(backend, pool):
-    [_, second] = enqueue_committed(backend, ("call", 1), ("call", 2), group_key="tenant-9")
-    [other] = enqueue_committed(backend, ("call", 3), group_key="tenant-4")
-    rate = {"rate_limit": RateLimit(1, 60_000, by="group_key"), "fair": True}
+    rate = RateLimit(1, 60_000, by="group_key")
     ran: list[int] = []
-    for _ in range(3):  # tenant-4's job, tenant-9's first, then nothing: tenant-9 is held
-        process_next_job(pool, lambda t, p: ran.append(p), **rate)
-    assert ran == [3, 1]
-    [reason] = [r for r in explain(backend, second).reasons if r.startswith("rate limited")]
-    assert "group key 'tenant-9' of queue 'default' starts at most 1 job in any 60 s" in reason
-    assert explain(backend, other).state == "succeeded"
+    with create_queue_worker(pool, lambda t, p: ran.append(p), rate_limit=rate, fair=True):
+        [first, second] = enqueue_committed(backend, ("call", 1), ("call", 2), group_key="tenant-9")
+        [other] = enqueue_committed(backend, ("call", 3), group_key="tenant-4")
+        wait_until(lambda: sorted(ran) == [1, 3], description="one job of each group")
+        [reason] = wait_until(lambda: rate_reasons(backend, second), description="a beat")
+        assert "group key 'tenant-9' of queue 'default' starts at most 1 job in any 60 s" in reason
+        assert explain(backend, other).state == "succeeded"
+        assert explain(backend, first).state == "succeeded"
+        assert explain(backend, second).state == "queued"

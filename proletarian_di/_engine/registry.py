@@ -39,7 +39,9 @@ from .._store.dialects import Dialect
 from .._store.outcomes import HOUR, SUM_UP_AFTER, sum_up
 from .._store.probes import bound_statements, probe_connector
 from .._store.tables import UPGRADE_HINT
+from ..errors import ConfigurationError
 from .attempts import unique_name
+from .rates import RateLimit
 from .slot import Slot
 
 BEAT_S = 5.0
@@ -187,11 +189,12 @@ class Registration(threading.Thread):
             self._chore_failing = None
 
     def _entries(self) -> list[dict[str, Any]]:
-        """The threads' entries for the row's `activity`, each with the worker's `max_running`
-        when it has one: in the entries, so that the row keeps the shape older readers parse."""
+        """The threads' entries for the row's `activity`, each with the worker's options that
+        hold jobs back (`max_running`, `rate_limit`, `fair`) when it has them: in the entries,
+        so that the row keeps the shape older readers parse."""
         entries = self.activity()
-        cap = self.identity.get("max_running")
-        return entries if cap is None else [{**entry, "max_running": cap} for entry in entries]
+        options = _options(self.identity)
+        return [{**entry, **options} for entry in entries] if options else entries
 
     def _beat(self) -> None:
         row = json.dumps(self._entries(), separators=(",", ":"))
@@ -383,6 +386,10 @@ class WorkerInfo:
     """How long before the read its row was last refreshed."""
     max_running: int | None = None
     """Its `max_running` (None: none, or a worker too old to record it)."""
+    rate_limit: RateLimit | None = None
+    """Its `rate_limit` (None: none, or a worker too old to record it)."""
+    fair: bool = False
+    """Whether it takes turns across group keys (`fair=True`)."""
 
     @property
     def busy(self) -> int:
@@ -399,6 +406,7 @@ class WorkerInfo:
         return {
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
             "queues": list(self.queues),
+            "rate_limit": self.rate_limit and dataclasses.asdict(self.rate_limit),
             "started_at": self.started_at.isoformat(),
             "last_seen": self.last_seen.isoformat(),
             "seen_ago": round(self.seen_ago.total_seconds(), 3),
@@ -452,6 +460,8 @@ def read_workers(
                 last_seen=seen,
                 seen_ago=ago,
                 max_running=_max_running(entries),
+                rate_limit=_rate_limit(entries),
+                fair=any(isinstance(e, dict) and e.get("fair") is True for e in entries),
             )
         )
     return workers
@@ -466,6 +476,19 @@ def _entries(text: str) -> list[Any]:
     return entries if isinstance(entries, list) else []
 
 
+def _options(identity: dict[str, Any]) -> dict[str, Any]:
+    """A worker's options that explain what holds its jobs back, as its entries carry them."""
+    options: dict[str, Any] = {}
+    if identity.get("max_running") is not None:
+        options["max_running"] = identity["max_running"]
+    rate = identity.get("rate_limit")
+    if rate is not None:
+        options["rate_limit"] = [rate.limit, rate.period_ms, rate.by]
+    if identity.get("fair"):
+        options["fair"] = True
+    return options
+
+
 def _max_running(entries: list[Any]) -> int | None:
     """The worker's `max_running`, as its entries carry it (None: none recorded)."""
     for entry in entries:
@@ -473,6 +496,22 @@ def _max_running(entries: list[Any]) -> int | None:
         if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
             return cap
     return None
+
+
+def _rate_limit(entries: list[Any]) -> RateLimit | None:
+    """The worker's `rate_limit`, as its entries carry it (None: none, or not readable)."""
+    for entry in entries:
+        rate = entry.get("rate_limit") if isinstance(entry, dict) else None
+        if isinstance(rate, list) and len(rate) == 3 and all(map(_whole, rate[:2])):
+            try:
+                return RateLimit(int(rate[0]), int(rate[1]), rate[2])
+            except ConfigurationError:
+                return None
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _threads(entries: list[Any], seen: datetime, now: datetime) -> tuple[WorkerThread, ...]:

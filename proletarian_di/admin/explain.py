@@ -17,14 +17,14 @@ from typing import Any
 from .._common.types import Connection
 from .._engine import pauses as _pauses
 from .._engine import registry as _registry
-from .._engine.rates import bucket_of
+from .._engine.rates import RateLimit, bucket_of
 from .._engine.registry import WorkerInfo
 from .._store.dialects import Dialect, dialect_of
 from .._store.dialects.base import RunningSlots, running_slots
 from .._store.tables import DEFAULT_TABLES, Tables, workers_table
 from ..serializers import check_serializer
 from ._checks import _job_id, _utc
-from .jobs import _group_key, _infos, _Query, _select
+from .jobs import _graph, _group_key, _infos, _Query, _select
 from .workers import STALE_AFTER
 
 WAITING_STATES = ("blocked", "queued", "scheduled", "retrying")
@@ -80,24 +80,18 @@ def paused(facts: Facts) -> str | None:
 
 
 def waiting_on_parents(facts: Facts) -> str | None:
-    """It waits on jobs it depends on that have not ended (`depends_on`)."""
-    if facts.job.state != "blocked":
+    """It waits on jobs it depends on (`depends_on`): how many have not ended, which, or the
+    parent whose end means it will be cancelled, from where each parent is now."""
+    job = facts.job
+    if job.state != "blocked":
         return None
-    dialect = facts.dialect
-    ids = dialect.default_id_strategy
-    rows = dialect.fetchall(
-        facts.conn,
-        f"SELECT parent_id FROM {dialect.dependencies_table} WHERE job_id = %s "
-        "AND parent_status IS NULL",
-        (ids.encode(facts.job.job_id),),
-    )
-    waiting = sorted(str(ids.decode(row[0])) for row in rows)
-    if not waiting:
-        return "waiting on dependencies: all have ended, and it is about to be released"
-    shown = ", ".join(waiting[:10]) + (
-        f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
-    )
-    return f"waiting on dependencies: {len(waiting)} job(s) it depends on have not ended ({shown})"
+    waits_for = job.waits_for or ""
+    if not waits_for.startswith("after"):
+        return f"waiting on dependencies: {waits_for}"
+    waiting = [str(parent) for parent, state in job.parent_states if state == "waiting"]
+    more = len(waiting) - 10
+    shown = ", ".join(waiting[:10]) + (f" and {more} more" if more > 0 else "")
+    return f"waiting on dependencies: runs {waits_for} ({shown})"
 
 
 def not_due(facts: Facts) -> str | None:
@@ -137,35 +131,57 @@ def slots_full(facts: Facts) -> str | None:
 
 
 def rate_limited(facts: Facts) -> str | None:
-    """Due, but its queue's (or its group key's) `rate_limit` has no start left in the
-    window: until when, from the slots' last starts (by the database's clock)."""
+    """Due, but a `rate_limit` of its queue's live workers (or, on a schema without the
+    registry, the one its slots were written with) has no start left in the window: until
+    when, from the slots' starts by the database's clock. Slots outlive the limit that wrote
+    them, so a limit no live worker has holds nothing back."""
     dialect, job = facts.dialect, facts.job
     if not facts.due or not dialect.table_columns(facts.conn, dialect.rate_table):
         return None
+    if facts.workers is None:
+        limits = None
+    else:
+        limits = {w.rate_limit for w in facts.live("running") if w.rate_limit is not None}
+        if not limits:
+            return None
     group = bucket_of(job.queue, job.group_key or "")
     rows = dialect.fetchall(
         facts.conn,
-        f"SELECT bucket, used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
+        f"SELECT bucket, slot, used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
         "WHERE bucket IN (%s, %s)",
         (job.queue, group),
     )
-    for bucket, what in (
-        (group, f"group key {job.group_key or ''!r} of queue"),
-        (job.queue, "queue"),
-    ):
-        slots = [row for row in rows if row[0] == bucket]
-        if not slots:
+    if not rows:
+        return None
+    now = dialect.decode_time(rows[0][4])
+    if limits is None:  # no registry: the limits the slots were written with
+        limits = {
+            RateLimit(
+                sum(1 for other in rows if other[0] == bucket),
+                int(period_ms),
+                "group_key" if bucket == group else "queue",
+            )
+            for bucket, _, _, period_ms, _ in rows
+        }
+    for rate in sorted(limits, key=lambda r: (r.by != "group_key", r.limit, r.period_ms)):
+        bucket = group if rate.by == "group_key" else job.queue
+        period = timedelta(milliseconds=rate.period_ms)
+        starts = sorted(
+            started
+            for name, slot, used_at, *_ in rows
+            if name == bucket
+            and slot < rate.limit
+            and (started := dialect.decode_time(used_at)) > now - period
+        )
+        if len(starts) < rate.limit:
             continue
-        period = timedelta(milliseconds=int(slots[0][2]))
-        now = dialect.decode_time(slots[0][3])
-        free_at = min(dialect.decode_time(row[1]) for row in slots) + period
-        if free_at <= now:
-            continue
-        limit = len(slots)
+        free_at = starts[-rate.limit] + period
+        what = f"group key {job.group_key or ''!r} of queue" if rate.by == "group_key" else "queue"
+        n = rate.limit
         return (
             f"rate limited until {moment(free_at)}: {what} {job.queue!r} starts at most "
-            f"{limit} job{'s' if limit > 1 else ''} in any {period.total_seconds():g} s, and "
-            f"has {'started them' if limit > 1 else 'started it'} in the last one"
+            f"{n} job{'s' if n > 1 else ''} in any {period.total_seconds():g} s, and "
+            f"has {'started them' if n > 1 else 'started it'} in the last one"
         )
     return None
 
@@ -223,7 +239,11 @@ def explain_job(
         found = _infos(conn, dialect, rows, held, at, check_serializer(None), 1)
         if not found:
             return None
-        job = dataclasses.replace(found[0], group_key=_group_key(conn, dialect, tables, found[0]))
+        job = dataclasses.replace(
+            found[0],
+            group_key=_group_key(conn, dialect, tables, found[0]),
+            **_graph(conn, dialect, found[0]),
+        )
         registry = workers_table(tables.job_table)
         workers = None
         if dialect.table_columns(conn, registry):
@@ -239,11 +259,25 @@ def explain(facts: Facts) -> Explanation:
     reasons = [reason for check in REASONS if (reason := check(facts)) is not None]
     note = None
     if not reasons:
-        note = f"due since {moment(job.process_at)}; waiting for a free worker thread"
-        if facts.workers is not None:
-            n = len(facts.live("running"))
-            note += f" ({n} live worker{'s poll' if n != 1 else ' polls'} its queue)"
+        note = f"due since {moment(job.process_at)}; {_threads_note(facts)}"
     return Explanation(job.job_id, job.queue, job.state, reasons, note)
+
+
+def _threads_note(facts: Facts) -> str:
+    """What a due job with no reason waits for: a free worker thread when the live workers'
+    threads all run jobs, else their next claim (their threads are idle: their last beat
+    says so)."""
+    if facts.workers is None:
+        return "waiting for a free worker thread"
+    polling = facts.live("running")
+    n = len(polling)
+    workers = f"{n} live worker{'s poll' if n != 1 else ' polls'} its queue"
+    total = sum(worker.worker_threads for worker in polling)
+    idle = total - sum(worker.busy for worker in polling)
+    if idle <= 0:
+        return f"waiting for a free worker thread ({workers}, every thread running a job)"
+    threads = "thread is" if idle == 1 else "threads are"
+    return f"{idle} of {total} worker {threads} free, to claim it at their next poll ({workers})"
 
 
 def _settled(facts: Facts) -> str | None:
