@@ -13,6 +13,7 @@ import pytest
 from faults import EventLog, running, wait_for
 
 from proletarian_di import RetrySpec, TransactionAborted, create_queue_worker, process_next_job
+from proletarian_di.schema import attempt_table
 
 from backends import enqueue_committed
 
@@ -307,3 +308,40 @@ def my_scratch(mysql_backend: Any) -> Any:
     with scratch_table(mysql_backend) as rows:
         mysql_backend.execute("INSERT INTO proletarian.scratch VALUES (2, 'b')")
         yield mysql_backend, rows
+
+
+def test_a_job_whose_connection_the_server_ends_runs_again_with_nothing_spent(backend, pool):
+    """The server ends the job's connection under its handler (an operator's terminate, a
+    restart): the transaction is rolled back, not failed by the handler, so the job runs
+    again with its attempts as they were, and no retry strategy is needed for it."""
+    [job_id] = enqueue_committed(backend, ("cut", None))
+    runs, log = Counter(), EventLog()
+    mysql = backend.name == "mysql"
+
+    def handler(job: Any) -> None:
+        runs[job.job_type] += 1
+        if runs[job.job_type] > 1:
+            return
+        with contextlib.closing(job.connection.cursor()) as cursor:
+            cursor.execute("SELECT CONNECTION_ID()" if mysql else "SELECT pg_backend_pid()")
+            [(session,)] = cursor.fetchall()
+        with contextlib.closing(backend.connect()) as other, other.cursor() as cursor:
+            cursor.execute(
+                f"KILL {int(session)}" if mysql else "SELECT pg_terminate_backend(%s, 5000)",
+                () if mysql else (session,),
+            )
+            other.commit()
+        execute(job, "SELECT 1")
+
+    worker = create_queue_worker(
+        pool, handler, handler_fn_mode="advanced", polling_interval_ms=20, log=log
+    )
+    with running(worker):
+        wait_for(lambda: backend.archived(), what="the job archived")
+    assert runs == {"cut": 2}
+    assert backend.archived() == [("cut", "success", 1)]
+    attempts = backend.query(f"SELECT COUNT(*) FROM {attempt_table(backend.job_table)}")
+    assert attempts == [(0,)], "no failed attempt was recorded"
+    [lost] = log.named("transaction_lost")
+    assert "the database ended the job's connection" in lost["reason"]
+    assert job_id

@@ -317,7 +317,18 @@ class HeldMode(Steps):
     ) -> None:
         """A callback ended the job's transaction: its batch is rolled back (those jobs run
         again, as after a crash) and this job's attempt is counted in a new transaction,
-        on a connection of its own if the callback closed the job's."""
+        on a connection of its own if the callback closed the job's. A connection the server
+        (or the network) ended is no callback's doing: the server rolled the transaction
+        back, and the job runs again with nothing spent, as after a crash (which
+        `max_crashes` bounds)."""
+        if dialect.is_broken(conn):
+            self.emit(
+                "transaction_lost",
+                job,
+                callback=lost.stage,
+                reason=f"the database ended the job's connection: the job runs again ({lost})",
+            )
+            return
         if lost.stage == "handler":
             ended = TransactionAborted(f"handler ended the job's transaction: {lost}")
             failure = lost.cause or ended

@@ -1054,6 +1054,11 @@ class Dialect:
         """Whether the connection was closed (by a handler, say)."""
         raise NotImplementedError
 
+    def is_broken(self, conn: Any) -> bool:
+        """Whether the connection was lost, not closed: the server ended it (a backend
+        terminated, a restart) or the network did, and rolled its transaction back."""
+        raise NotImplementedError
+
     def aborted(self, conn: Any) -> str | None:
         """Why the transaction now refuses statements (a callback swallowed a database
         error on PostgreSQL), or None while it is usable."""

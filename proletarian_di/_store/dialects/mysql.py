@@ -236,6 +236,12 @@ class MySQLDialect(Dialect):
     def is_closed(self, conn: Any) -> bool:
         return not unwrap_connection(conn).open
 
+    def is_broken(self, conn: Any) -> bool:
+        """PyMySQL marks only a `close()` as closed: a connection dropped on an error is
+        not open, and not closed either."""
+        raw = unwrap_connection(conn)
+        return not raw.open and not getattr(raw, "_closed", True)
+
     def begin(self, conn: Any, read_committed: bool = False) -> None:
         """Start a transaction at READ COMMITTED (already the session's level on a worker's
         connection, so set only for the next transaction elsewhere)."""

@@ -246,6 +246,9 @@ class PostgresDialect(Dialect):
     def is_closed(self, conn: Any) -> bool:
         return bool(conn.closed)
 
+    def is_broken(self, conn: Any) -> bool:
+        return bool(getattr(conn, "broken", False))
+
     def aborted(self, conn: Any) -> str | None:
         status = conn.info.transaction_status
         if status == _IDLE:
