@@ -270,3 +270,26 @@ def test_a_schema_without_the_slots_table_is_named(backend: Backend) -> None:
             process_next_job(backend.pool(1), print, rate_limit=RateLimit(1, 1000))
     finally:
         backend.recreate()
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_period_changed_between_restarts_governs_the_next_start(backend, pool, lease_ms):
+    """The slots keep the period they were written with only until a worker with another
+    one starts: an hour's limit, then a second's, and the next job runs within seconds."""
+    lease = {"lease_ms": lease_ms} if lease_ms else {}
+    table = f"{backend.job_table}_rate_slots"
+    ran: list[Any] = []
+    hourly = create_queue_worker(
+        pool, lambda t, p: ran.append(p), queue="p", rate_limit=RateLimit(1, 3_600_000), **lease
+    )
+    with worker_running(hourly):
+        enqueue_committed(backend, ("call", 1), queue="p")
+        wait_until(lambda: ran == [1], description="the hour's start")
+    assert backend.query(f"SELECT period_ms FROM {table} WHERE bucket = 'p'") == [(3_600_000,)]
+    enqueue_committed(backend, ("call", 2), queue="p")
+    secondly = create_queue_worker(
+        pool, lambda t, p: ran.append(p), queue="p", rate_limit=RateLimit(1, 1_000), **lease
+    )
+    with worker_running(secondly):
+        wait_until(lambda: ran == [1, 2], timeout=15, description="a start a second")
+    assert backend.query(f"SELECT period_ms FROM {table} WHERE bucket = 'p'") == [(1_000,)]

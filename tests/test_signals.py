@@ -309,3 +309,44 @@ def test_jobs_show_and_the_dashboard_show_a_running_jobs_progress(backend, pool)
         finally:
             step.set()
             done.set()
+
+
+@pytest.mark.parametrize("lease", [{}, {"lease_ms": 10_000}], ids=["held", "lease"])
+def test_a_snooze_runs_again_at_its_time_not_at_the_next_poll(backend, pool, lease):
+    """A worker that polls once a minute runs a job snoozed for 300 ms again within
+    seconds: the snooze wakes it at the job's new time."""
+    (job_id,) = enqueue_committed(backend, ("nap", {"n": 1}))
+    seen: list[int] = []
+    handler = signalling(
+        "default", "raise", lambda n: Snooze(300) if len(seen) == 1 else None, seen
+    )
+    options = {"polling_interval_ms": 60_000, "worker_threads": 1, **lease}
+    with worker_running(create_queue_worker(pool, handler, **options)) as (w,):
+        wait_until(lambda: w.summary()["snoozed"] == 1, description="snoozed")
+        wait_until(lambda: w.summary()["succeeded"] == 1, timeout=15, description="run again")
+    assert len(seen) == 2
+    assert get(backend, job_id).state == "succeeded"
+
+
+def test_a_handlers_cancel_settles_its_dependents_down_the_graph_in_its_transaction(backend):
+    """No worker's sweep here (`process_next_job`): the cancel's own transaction cancels
+    the job's dependents and theirs, each with the reason that names its parent."""
+    from proletarian_di import enqueue
+
+    (parent,) = enqueue_committed(backend, ("parent", None))
+    with connection(backend) as conn:
+        child = enqueue(conn, "child", None, depends_on=[parent])
+        grandchild = enqueue(conn, "grandchild", None, depends_on=[child])
+        conn.commit()
+    assert process_next_job(backend.connect, lambda t, p: Cancel("withdrawn")) is False
+    assert backend.jobs() == []
+    states = {
+        job_id: (info.state, info.error)
+        for job_id in (parent, child, grandchild)
+        if (info := get(backend, job_id)) is not None
+    }
+    assert states == {
+        parent: ("cancelled", "Cancel: withdrawn"),
+        child: ("cancelled", f"Cancel: job {parent}, which this job depends on, was cancelled"),
+        grandchild: ("cancelled", f"Cancel: job {child}, which this job depends on, was cancelled"),
+    }

@@ -90,13 +90,14 @@ class Wakeup:
             self._priority = priority
 
     def _poll_in(self, seconds: float, fallback: float | None) -> float:
-        """How long the poller waits before its next claim (0: claim now)."""
-        if fallback is None:
-            return seconds
+        """How long the poller waits before its next claim (0: claim now): until the next
+        known due time (a job this worker snoozed or retried, or one a listener heard of),
+        at most the polling interval, or `fallback` with a listener up."""
         now = time.monotonic()
         if self._passed(now):
             return 0.0
-        return min(fallback, self._due[0][0] - now) if self._due else fallback
+        wait = seconds if fallback is None else fallback
+        return min(wait, self._due[0][0] - now) if self._due else wait
 
     def _passed(self, now: float) -> bool:
         """Forget the due times that have come (the claim about to run looks for their
