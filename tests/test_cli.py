@@ -12,9 +12,11 @@ from cli_fixtures.cli_db import ARCHIVE, ENV, JOB, TABLES, CliDB
 from typer.testing import CliRunner
 
 from proletarian_di import create_queue_worker, process_next_job
+from proletarian_di._store.outcomes import first_hour
 from proletarian_di.cli import app
-from proletarian_di.contrib.cli._app import CLIError, parse_duration, parse_moment
+from proletarian_di.contrib.cli._app import CLIError, console, parse_duration, parse_moment
 from proletarian_di.mysql import mask, parse_mysql_url
+from proletarian_di.schema import outcomes_table
 
 runner = CliRunner()
 UNREACHABLE = "postgresql://u@127.0.0.1:1/nowhere"
@@ -238,6 +240,38 @@ def test_stats_counts_due_scheduled_and_outcomes(db, pool):
     table = run("stats", "-d", db.url, env={"COLUMNS": "200"})
     assert table.exit_code == 0
     assert all(header in table.stdout for header in ("Due", "Running", "Later", "OK 1h", "OK 24h"))
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_stats_never_cuts_a_number(db, columns, monkeypatch):
+    """In 80 columns (and 40) every figure is printed whole, as `--json` and the database
+    have it: the outcomes of a summed-up hour (the day's first) are in the table, their
+    queue name long."""
+    queue = "notifications-digest"
+    hour = first_hour(datetime.now(timezone.utc) + timedelta(seconds=10))  # the test's hour
+    at = hour.replace(tzinfo=None) if db.name == "mysql" else hour
+    for name, succeeded, failed in ((queue, 123456789012, 43), ("", 123456789012, 43)):
+        db.backend.execute(
+            f"INSERT INTO {outcomes_table(JOB)} (hour, queue, succeeded, failed, archived) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (at, name, succeeded, failed, succeeded + failed),
+        )
+    db.enqueue(*[("ok", n) for n in range(12)], queue=queue)
+    [stats] = json.loads(run("stats", "--json", "-d", db.url).stdout)
+    [(due,)] = db.backend.query(f"SELECT COUNT(*) FROM {JOB} WHERE queue = %s", (queue,))
+    assert (stats["due"], stats["succeeded_last_day"], stats["failed_last_day"]) == (
+        due,
+        123456789012,
+        43,
+    )
+    monkeypatch.setattr(console, "width", columns)
+    table = run("stats", "-d", db.url)
+    assert table.exit_code == 0, table.output
+    assert max(len(line) for line in table.stdout.splitlines()) <= columns, table.stdout
+    figures = table.stdout.split()
+    assert "…" not in table.stdout
+    for name in ("due", "succeeded_last_day", "failed_last_day"):
+        assert str(stats[name]) in figures, (name, table.stdout)
 
 
 def test_stats_counts_outcomes_of_the_last_hour_and_day_only(db, pool):

@@ -193,6 +193,18 @@ def test_show_missing_or_malformed_id(db):
     assert "not a job id" in one_line(malformed.stderr)
 
 
+def test_a_status_another_process_wrote_is_printed_escaped(db, pool):
+    """An archived job's status as another writer left it (the Django backend writes its
+    own): `jobs list` and `jobs explain` write its control characters out, never obey them."""
+    [done] = db.enqueue(("ok", 1))
+    assert process(pool, lambda t, p: None) is True
+    db.backend.execute(f"UPDATE {TABLES['archived_job_table']} SET status = %s", ("\x1b[2J",))
+    for args in (["jobs", "list"], ["jobs", "explain", str(done)]):
+        result = run(*args, "-d", db.url)
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.output and "\\x1b[2J" in result.output, result.output
+
+
 def test_explain_says_what_holds_a_job_back(db, pool):
     [later] = db.enqueue(("later", 1), queue="reports", process_in=timedelta(hours=1))
     text = run("jobs", "explain", str(later), "-d", db.url, env={"COLUMNS": "200"})

@@ -6,6 +6,7 @@ and the `workers` command show it all."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import socket
@@ -317,3 +318,145 @@ def test_the_cli_worker_registers_and_leaves_when_signalled(backend, tmp_path):
         worker.signal(signal.SIGTERM)
         assert worker.finish() == 0, worker.output
     assert cli_workers(backend) == []
+
+
+# Rows another process wrote: any JSON, read without raising ---------------------------------
+
+JOB_ID = "5f0c8f7e-0000-4000-8000-000000000001"
+ESCAPES = "\x1b]0;retitled\x07\x1b[2J"
+ENTRY = '{"thread":"w-0","activity":"idle","for_s":%s}'
+HOSTILE = {
+    # worker_id: (activity JSON, how many threads it shows)
+    "huge-for": ('[{"thread":"w-0","activity":"running","for_s":1e12}]', 0),
+    "nan-for": (f"[{ENTRY % 'NaN'}]", 0),
+    "infinite-for": (f"[{ENTRY % 'Infinity'},{ENTRY % '-Infinity'},{ENTRY % '1e400'}]", 0),
+    "number-strings": ("[" + ENTRY % '"Infinity"' + "," + ENTRY % '"NaN"' + "]", 0),
+    "odd-for": (f"[{ENTRY % 'null'},{ENTRY % 'true'},{ENTRY % -5},{ENTRY % '{}'}]", 0),
+    "no-list": ('{"thread":"w-0","activity":"idle","for_s":1}', 0),
+    "null": ("null", 0),
+    "a-string": ('"threads"', 0),
+    "not-json": ("not json [", 0),
+    "empty": ("", 0),
+    "too-deep": ("[" * 100_000 + "]" * 100_000, 0),
+    "odd-entries": ('[1, "two", null, [3], {"thread": {"a": 1}, "activity": [], "for_s": 1}]', 0),
+    "odd-fields": (
+        '[{"thread":"w-0","activity":"running","for_s":1,"job_id":12345,"job_type":["t"],'
+        '"attempt":"2","progress":"50%","max_running":1e12},'
+        '{"thread":"w-1","activity":"running","for_s":2,"job_id":"not a uuid","job_type":{},'
+        '"attempt":1e308,"progress":NaN,"max_running":100000000000000000000},'
+        '{"thread":"w-2","activity":"running","for_s":2,"job_id":{"id":1},"attempt":-1,'
+        '"progress":[1,2],"max_running":"3"}]',
+        3,
+    ),
+    "escapes": (
+        '[{"thread":"\\u001b]0;retitled\\u0007","activity":"\\u001b[2J","for_s":2,'
+        f'"job_id":"{JOB_ID}","job_type":"\\u001b[2J","attempt":2,"max_running":4}}]',
+        1,
+    ),
+}
+
+
+def hostile_rows(backend: Backend, queue: str = "default") -> None:
+    """The rows of `HOSTILE`, live (seen now), as a process might write them by hand; the
+    state of "escapes" retitles and clears a terminal that obeys it."""
+    table = workers_table(backend.job_table)
+    now = "UTC_TIMESTAMP(6)" if backend.name == "mysql" else "statement_timestamp()"
+    for worker_id, (activity, _) in HOSTILE.items():
+        state = "\x1b]0;x\x07\x1b[2J" if worker_id == "escapes" else "running"
+        backend.execute(
+            f"INSERT INTO {table} (worker_id, queue, queue_worker_id, host, pid, threads, state, "
+            f"started_at, seen_at, activity) VALUES (%s, %s, %s, %s, 4242, 3, %s, {now}, "
+            f"{now}, %s)",
+            (worker_id, queue, f"w-{worker_id}", f"host-{worker_id}", state, activity),
+        )
+
+
+def test_hostile_rows_are_read_without_raising(backend):
+    """Huge, infinite and NaN durations, strings for numbers, lists for strings, JSON that is
+    not a list or not JSON: each row is listed, with the threads it describes readably."""
+    hostile_rows(backend)
+    found = {w.worker_id: w for w in workers(backend)}
+    [(count,)] = backend.query(f"SELECT COUNT(*) FROM {workers_table(backend.job_table)}")
+    assert sorted(found) == sorted(HOSTILE) and len(found) == count
+    for worker_id, (_, threads) in HOSTILE.items():
+        assert len(found[worker_id].threads) == threads, worker_id
+    odd = found["odd-fields"]
+    assert [t.name for t in odd.threads] == ["w-0", "w-1", "w-2"]
+    for thread in odd.threads:
+        assert (thread.job_id, thread.job_type, thread.attempt, thread.progress) == (None,) * 4
+    assert odd.max_running is None and odd.busy == 0
+    assert odd.threads[1].since == odd.last_seen - timedelta(seconds=2)
+    [shown] = found["escapes"].threads
+    assert (shown.activity, shown.job_type, shown.attempt) == ("\x1b[2J", "\x1b[2J", 2)
+    assert str(shown.job_id) == JOB_ID and found["escapes"].max_running == 4
+
+
+def test_hostile_rows_reach_every_reader_without_raising(backend, pool):
+    """The CLI's `workers` (text and JSON) and `jobs explain`, the dashboard's processes and
+    waiting job pages: each answers, and no control character reaches the terminal."""
+    [job_id] = enqueue_committed(backend, ("waiting", None))
+    hostile_rows(backend)
+    [(count,)] = backend.query(f"SELECT COUNT(*) FROM {workers_table(backend.job_table)}")
+    runner = CliRunner()
+    url = ["--database-url", backend.url]
+    text = runner.invoke(cli_app, ["workers", *url], env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    assert "\x1b" not in text.output and "\x07" not in text.output
+    assert text.output.count("pid 4242") == count
+    assert "\\x1b]0;x\\x07\\x1b[2J" in text.output, "the state, escaped"
+    assert "\\x1b]0;retitled\\x07  \\x1b[2J" in text.output, "the thread and its activity"
+    listed = runner.invoke(cli_app, ["workers", "--json", *url])
+    assert listed.exit_code == 0, listed.output
+    by_id = {w["worker_id"]: w for w in json.loads(listed.stdout)}
+    assert {k: len(w["threads"]) for k, w in by_id.items()} == {
+        k: threads for k, (_, threads) in HOSTILE.items()
+    }
+    explained = runner.invoke(cli_app, ["jobs", "explain", str(job_id), *url])
+    assert explained.exit_code == 0, explained.output
+    [(polling,)] = backend.query(
+        f"SELECT COUNT(*) FROM {workers_table(backend.job_table)} WHERE state = 'running'"
+    )
+    assert "\x1b" not in explained.output
+    assert f"{polling} live workers poll" in flat(explained.output)
+    client = TestClient(dashboard(pool))
+    processes = client.get("/processes")
+    assert processes.status_code == 200
+    assert f"{count} workers" in processes.text and "host-huge-for" in processes.text
+    assert client.get(f"/jobs/{job_id}").status_code == 200
+
+
+def test_a_running_jobs_progress_is_shown_only_when_it_is_one(backend, pool, gate):
+    """Progress another row claims for a running job (NaN, out of range, a string, a list)
+    is not shown as the job's: `admin.get_job`, `jobs show` and the job's page say none."""
+    [job_id] = enqueue_committed(backend, ("long", None))
+    worker = create_queue_worker(pool, gate)
+    worker.start()
+    try:
+        assert gate.started.wait(30)
+        table = workers_table(backend.job_table)
+        now = "UTC_TIMESTAMP(6)" if backend.name == "mysql" else "statement_timestamp()"
+        for n, progress in enumerate(("NaN", "1e308", "-1", '"50%"', "[1, 2]", "true")):
+            activity = (
+                f'[{{"thread":"w-0","activity":"running","for_s":1,"job_id":"{job_id}",'
+                f'"job_type":"long","attempt":1,"progress":{progress}}}]'
+            )
+            backend.execute(
+                f"INSERT INTO {table} (worker_id, queue, queue_worker_id, host, pid, threads, "
+                f"state, started_at, seen_at, activity) VALUES (%s, 'default', 'w', "
+                f"'a-host', 4242, 1, 'running', {now}, {now}, %s)",
+                (f"liar-{n}", activity),
+            )
+        with connection(backend) as conn:
+            job = admin.get_job(conn, job_id)
+        assert job is not None and job.state == "running" and job.progress is None
+        shown = CliRunner().invoke(cli_app, ["jobs", "show", str(job_id), "-d", backend.url])
+        assert shown.exit_code == 0 and "progress" not in shown.output, shown.output
+        page = TestClient(dashboard(pool)).get(f"/jobs/{job_id}")
+        assert page.status_code == 200 and "Progress" not in page.text
+    finally:
+        gate.release.set()
+        worker.stop()
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())

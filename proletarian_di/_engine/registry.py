@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import random
 import threading
 import time
@@ -40,6 +41,7 @@ from .._store.outcomes import HOUR, SUM_UP_AFTER, sum_up
 from .._store.probes import bound_statements, probe_connector
 from .._store.tables import UPGRADE_HINT
 from ..errors import ConfigurationError
+from ..jobs import progress_value
 from .attempts import unique_name
 from .rates import RateLimit
 from .slot import Slot
@@ -467,11 +469,12 @@ def read_workers(
     return workers
 
 
-def _entries(text: str) -> list[Any]:
-    """A row's `activity` JSON: a list of entries, one per thread ([] if it cannot be read)."""
+def _entries(text: Any) -> list[Any]:
+    """A row's `activity` JSON: a list of entries, one per thread ([] if it cannot be read:
+    not JSON, not a list, or nested too deep to parse)."""
     try:
         entries = json.loads(text)
-    except ValueError:
+    except (ValueError, TypeError, RecursionError):
         return []
     return entries if isinstance(entries, list) else []
 
@@ -489,12 +492,25 @@ def _options(identity: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+MAX_RUNNING_READ = 100_000
+"""The largest `max_running` a row is believed: a larger one (a row written by hand) reads
+as none, so that no reader asks the database about more slots than a worker could take."""
+
+
+def _whole(value: Any, least: int, most: int | None = None) -> int | None:
+    """`value` if it is a whole number (not a bool) from `least` to `most`, else None."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        return None
+    return value if most is None or value <= most else None
+
+
 def _max_running(entries: list[Any]) -> int | None:
     """The worker's `max_running`, as its entries carry it (None: none recorded)."""
     for entry in entries:
-        cap = entry.get("max_running") if isinstance(entry, dict) else None
-        if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
-            return cap
+        if isinstance(entry, dict):
+            cap = _whole(entry.get("max_running"), 1, MAX_RUNNING_READ)
+            if cap is not None:
+                return cap
     return None
 
 
@@ -502,38 +518,74 @@ def _rate_limit(entries: list[Any]) -> RateLimit | None:
     """The worker's `rate_limit`, as its entries carry it (None: none, or not readable)."""
     for entry in entries:
         rate = entry.get("rate_limit") if isinstance(entry, dict) else None
-        if isinstance(rate, list) and len(rate) == 3 and all(map(_whole, rate[:2])):
+        if isinstance(rate, list) and len(rate) == 3:
+            limit, period_ms = _whole(rate[0], 1), _whole(rate[1], 1)
+            if limit is None or period_ms is None:
+                return None
             try:
-                return RateLimit(int(rate[0]), int(rate[1]), rate[2])
+                return RateLimit(limit, period_ms, rate[2])
             except ConfigurationError:
                 return None
     return None
 
 
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _threads(entries: list[Any], seen: datetime, now: datetime) -> tuple[WorkerThread, ...]:
-    """The threads a row's `activity` entries describe; none if they cannot be read (a row
-    written by hand, say)."""
-    try:
-        threads = []
-        for entry in entries:
-            since = seen - timedelta(seconds=float(entry["for_s"]))
-            job_id = entry.get("job_id")
-            threads.append(
-                WorkerThread(
-                    name=str(entry["thread"]),
-                    activity=str(entry["activity"]),
-                    since=since,
-                    duration=max(timedelta(0), now - since),
-                    job_id=None if job_id is None else uuid.UUID(job_id),
-                    job_type=entry.get("job_type"),
-                    attempt=entry.get("attempt"),
-                    progress=entry.get("progress"),
-                )
+    """The threads a row's `activity` entries describe. An entry without a thread name, an
+    activity and a finite, non-negative `for_s` that dates it is dropped (a row written by
+    hand, say); an optional field of the wrong kind (job id, type, attempt, progress) reads
+    as None."""
+    threads = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        name, activity, since = entry.get("thread"), entry.get("activity"), _since(entry, seen)
+        if not isinstance(name, str) or not isinstance(activity, str) or since is None:
+            continue
+        job_type = entry.get("job_type")
+        threads.append(
+            WorkerThread(
+                name=name,
+                activity=activity,
+                since=since,
+                duration=max(timedelta(0), now - since),
+                job_id=_uuid(entry.get("job_id")),
+                job_type=job_type if isinstance(job_type, str) else None,
+                attempt=_whole(entry.get("attempt"), 0),
+                progress=_progress(entry.get("progress")),
             )
-        return tuple(threads)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return ()
+        )
+    return tuple(threads)
+
+
+def _since(entry: dict[str, Any], seen: datetime) -> datetime | None:
+    """When the thread began what it does: `for_s` seconds before the beat `seen`, or None
+    if `for_s` is not a finite, non-negative number that dates it."""
+    seconds = entry.get("for_s")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    try:
+        return seen - timedelta(seconds=seconds)
+    except OverflowError:
+        return None
+
+
+def _uuid(value: Any) -> uuid.UUID | None:
+    """A job id as an entry writes it, or None if it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def _progress(value: Any) -> Any:
+    """A progress as `Job.report_progress` stores it, or None if it is not one."""
+    if value is None:
+        return None
+    try:
+        return progress_value(value)
+    except (ConfigurationError, RecursionError):
+        return None

@@ -259,7 +259,7 @@ def malformed(what: str, text: str, reason: str) -> str:
     return f"malformed {what} {mask(text)}: {reason}; {HINT}"
 
 
-def _without_quoted_data(message: str) -> str:
+def without_quoted_data(message: str) -> str:
     """A libpq message with the user data it quotes ("...") replaced by "…"."""
     quotes = [i for i, char in enumerate(message) if char == '"']
     static = {i for i in quotes if message[i : i + 3] in _LIBPQ_STATIC_QUOTES}
@@ -286,7 +286,7 @@ def postgres_problem(conninfo: str) -> str | None:
         params = conninfo_to_dict(conninfo)
     except psycopg.Error as exc:
         message = scrub(" ".join(str(exc).split()), *passwords(conninfo))
-        return _without_quoted_data(message)
+        return without_quoted_data(message)
     except UnicodeError:
         return "a percent-encoded sequence is not UTF-8"
     except Exception as exc:

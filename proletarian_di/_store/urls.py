@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import traceback
 from typing import Any
 
 from ..errors import DatabaseURLError
-from .secrets import libpq_url, malformed, mask, parse_mysql_url, postgres_problem, split_url
+from .secrets import (
+    libpq_url,
+    malformed,
+    mask,
+    parse_mysql_url,
+    postgres_problem,
+    split_url,
+    without_quoted_data,
+)
 
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
@@ -31,6 +41,31 @@ def url_dialect(url: str) -> str:
         f"unsupported database URL {mask(url)!r}: use postgresql://user:password@host/db "
         "or mysql://user:password@host/db"
     )
+
+
+def conninfo_refusal(exc: BaseException) -> str | None:
+    """Why psycopg refused to parse a URL or conninfo, when `exc` is that refusal (or was
+    raised from it): libpq's reason, one line, without the data it quotes (a password); else
+    None. An application's own `psycopg.connect` or pool raises it before any connection."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        frames = traceback.extract_tb(current.__traceback__)
+        if any(frame.filename.endswith(_PSYCOPG_CONNINFO) for frame in frames):
+            if isinstance(current, UnicodeError):
+                return "a percent-encoded sequence is not UTF-8"
+            if isinstance(current, psycopg.ProgrammingError):
+                return without_quoted_data(" ".join(str(current).split()))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+_PSYCOPG_CONNINFO = os.path.join("psycopg", "conninfo.py")
 
 
 def connect(url: str, timeout: int = CONNECT_TIMEOUT) -> Any:

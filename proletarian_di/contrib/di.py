@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._common.types import DataSource, Handler, WorkerOptions
 from .._store.secrets import malformed, mask, parse_mysql_url, passwords, postgres_problem, scrub
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DatabaseURLError
 from ..lifecycle import container_workers, init_resources, shutdown_resources, teardown
 from ..mysql import MySQLDataSource
 from ..periodic import PeriodicJob, Scheduler, create_scheduler
@@ -104,7 +104,7 @@ def open_postgres_pool(
     where = mask(conninfo)
     problem = postgres_problem(conninfo)
     if problem:
-        raise ConfigurationError(malformed("PostgreSQL conninfo", conninfo, problem))
+        raise DatabaseURLError(malformed("PostgreSQL conninfo", conninfo, problem))
     connect_kwargs = dict(pool_options.get("kwargs") or {})
     secrets = [*passwords(conninfo), connect_kwargs.get("password")]
     connect_kwargs.setdefault("connect_timeout", max(1, round(wait_timeout)))

@@ -8,6 +8,7 @@ from proletarian_di import enqueue
 from proletarian_di.schema import (
     blocked_table,
     dependencies_table,
+    outcomes_table,
     paused_table,
     periodic_table,
     workers_table,
@@ -21,8 +22,8 @@ ENV = {"PROLETARIAN_JOB_TABLE": JOB, "PROLETARIAN_ARCHIVED_JOB_TABLE": ARCHIVE}
 
 
 class CliDB:
-    """A backend with the CLI tables installed and emptied, schedules, pauses and the rows
-    of workers killed by earlier tests too."""
+    """A backend with the CLI tables installed and emptied, schedules, pauses, summed-up
+    hours and the rows of workers killed by earlier tests too."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -34,7 +35,7 @@ class CliDB:
         backend.execute(f"DELETE FROM {periodic_table(JOB)}")
         backend.execute(f"DELETE FROM {paused_table(JOB)}")
         backend.execute(f"DELETE FROM {workers_table(JOB)}")
-        for table in (dependencies_table, blocked_table, workflows_table):
+        for table in (dependencies_table, blocked_table, workflows_table, outcomes_table):
             backend.execute(f"DELETE FROM {table(JOB)}")
 
     def env(self) -> dict[str, str]:

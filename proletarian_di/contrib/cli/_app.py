@@ -25,9 +25,9 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from ... import __version__, admin
 from ..._common.logging import describe, escape_controls
 from ..._store.dialects import MySQLDialect, dialect_for, is_read_only
-from ..._store.secrets import RedactingStream, Redactor, mask, passwords, scrub
+from ..._store.secrets import HINT, RedactingStream, Redactor, mask, passwords, scrub
 from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
-from ..._store.urls import connect, is_unreachable, url_dialect
+from ..._store.urls import connect, conninfo_refusal, is_unreachable, url_dialect
 from ...errors import (
     ConfigurationError,
     DatabaseURLError,
@@ -300,6 +300,9 @@ def _classify(exc: BaseException, config_code: ExitCode = ExitCode.USAGE) -> CLI
     message = _one_line(scrub(describe(exc)))
     if isinstance(exc, DatabaseURLError):
         return CLIError(str(exc), ExitCode.USAGE)
+    refusal = conninfo_refusal(exc)
+    if refusal is not None:
+        return CLIError(f"malformed PostgreSQL URL or conninfo: {refusal}; {HINT}", ExitCode.USAGE)
     if isinstance(exc, SchemaError):
         return CLIError(f"schema missing: {exc}", ExitCode.SCHEMA)
     if isinstance(exc, UnsupportedDatabase):

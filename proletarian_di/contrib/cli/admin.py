@@ -12,7 +12,9 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.console import Group, RenderableType
 from rich.live import Live
+from rich.measure import Measurement
 from rich.table import Table
 
 from ... import admin
@@ -302,44 +304,78 @@ class _KnownId:
 # stats ----------------------------------------------------------------------------------------
 
 
-def _stats_table(rows: list[QueueStats], where: str) -> Table:
-    """Per queue, in 80 columns: short headers, and queue names folded, never cut."""
-    table = Table(
-        title=_escape(where),
-        title_justify="left",
-        caption="Due counts the running jobs too; Oldest is the oldest due job's wait.",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("Queue", overflow="fold", min_width=8)
-    for name, style in (
-        ("Due", None),
-        ("Running", "cyan"),
-        ("Later", None),
-        ("Blocked", None),
-        ("Oldest", None),
-        ("OK 1h", "green"),
-        ("Fail 1h", "red"),
-        ("OK 24h", "green"),
-        ("Fail 24h", "red"),
-    ):
-        table.add_column(name, justify="right", style=style, no_wrap=True)
-    for row in rows:
-        table.add_row(
-            _escape(row.queue) + (" [yellow](paused)[/]" if row.paused else ""),
-            str(row.due),
-            str(row.running),
-            str(row.scheduled),
-            str(row.blocked),
-            _ago(row.oldest_due),
-            str(row.succeeded_last_hour),
-            str(row.failed_last_hour),
-            str(row.succeeded_last_day),
-            str(row.failed_last_day),
+_STATS_COLUMNS = (
+    ("Due", None),
+    ("Running", "cyan"),
+    ("Later", None),
+    ("Blocked", None),
+    ("Oldest", None),
+    ("OK 1h", "green"),
+    ("Fail 1h", "red"),
+    ("OK 24h", "green"),
+    ("Fail 24h", "red"),
+)
+_STATS_CAPTION = "Due counts the running jobs too; Oldest is the oldest due job's wait."
+_QUEUE_MIN_WIDTH = 8
+_UNBOUNDED = 10_000
+"""A width no table of figures reaches: to measure one as it is, unsqueezed."""
+
+
+def _stats_figures(row: QueueStats) -> list[str]:
+    """A queue's figures, in the order of `_STATS_COLUMNS`."""
+    return [
+        str(row.due),
+        str(row.running),
+        str(row.scheduled),
+        str(row.blocked),
+        _ago(row.oldest_due),
+        str(row.succeeded_last_hour),
+        str(row.failed_last_hour),
+        str(row.succeeded_last_day),
+        str(row.failed_last_day),
+    ]
+
+
+def _queue_label(row: QueueStats) -> str:
+    return _escape(row.queue) + (" [yellow](paused)[/]" if row.paused else "")
+
+
+def _stats_table(rows: list[QueueStats], where: str, width: int) -> RenderableType:
+    """Per queue, in `width` columns: a table whose figure columns are as wide as their
+    widest figure (their headers folded onto two lines if that makes it fit) and whose queue
+    names fold; where even that does not fit, each queue's figures one a line. A figure is
+    never cut."""
+    figures = [_stats_figures(row) for row in rows]
+    widest = [max([0] + [len(f[i]) for f in figures]) for i in range(len(_STATS_COLUMNS))]
+
+    def table(fold: bool, queue_width: int | None) -> Table:
+        built = Table(
+            title=_escape(where),
+            title_justify="left",
+            caption=_STATS_CAPTION if rows else "no jobs yet",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
         )
-    if not rows:
-        table.caption = "no jobs yet"
-    return table
+        built.add_column("Queue", overflow="fold", min_width=_QUEUE_MIN_WIDTH, width=queue_width)
+        for (name, style), most in zip(_STATS_COLUMNS, widest, strict=True):
+            header = name.replace(" ", "\n") if fold else name
+            fits = max(most, *(len(line) for line in header.splitlines()))
+            built.add_column(header, justify="right", style=style, no_wrap=True, width=fits)
+        for row, values in zip(rows, figures, strict=True):
+            built.add_row(_queue_label(row), *values)
+        return built
+
+    unbounded = console.options.update_width(_UNBOUNDED)
+    for fold in (False, True):
+        if Measurement.get(console, unbounded, table(fold, _QUEUE_MIN_WIDTH)).maximum <= width:
+            return table(fold, None)
+    lines = [_escape(where)]
+    for row, values in zip(rows, figures, strict=True):
+        lines.append(f"[bold]{_queue_label(row)}[/]")
+        named = zip(_STATS_COLUMNS, values, strict=True)
+        lines += [f"  {name:<8} {value}" for (name, _), value in named]
+    lines.append(f"[dim]{_STATS_CAPTION if rows else 'no jobs yet'}[/]")
+    return Group(*lines)
 
 
 @app.command(rich_help_panel="Operate")
@@ -375,13 +411,13 @@ def stats(
             typer.echo(json.dumps([row.as_dict() for row in rows], indent=2))
             return
         if not watch:
-            console.print(_stats_table(operator.read(admin.queue_stats), where))
+            console.print(_stats_table(operator.read(admin.queue_stats), where, console.width))
             return
-        first = _stats_table(operator.read(admin.queue_stats), where)
+        first = _stats_table(operator.read(admin.queue_stats), where, console.width)
         with Live(first, console=console) as live, contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(pause.total_seconds())
-                live.update(_stats_table(operator.read(admin.queue_stats), where))
+                live.update(_stats_table(operator.read(admin.queue_stats), where, console.width))
 
 
 _DRY_RUN_SHOWN = 50

@@ -79,7 +79,7 @@ def job_lines(jobs: list[JobInfo]) -> list[str]:
     lines = [f"[bold]{'Job id':<36}  {'State':<9}  Try  Enqueued[/]"]
     for job in jobs:
         style = _STATE_STYLES.get(job.state)
-        state = f"[{style}]{job.state:<9}[/]" if style else f"{job.state:<9}"
+        state = f"[{style}]{job.state:<9}[/]" if style else _escape(f"{job.state:<9}")
         lines.append(f"{job.job_id}  {state}  {job.attempts:>3}  {_when(job.enqueued_at)}")
         lines.append(f"  [dim]{_escape(job.queue)} · {_escape(job.job_type)}[/]")
     if not jobs:
@@ -293,7 +293,7 @@ def explain_job(
         return
     console.print(_escape(where))
     style = _STATE_STYLES.get(found.state)
-    state = f"[{style}]{found.state}[/]" if style else found.state
+    state = f"[{style}]{found.state}[/]" if style else _escape(found.state)
     console.print(f"[bold]{found.job_id}[/] {state} [dim]in queue {_escape(found.queue)}[/]")
     for reason in found.reasons:
         console.print(f"  - {_escape(reason)}", soft_wrap=True)

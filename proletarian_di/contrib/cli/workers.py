@@ -47,7 +47,7 @@ def workers(
     if listed(where, found, as_json, "no worker is connected"):
         return
     for w in found:
-        state = f"[red]{w.state}[/]" if w.state == "stale" else w.state
+        state = "[red]stale[/]" if w.state == "stale" else _escape(w.state)
         console.print(
             f"[bold]{_escape(w.queue_worker_id)}[/]  {_escape(w.host)} pid {w.pid}  {state}  "
             f"{w.busy}/{w.worker_threads} busy"
@@ -57,5 +57,6 @@ def workers(
             f"seen {_ago(w.seen_ago)} ago[/]"
         )
         for t in w.threads:
-            job = f"  {t.job_id} {_escape(t.job_type or '')} try {t.attempt}" if t.job_id else ""
-            console.print(f"  {_escape(t.name)}  {t.activity} {_ago(t.duration)}{job}")
+            attempt = "?" if t.attempt is None else t.attempt
+            job = f"  {t.job_id} {_escape(t.job_type or '')} try {attempt}" if t.job_id else ""
+            console.print(f"  {_escape(t.name)}  {_escape(t.activity)} {_ago(t.duration)}{job}")
