@@ -331,3 +331,34 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
     }
     [*_, last] = site.events.named("dashboard_action")
     assert (last["action"], last["queue"], last["count"]) == ("cancel", "two\nlines", 1)
+
+
+def test_blocked_jobs_show_as_blocked_with_what_they_wait_for(site: Site, page: Page) -> None:
+    """Twelve jobs wait on three parents, one of which has succeeded, while another
+    transaction locks them all (as a worker's release sweep does): the overview counts them
+    blocked, the filter lists all twelve, and a job's page says what it waits for."""
+    from test_job_states import blocked_in_database, locked_by_another
+
+    from proletarian_di import enqueue_many
+
+    backend = site.backend
+    parents = enqueue_committed(backend, ("p", 1), ("p", 2), ("p", 3))
+    with connection(backend) as conn:
+        children = enqueue_many(conn, [("child", i) for i in range(12)], depends_on=parents)
+        conn.commit()
+    assert process_next_job(site.pool, lambda t, p: None) is True
+    assert blocked_in_database(backend) == 12
+    with locked_by_another(backend, children):
+        page.goto(f"{site.url}/view/")
+        row = page.locator('tr[data-queue="default"]')
+        expect(row.locator('[data-count="blocked"]')).to_have_text("12")
+        expect(row.locator('[data-count="scheduled"]')).to_have_text("0")
+        expect(row.locator('[data-count="running"]')).to_have_text("0")
+        page.goto(f"{site.url}/view/jobs?state=blocked")
+        expect(page.locator('table.jobs tbody tr[data-state="blocked"]')).to_have_count(12)
+        page.goto(f"{site.url}/view/jobs/{children[0]}")
+        fields = page.locator("dl.fields")
+        expect(fields).to_contain_text("after 2 of its 3 parents succeed")
+        expect(fields).not_to_contain_text("9999")
+        expect(page.locator("dd.graph .state-succeeded")).to_have_count(1)
+        expect(page.locator("dd.graph .state-waiting")).to_have_count(2)

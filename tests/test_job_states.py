@@ -24,15 +24,16 @@ from backends import Backend, connection, enqueue_committed
 @contextlib.contextmanager
 def locked_by_another(backend: Backend, job_ids: Sequence[uuid.UUID]) -> Iterator[None]:
     """The rows of these jobs locked `FOR UPDATE` by another open transaction, as a worker's
-    release sweep, an enqueue's check of its parents or an action lock them."""
+    release sweep, an enqueue's check of its parents or an action lock them: one at a time,
+    by primary key (a scan would lock every row it reads on MySQL)."""
     conn = backend.connect()
     try:
-        key = admin.Tables().job_table  # the default tables
-        marks = ", ".join(["%s"] * len(job_ids))
-        ids = [i if backend.name == "postgresql" else i.bytes for i in job_ids]
         with contextlib.closing(conn.cursor()) as cursor:
-            cursor.execute(f"SELECT job_id FROM {key} WHERE job_id IN ({marks}) FOR UPDATE", ids)
-            assert len(cursor.fetchall()) == len(job_ids)
+            for job_id in job_ids:
+                key = job_id if backend.name == "postgresql" else job_id.bytes
+                sql = f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE"
+                cursor.execute(sql, (key,))
+                assert len(cursor.fetchall()) == 1
         yield
     finally:
         conn.rollback()
