@@ -118,6 +118,7 @@ CREATE TABLE IF NOT EXISTS {outcomes_table} (
     succeeded   BIGINT NOT NULL,      -- archived as success in the hour
     failed      BIGINT NOT NULL,      -- archived as failure in the hour
     archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
+    checked_at  TIMESTAMPTZ,          -- on the '' row: when the sums last matched the archive
     PRIMARY KEY (hour, queue)
 );
 CREATE TABLE IF NOT EXISTS {rate_table} (
@@ -253,6 +254,7 @@ CREATE TABLE IF NOT EXISTS {outcomes_table} (
     succeeded   BIGINT NOT NULL,          -- archived as success in the hour
     failed      BIGINT NOT NULL,          -- archived as failure in the hour
     archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
+    checked_at  DATETIME(6) NULL,         -- UTC; on the '' row: when the sums last matched
     PRIMARY KEY (hour, queue)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
@@ -516,6 +518,11 @@ POSTGRESQL_16 = "".join(
     )
 )
 
+# When each summed hour last matched the archive: workers count the hours again, one at a
+# time, and replace the sums of one that changed behind their back (see _outcomes.recheck).
+# Without it the sums are kept as summed.
+POSTGRESQL_17 = _pg_add_column("outcomes_table", "checked_at TIMESTAMPTZ")
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -712,6 +719,12 @@ MYSQL_19 = "".join(
     )
 )
 
+# When each summed hour last matched the archive (POSTGRESQL_17).
+MYSQL_20 = _my_alter(
+    "outcomes_table",
+    (_my_column("outcomes_table", "checked_at"), "ADD COLUMN checked_at DATETIME(6) NULL"),
+)
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -795,6 +808,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _pg_index("workflows_table", "{workflows_index}"),
             ),
         ),
+        ("outcomes_checked", POSTGRESQL_17, (_pg_column("outcomes_table", "checked_at"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -872,6 +886,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _my_table("workflows_table"),
             ),
         ),
+        ("outcomes_checked", MYSQL_20, (_my_column("outcomes_table", "checked_at"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

@@ -302,12 +302,13 @@ class _KnownId:
 # stats ----------------------------------------------------------------------------------------
 
 
-def _stats_table(rows: list[QueueStats], where: str) -> Table:
+def _stats_table(rows: list[QueueStats], where: str, sums: admin.HourlySums) -> Table:
     """Per queue, in 80 columns: short headers, and queue names folded, never cut."""
     table = Table(
         title=_escape(where),
         title_justify="left",
-        caption="Due counts the running jobs too; Oldest is the oldest due job's wait.",
+        caption="Due counts the running jobs too; Oldest is the oldest due job's wait.\n"
+        + _sums_line(sums),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
     )
@@ -340,6 +341,29 @@ def _stats_table(rows: list[QueueStats], where: str) -> Table:
     return table
 
 
+def _sums_line(sums: admin.HourlySums) -> str:
+    """Where the 24 h columns come from, and when the workers' sums were last checked."""
+    if not sums.hours:
+        return "24h: counted from the archive (no hour summed up by workers)."
+    hours = f"{sums.hours} hour{'s' if sums.hours != 1 else ''}"
+    if sums.checked_at is None:
+        return f"24h: {hours} from workers' sums, not all checked against the archive yet."
+    return (
+        f"24h: {hours} from workers' sums, all checked against the archive since "
+        f"{sums.checked_at:%Y-%m-%d %H:%M:%S} UTC."
+    )
+
+
+def _recounted(done: admin.RecountedHours, archive: str) -> str:
+    """What `stats --recount` did, in a line."""
+    changed = ", ".join(f"{hour:%Y-%m-%d %H:00}" for hour in done.changed)
+    count = len(done.checked)
+    return (
+        f"recounted {count} summed hour{'s' if count != 1 else ''} of {archive}: "
+        f"{len(done.changed)} changed" + (f" ({changed} UTC)" if changed else "")
+    )
+
+
 @app.command(rich_help_panel="Operate")
 @_guarded
 def stats(
@@ -353,6 +377,14 @@ def stats(
         ),
     ] = "2s",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    recount: Annotated[
+        bool,
+        typer.Option(
+            "--recount",
+            help="First count the hours workers summed up again from the archive, and replace "
+            "the sums that no longer match it (after a backfill, a restore or a DELETE by hand).",
+        ),
+    ] = False,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
@@ -365,20 +397,31 @@ def stats(
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     pause = parse_duration(interval, "--interval", minimum=timedelta(milliseconds=100))
     with _admin(database_url, job_table, archived_job_table) as operator:
-        where = str(operator.location)
+        location = operator.location
+        where = str(location)
+        if recount:
+            done = operator.write(admin.recount_hours)
+            (err if as_json else console).print(
+                _escape(_recounted(done, f"{location.archived_job_table} on {location.url}"))
+            )
+
+        def table() -> Table:
+            rows = operator.read(admin.queue_stats)
+            return _stats_table(rows, where, operator.read(admin.hourly_sums))
+
         if as_json:
             err.print(_escape(where))
+            err.print(_sums_line(operator.read(admin.hourly_sums)))
             rows = operator.read(admin.queue_stats)
             typer.echo(json.dumps([row.as_dict() for row in rows], indent=2))
             return
         if not watch:
-            console.print(_stats_table(operator.read(admin.queue_stats), where))
+            console.print(table())
             return
-        first = _stats_table(operator.read(admin.queue_stats), where)
-        with Live(first, console=console) as live, contextlib.suppress(KeyboardInterrupt):
+        with Live(table(), console=console) as live, contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(pause.total_seconds())
-                live.update(_stats_table(operator.read(admin.queue_stats), where))
+                live.update(table())
 
 
 _DRY_RUN_SHOWN = 50
