@@ -420,6 +420,13 @@ def _statement(schema: str, start: str) -> str:
     return schema[begin : schema.index(";\n", begin) + 2]
 
 
+def _before(statement: str, *later: str) -> str:
+    """A full schema's CREATE TABLE as an earlier step wrote it: without the columns (named
+    in `later`) that later steps add."""
+    lines = statement.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.lstrip().startswith(later))
+
+
 POSTGRESQL_2 = _pg_add_column("job_table", "last_error TEXT") + _pg_add_column(
     "archived_job_table", "last_error TEXT"
 )
@@ -480,7 +487,9 @@ POSTGRESQL_10 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {workers_tabl
 # The archive's outcomes per clock hour and queue, summed up by workers once an hour is over
 # (see _outcomes), so that the overview and `stats` read a day of them instead of a day of
 # the archive. Readers read the archive for hours not summed up: nothing needs the step.
-POSTGRESQL_11 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}")
+POSTGRESQL_11 = _before(
+    _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}"), "checked_at "
+)
 
 # The listings' order, newest first: a page of jobs reads its rows from both tables' indexes
 # instead of sorting them (a second at ten million archived jobs). On a large archive, build
@@ -676,7 +685,7 @@ MYSQL_13 = _my_alter(
 )
 
 # The archive's outcomes per clock hour and queue (POSTGRESQL_11).
-MYSQL_14 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}")
+MYSQL_14 = _before(_statement(MYSQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}"), "checked_at ")
 
 # The listings' order (POSTGRESQL_12).
 MYSQL_15 = _my_alter(
