@@ -1,4 +1,4 @@
--- proletarian-di schema (version 19) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 20) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema/; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -99,6 +99,7 @@ CREATE TABLE IF NOT EXISTS proletarian.job_hourly_outcomes (
     succeeded   BIGINT NOT NULL,          -- archived as success in the hour
     failed      BIGINT NOT NULL,          -- archived as failure in the hour
     archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
+    checked_at  DATETIME(6) NULL,         -- UTC; on the '' row: when the sums last matched
     PRIMARY KEY (hour, queue)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 

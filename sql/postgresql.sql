@@ -1,4 +1,4 @@
--- proletarian-di schema (version 16) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 17) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema/; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -104,6 +104,7 @@ CREATE TABLE IF NOT EXISTS proletarian.job_hourly_outcomes (
     succeeded   BIGINT NOT NULL,      -- archived as success in the hour
     failed      BIGINT NOT NULL,      -- archived as failure in the hour
     archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
+    checked_at  TIMESTAMPTZ,          -- on the '' row: when the sums last matched the archive
     PRIMARY KEY (hour, queue)
 );
 CREATE TABLE IF NOT EXISTS proletarian.job_rate_slots (

@@ -242,6 +242,35 @@ def test_a_failing_heartbeat_is_logged_and_the_jobs_go_on(backend, pool):
         backend.install()
 
 
+def test_the_registry_logs_a_second_outage_after_it_recovered_from_a_first(backend, pool):
+    """The registry's table dropped, put back, dropped again: each outage is logged, and each
+    recovery, in that order; the first outage's log does not silence the second."""
+    events = Events()
+    table = workers_table(backend.job_table)
+    try:
+        with create_queue_worker(pool, lambda t, p: None, log=events) as worker:
+            for outage in (1, 2):
+                backend.execute(f"DROP TABLE {table}")
+                wait_until(
+                    lambda n=outage: len(events.named("registry_error")) >= n,
+                    description=f"outage {outage} logged",
+                )
+                backend.install()
+                wait_until(
+                    lambda n=outage: len(events.named("registry_restored")) >= n,
+                    description=f"recovery {outage} logged",
+                )
+            assert [w.worker_id for w in workers(backend)] == [worker.worker_id]
+        logged = [(name, data) for name, data in events.events if name.startswith("registry_")]
+        runs = [name for name, _ in itertools.groupby(name for name, _ in logged)]
+        assert runs == ["registry_error", "registry_restored"] * 2
+        reasons = [data.get("reason") for _, data in logged]
+        assert all(a != b for a, b in itertools.pairwise(reasons)), "logged twice in a row"
+        assert sum(f"there is no {table} table" in (reason or "") for reason in reasons) == 2
+    finally:
+        backend.install()
+
+
 def test_list_workers_rejects_bad_bounds(backend):
     with connection(backend) as conn:
         with pytest.raises(ConfigurationError, match="stale_after"):

@@ -17,7 +17,10 @@ as seconds as of the beat (`for_s`), so hosts whose clocks disagree still show t
 
 The beat also sums up the archive's hours for the overview (`_outcomes.sum_up`): an hour per
 beat while some of the last day's are missing, then none until the next hour is over (a
-minute's jitter apart between workers), and not at all on a schema without the table.
+minute's jitter apart between workers), and not at all on a schema without the table. It
+counts a summed hour again once its last check is `RECHECK_AFTER` old (`_outcomes.recheck`),
+an hour per beat while some are due, so that sums a change behind the workers' back made
+wrong (a backfill, a restore, a DELETE by hand) are put right without an operator.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from .._common.logging import describe
 from .._store.datasource import connection_factory
 from .._store.dialects import Dialect
-from .._store.outcomes import HOUR, SUM_UP_AFTER, sum_up
+from .._store.outcomes import HOUR, RECHECK_AFTER, SUM_UP_AFTER, recheck, sum_up
 from .._store.probes import bound_statements, probe_connector
 from .._store.tables import UPGRADE_HINT
 from ..errors import ConfigurationError
@@ -45,6 +48,8 @@ from ..jobs import progress_value
 from .attempts import unique_name
 from .rates import RateLimit
 from .slot import Slot
+
+T = TypeVar("T")
 
 BEAT_S = 5.0
 """How often a worker refreshes its row."""
@@ -117,6 +122,8 @@ class Registration(threading.Thread):
         self._sums_up_at = time.monotonic() + self.every_s
         """When (`time.monotonic()`) the beat looks for an hour to sum up next: not in the
         first beat, which `start()` waits for."""
+        self._rechecks_at = self._sums_up_at
+        """When the beat looks for a summed hour to count again next (`recheck`)."""
         self._beaten = time.monotonic()
         self.chore: Callable[[Any, Dialect], bool] | None = None
         """Run on the registry's connection besides the beat: the worker's watch over jobs
@@ -215,6 +222,8 @@ class Registration(threading.Thread):
                     self._commit(conn)
                 if time.monotonic() >= self._sums_up_at:
                     self._sum_up(conn, dialect)
+                if time.monotonic() >= self._rechecks_at:
+                    self._recheck(conn, dialect)
         except Exception as exc:
             self._failed(exc)
             return
@@ -227,13 +236,36 @@ class Registration(threading.Thread):
         """Sum up an hour of the archive, if one is missing; else wait for the next one to be
         over (and on a schema without the outcomes table, an hour before looking again)."""
         now = datetime.now(timezone.utc)
-        summed = None
+        summed = self._on_sums(
+            conn,
+            dialect,
+            lambda: (
+                sum_up(conn, dialect, now)
+                if dialect.table_columns(conn, dialect.outcomes_table)
+                else None
+            ),
+        )
+        if summed is None:
+            next_hour = now.replace(minute=0, second=0, microsecond=0) + HOUR + SUM_UP_AFTER
+            wait_s = (next_hour - now).total_seconds() + random.uniform(0, 60)
+            self._sums_up_at = time.monotonic() + wait_s
+
+    def _recheck(self, conn: Any, dialect: Dialect) -> None:
+        """Count a summed hour again if its check is due, then the next at the next beat while
+        more are due; else wait for the next to fall due (`RECHECK_AFTER` where none can)."""
+        now = datetime.now(timezone.utc)
+        due = self._on_sums(conn, dialect, lambda: recheck(conn, dialect, now))
+        wait_s = (RECHECK_AFTER if due is None else due - now).total_seconds()
+        if wait_s > 0:
+            self._rechecks_at = time.monotonic() + wait_s + random.uniform(0, 60)
+
+    def _on_sums(self, conn: Any, dialect: Dialect, work: Callable[[], T]) -> T | None:
+        """Work on the hourly sums, committed; a failure is rolled back and logged once per
+        run of failures, and the beat goes on (a role without the grants, say)."""
         try:
-            if dialect.table_columns(conn, dialect.outcomes_table):
-                summed = sum_up(conn, dialect, now)
-                self._commit(conn)
-                self._summing_failed = None
-        except Exception as exc:  # a role without the grants, say: the beat goes on
+            done = work()
+            self._commit(conn)
+        except Exception as exc:
             with contextlib.suppress(Exception):
                 conn.rollback()
             reason = f"summing up the archive's hours: {describe(exc)}"
@@ -242,10 +274,9 @@ class Registration(threading.Thread):
                 self.emit(
                     "registry_error", exception=exc, table=dialect.outcomes_table, reason=reason
                 )
-        if summed is None:
-            next_hour = now.replace(minute=0, second=0, microsecond=0) + HOUR + SUM_UP_AFTER
-            wait_s = (next_hour - now).total_seconds() + random.uniform(0, 60)
-            self._sums_up_at = time.monotonic() + wait_s
+            return None
+        self._summing_failed = None
+        return done
 
     def _insert(self, conn: Any, dialect: Dialect, state: str, row: str) -> None:
         who = self.identity

@@ -9,6 +9,11 @@ summed hours there and only the rest from the archive: a day of ten million arch
 month is 24 rows per queue instead of 330,000. A retry or a purge of archived jobs drops
 the summed hours it changes (`Dialect.forget_hours`), to be read from the archive again.
 
+Changes no worker made (a backfill, an import, a restore, a DELETE by hand) are caught by the
+recheck (`recheck`, from the same beat, schema step "outcomes_checked"): a summed hour whose
+sums were last found true `RECHECK_AFTER` ago is counted again, and its sums replaced when
+they differ; `recount` does it for one hour at once (`admin.recount_hours`).
+
 Where no hour is summed up (an older schema, no worker running), `HourlyOutcomes` keeps the
 hours that are over between calls of one process, checks them with one count of their rows,
 and reads again only the current hour, or everything when the count no longer matches.
@@ -33,6 +38,8 @@ SUM_UP_AFTER = timedelta(minutes=5)
 as it ended, and those of a worker whose clock is up to this far behind, are in it."""
 KEEP_SUMMED = timedelta(days=2)
 """Summed hours older than this are deleted: readers read the last day."""
+RECHECK_AFTER = timedelta(minutes=15)
+"""A summed hour is counted again once its sums were last found true this long ago."""
 TOTAL = ""
 """The queue of the row that says an hour is summed up (its `archived`: every row of it)."""
 
@@ -49,11 +56,12 @@ class _Hour:
 
 
 _EMPTY = _Hour(0, {})
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
 
 
 def first_hour(now: datetime) -> datetime:
     """When the last day's first clock hour began: 23 hours before the current one."""
-    return now.replace(minute=0, second=0, microsecond=0) - (DAY_HOURS - 1) * HOUR
+    return _hour_of(now) - (DAY_HOURS - 1) * HOUR
 
 
 class HourlyOutcomes:
@@ -156,7 +164,7 @@ def _summed(conn: Any, dialect: Dialect, since: datetime, now: datetime) -> dict
     table = dialect.outcomes_table
     if not dialect.table_columns(conn, table):
         return {}
-    current = now.replace(minute=0, second=0, microsecond=0)
+    current = _hour_of(now)
     hours: dict[datetime, _Hour] = {}
     whole: set[datetime] = set()
     for hour, queue, succeeded, failed, archived in dialect.fetchall(
@@ -184,7 +192,7 @@ def sum_up(conn: Any, dialect: Dialect, now: datetime) -> datetime | None:
     older than `KEEP_SUMMED`: the hour summed up, or None when none was missing. On an
     autocommit connection each statement commits by itself; the rows of an hour go before
     the row that says it is summed up, so a reader never takes half an hour for a whole."""
-    table, archive = dialect.outcomes_table, dialect.archived_job_table
+    table = dialect.outcomes_table
     since = first_hour(now)
     summed = {
         _utc(dialect.decode_time(hour))
@@ -194,35 +202,139 @@ def sum_up(conn: Any, dialect: Dialect, now: datetime) -> datetime | None:
             (TOTAL, dialect.encode_time(since)),
         )
     }
-    last = now.replace(minute=0, second=0, microsecond=0) - HOUR
+    last = _hour_of(now) - HOUR
     if last + HOUR + SUM_UP_AFTER > now:
         last -= HOUR
     missing = (last - n * HOUR for n in range(DAY_HOURS))
     hour = next((start for start in missing if start >= since and start not in summed), None)
     if hour is None:
         return None
-    rows = dialect.fetchall(
-        conn,
-        "SELECT queue, SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END), COUNT(*) "
-        f"FROM {archive} WHERE finished_at >= %s AND finished_at < %s GROUP BY queue",
-        (dialect.encode_time(hour), dialect.encode_time(hour + HOUR)),
-    )
-    at = dialect.encode_time(hour)
-    insert = (
-        f"INSERT INTO {table} (hour, queue, succeeded, failed, archived) "
-        f"VALUES (%s, %s, %s, %s, %s) {dialect.unless_exists('hour, queue')}"
-    )
-    for queue, succeeded, failed, archived in rows:
-        dialect.execute(conn, insert, (at, queue, int(succeeded), int(failed), int(archived)))
-    total = sum(int(row[3]) for row in rows)
-    dialect.execute(conn, insert, (at, TOTAL, 0, 0, total))
+    checked = now if _checks(conn, dialect) else None
+    _write(conn, dialect, hour, _count(conn, dialect, hour), checked)
     dialect.execute(
         conn,
         f"DELETE FROM {table} WHERE hour < %s",
         (dialect.encode_time(now - KEEP_SUMMED),),
     )
     return hour
+
+
+def recheck(conn: Any, dialect: Dialect, now: datetime) -> datetime | None:
+    """Count again the summed hour of the last day that was checked longest ago, if that was
+    `RECHECK_AFTER` ago or more (or never), replacing its sums if they differ (`recount`):
+    when the next check falls due (`now` or earlier: one more is due), or None when there is
+    nothing to check (no hour summed up, or a schema without check times)."""
+    if not _checks(conn, dialect):
+        return None
+    checks = summed_hours(conn, dialect, first_hour(now), now)
+    if not checks:
+        return None
+    oldest = min(checks, key=lambda hour: checks[hour] or _NEVER)
+    last = checks[oldest]
+    if last is None or last + RECHECK_AFTER <= now:
+        recount(conn, dialect, oldest, now)
+        checks[oldest] = now
+    return min(at or _NEVER for at in checks.values()) + RECHECK_AFTER
+
+
+def recount(conn: Any, dialect: Dialect, hour: datetime, now: datetime) -> bool:
+    """Count a summed hour of the archive again and replace its sums if they differ, noting
+    `now` as its check time where the schema keeps one: whether they differed. The hour's
+    rows go in one statement and come back with the row that says it is summed up last, so
+    a reader meanwhile counts the hour from the archive."""
+    table, at = dialect.outcomes_table, dialect.encode_time(hour)
+    counted = _count(conn, dialect, hour)
+    counted[TOTAL] = (0, 0, sum(archived for _, _, archived in counted.values()))
+    stored = {
+        queue: (int(succeeded), int(failed), int(archived))
+        for queue, succeeded, failed, archived in dialect.fetchall(
+            conn,
+            f"SELECT queue, succeeded, failed, archived FROM {table} WHERE hour = %s",
+            (at,),
+        )
+    }
+    checks = _checks(conn, dialect)
+    if stored == counted:
+        if checks:
+            dialect.execute(
+                conn,
+                f"UPDATE {table} SET checked_at = %s WHERE hour = %s AND queue = %s",
+                (dialect.encode_time(now), at, TOTAL),
+            )
+        return False
+    dialect.execute(conn, f"DELETE FROM {table} WHERE hour = %s", (at,))
+    del counted[TOTAL]
+    _write(conn, dialect, hour, counted, now if checks else None)
+    return True
+
+
+def summed_hours(
+    conn: Any, dialect: Dialect, since: datetime, now: datetime
+) -> dict[datetime, datetime | None]:
+    """The summed hours from `since` to the current one: when each was last found true
+    (None: never, or a schema without check times)."""
+    column = "checked_at" if _checks(conn, dialect) else "NULL"
+    return {
+        _utc(dialect.decode_time(hour)): None if at is None else _utc(dialect.decode_time(at))
+        for hour, at in dialect.fetchall(
+            conn,
+            f"SELECT hour, {column} FROM {dialect.outcomes_table} "
+            "WHERE queue = %s AND hour >= %s AND hour < %s",
+            (TOTAL, dialect.encode_time(since), dialect.encode_time(_hour_of(now))),
+        )
+    }
+
+
+def _count(conn: Any, dialect: Dialect, hour: datetime) -> dict[str, tuple[int, int, int]]:
+    """The archive's rows that finished in the hour, per queue: (succeeded, failed, all)."""
+    rows = dialect.fetchall(
+        conn,
+        "SELECT queue, SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
+        "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END), COUNT(*) "
+        f"FROM {dialect.archived_job_table} WHERE finished_at >= %s AND finished_at < %s "
+        "GROUP BY queue",
+        (dialect.encode_time(hour), dialect.encode_time(hour + HOUR)),
+    )
+    return {queue: (int(ok), int(failed), int(count)) for queue, ok, failed, count in rows}
+
+
+def _write(
+    conn: Any,
+    dialect: Dialect,
+    hour: datetime,
+    counted: dict[str, tuple[int, int, int]],
+    checked: datetime | None,
+) -> None:
+    """An hour's sums per queue, then the row that says it is summed up (with its check time,
+    where the schema keeps one)."""
+    at = dialect.encode_time(hour)
+
+    def insert(values: tuple[Any, ...], extra: str = "") -> None:
+        dialect.execute(
+            conn,
+            f"INSERT INTO {dialect.outcomes_table} (hour, queue, succeeded, failed, archived"
+            f"{extra}) VALUES ({', '.join(['%s'] * len(values))}) "
+            f"{dialect.unless_exists('hour, queue')}",
+            values,
+        )
+
+    for queue, counts in counted.items():
+        insert((at, queue, *counts))
+    total = (at, TOTAL, 0, 0, sum(archived for _, _, archived in counted.values()))
+    if checked is None:
+        insert(total)
+    else:
+        insert((*total, dialect.encode_time(checked)), ", checked_at")
+
+
+def _checks(conn: Any, dialect: Dialect) -> bool:
+    """Whether the outcomes table keeps each hour's check time (schema step
+    "outcomes_checked")."""
+    return "checked_at" in dialect.table_columns(conn, dialect.outcomes_table)
+
+
+def _hour_of(at: datetime) -> datetime:
+    return at.replace(minute=0, second=0, microsecond=0)
 
 
 def _utc(value: datetime) -> datetime:

@@ -12,8 +12,8 @@ Every name is importable from here; each module holds one concern:
   `list_jobs` and `list_jobs_page` (and their bounds, `MAX_LIMIT` and `MAX_EXAMINED`), and
   the reading of both tables they share.
 - `queues`: the queues at a glance (`queue_stats`, `overview`, `overview_page`,
-  `throughput`, `recent_failures`, `waiting`) and the schema checks (`check`,
-  `missing_columns`).
+  `throughput`, `recent_failures`, `waiting`), the hourly sums they read (`hourly_sums`,
+  `recount_hours`) and the schema checks (`check`, `missing_columns`).
 - `timings`: how long jobs waited and ran (`timings`, `Timing`).
 - `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`, `in_batches`,
   and pausing and resuming queues.
@@ -64,16 +64,20 @@ from .jobs import (
     list_jobs_page,
 )
 from .queues import (
+    HourlySums,
     OverviewPage,
     QueueOverview,
     QueueStats,
+    RecountedHours,
     ThroughputBucket,
     check,
+    hourly_sums,
     missing_columns,
     overview,
     overview_page,
     queue_stats,
     recent_failures,
+    recount_hours,
     throughput,
     waiting,
 )
@@ -110,6 +114,7 @@ __all__ = [
     "ErrorGroups",
     "Explanation",
     "HourlyOutcomes",
+    "HourlySums",
     "JobInfo",
     "JobPage",
     "JobSearch",
@@ -117,6 +122,7 @@ __all__ = [
     "Pruned",
     "QueueOverview",
     "QueueStats",
+    "RecountedHours",
     "Tables",
     "ThroughputBucket",
     "Timing",
@@ -134,6 +140,7 @@ __all__ = [
     "get_job",
     "get_result",
     "get_workflow",
+    "hourly_sums",
     "id_fragment",
     "in_batches",
     "list_jobs",
@@ -148,6 +155,7 @@ __all__ = [
     "purge_archive",
     "queue_stats",
     "recent_failures",
+    "recount_hours",
     "retry_failed",
     "retry_jobs",
     "still_needed",

@@ -1,7 +1,7 @@
 """The queues at a glance: `queue_stats` (the CLI's numbers), `overview` and `overview_page`
-(a dashboard's, with the last day hour by hour), `throughput`, the latest failures
-(`recent_failures`), the jobs still waiting in some queues (`waiting`), and the schema
-checks (`check`, `missing_columns`)."""
+(a dashboard's, with the last day hour by hour), the hourly sums they read (`hourly_sums`,
+`recount_hours`), `throughput`, the latest failures (`recent_failures`), the jobs still
+waiting in some queues (`waiting`), and the schema checks (`check`, `missing_columns`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .._store.dependencies import BLOCKED_SQL
 from .._store.dialects import Dialect, dialect_of
 from .._store.outcomes import DAY_HOURS as _DAY_HOURS
 from .._store.outcomes import HOUR as _HOUR
-from .._store.outcomes import HourlyOutcomes, first_hour
+from .._store.outcomes import HourlyOutcomes, first_hour, recount, summed_hours
 from .._store.tables import DEFAULT_TABLES, Tables
 from ..errors import ArgumentTypeError, ConfigurationError
 from ..schema import check_schema
@@ -318,6 +318,68 @@ def _overview(
         item.failed_last_day = sum(bucket.failed for bucket in item.last_day)
     last_day = [ThroughputBucket(since + n * _HOUR, ok, bad) for n, (ok, bad) in enumerate(summed)]
     return shown, len(by_queue), last_day
+
+
+@dataclasses.dataclass(frozen=True)
+class HourlySums:
+    """The hours of the last day that workers summed up, which the overview and `stats` read
+    instead of the archive, and when they were last found true."""
+
+    hours: int
+    """How many of the last day's hours are summed up (the current one never is)."""
+    checked_at: datetime | None
+    """The oldest of their last checks against the archive: each matched it then or later.
+    None when no hour is summed up, or one has not been checked (it was summed up before
+    schema step outcomes_checked)."""
+
+
+def hourly_sums(
+    conn: Connection,
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> HourlySums:
+    """How many of the last day's hours the overview and `stats` read from workers' sums,
+    and since when each has been found true (see `recount_hours`); one read of at most 23
+    rows."""
+    dialect = dialect_of(conn, tables)
+    now = _utc(now or datetime.now(timezone.utc))
+    if not dialect.table_columns(conn, dialect.outcomes_table):
+        return HourlySums(0, None)
+    checks = summed_hours(conn, dialect, first_hour(now), now)
+    times = [at for at in checks.values() if at is not None]
+    return HourlySums(len(checks), min(times) if len(times) == len(checks) and times else None)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecountedHours:
+    """What `recount_hours` did: the summed hours it counted again, and those whose sums it
+    replaced because the archive no longer matched them."""
+
+    checked: list[datetime]
+    changed: list[datetime]
+
+
+def recount_hours(
+    conn: Connection,
+    *,
+    since: datetime | None = None,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> RecountedHours:
+    """Count every summed hour from `since` (default: the last day's first) to the current
+    one again from the archive, and replace the sums of those that no longer match it (a
+    backfill, an import, a restore, rows deleted by hand), now rather than at the workers'
+    next recheck; each hour's check time is set to `now`. One read of the archive per hour,
+    through its `finished_at` index; oldest first."""
+    dialect = dialect_of(conn, tables)
+    now = _utc(now or datetime.now(timezone.utc))
+    since = first_hour(now) if since is None else _utc(since)
+    if not dialect.table_columns(conn, dialect.outcomes_table):
+        return RecountedHours([], [])
+    checked = sorted(summed_hours(conn, dialect, since, now))
+    changed = [hour for hour in checked if recount(conn, dialect, hour, now)]
+    return RecountedHours(checked, changed)
 
 
 def _oldest_column(dialect: Dialect) -> str:

@@ -118,6 +118,7 @@ CREATE TABLE IF NOT EXISTS {outcomes_table} (
     succeeded   BIGINT NOT NULL,      -- archived as success in the hour
     failed      BIGINT NOT NULL,      -- archived as failure in the hour
     archived    BIGINT NOT NULL,      -- every archived row of the hour, whatever its status
+    checked_at  TIMESTAMPTZ,          -- on the '' row: when the sums last matched the archive
     PRIMARY KEY (hour, queue)
 );
 CREATE TABLE IF NOT EXISTS {rate_table} (
@@ -253,6 +254,7 @@ CREATE TABLE IF NOT EXISTS {outcomes_table} (
     succeeded   BIGINT NOT NULL,          -- archived as success in the hour
     failed      BIGINT NOT NULL,          -- archived as failure in the hour
     archived    BIGINT NOT NULL,          -- every archived row of the hour, whatever its status
+    checked_at  DATETIME(6) NULL,         -- UTC; on the '' row: when the sums last matched
     PRIMARY KEY (hour, queue)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
@@ -418,6 +420,13 @@ def _statement(schema: str, start: str) -> str:
     return schema[begin : schema.index(";\n", begin) + 2]
 
 
+def _before(statement: str, *later: str) -> str:
+    """A full schema's CREATE TABLE as an earlier step wrote it: without the columns (named
+    in `later`) that later steps add."""
+    lines = statement.splitlines(keepends=True)
+    return "".join(line for line in lines if not line.lstrip().startswith(later))
+
+
 POSTGRESQL_2 = _pg_add_column("job_table", "last_error TEXT") + _pg_add_column(
     "archived_job_table", "last_error TEXT"
 )
@@ -478,7 +487,9 @@ POSTGRESQL_10 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {workers_tabl
 # The archive's outcomes per clock hour and queue, summed up by workers once an hour is over
 # (see _outcomes), so that the overview and `stats` read a day of them instead of a day of
 # the archive. Readers read the archive for hours not summed up: nothing needs the step.
-POSTGRESQL_11 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}")
+POSTGRESQL_11 = _before(
+    _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}"), "checked_at "
+)
 
 # The listings' order, newest first: a page of jobs reads its rows from both tables' indexes
 # instead of sorting them (a second at ten million archived jobs). On a large archive, build
@@ -515,6 +526,11 @@ POSTGRESQL_16 = "".join(
         "CREATE INDEX IF NOT EXISTS {workflows_index}",
     )
 )
+
+# When each summed hour last matched the archive: workers count the hours again, one at a
+# time, and replace the sums of one that changed behind their back (see _outcomes.recheck).
+# Without it the sums are kept as summed.
+POSTGRESQL_17 = _pg_add_column("outcomes_table", "checked_at TIMESTAMPTZ")
 
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
@@ -669,7 +685,7 @@ MYSQL_13 = _my_alter(
 )
 
 # The archive's outcomes per clock hour and queue (POSTGRESQL_11).
-MYSQL_14 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}")
+MYSQL_14 = _before(_statement(MYSQL, "CREATE TABLE IF NOT EXISTS {outcomes_table}"), "checked_at ")
 
 # The listings' order (POSTGRESQL_12).
 MYSQL_15 = _my_alter(
@@ -710,6 +726,12 @@ MYSQL_19 = "".join(
         "CREATE TABLE IF NOT EXISTS {blocked_table}",
         "CREATE TABLE IF NOT EXISTS {workflows_table}",
     )
+)
+
+# When each summed hour last matched the archive (POSTGRESQL_17).
+MYSQL_20 = _my_alter(
+    "outcomes_table",
+    (_my_column("outcomes_table", "checked_at"), "ADD COLUMN checked_at DATETIME(6) NULL"),
 )
 
 
@@ -795,6 +817,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _pg_index("workflows_table", "{workflows_index}"),
             ),
         ),
+        ("outcomes_checked", POSTGRESQL_17, (_pg_column("outcomes_table", "checked_at"),)),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -872,6 +895,7 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
                 _my_table("workflows_table"),
             ),
         ),
+        ("outcomes_checked", MYSQL_20, (_my_column("outcomes_table", "checked_at"),)),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

@@ -340,7 +340,9 @@ def _queue_label(row: QueueStats) -> str:
     return _escape(row.queue) + (" [yellow](paused)[/]" if row.paused else "")
 
 
-def _stats_table(rows: list[QueueStats], where: str, width: int) -> RenderableType:
+def _stats_table(
+    rows: list[QueueStats], where: str, sums: admin.HourlySums, width: int
+) -> RenderableType:
     """Per queue, in `width` columns: a table whose figure columns are as wide as their
     widest figure (their headers folded onto two lines if that makes it fit) and whose queue
     names fold; where even that does not fit, each queue's figures one a line. A figure is
@@ -352,7 +354,7 @@ def _stats_table(rows: list[QueueStats], where: str, width: int) -> RenderableTy
         built = Table(
             title=_escape(where),
             title_justify="left",
-            caption=_STATS_CAPTION if rows else "no jobs yet",
+            caption=(_STATS_CAPTION if rows else "no jobs yet") + "\n" + _sums_line(sums),
             box=box.SIMPLE_HEAD,
             pad_edge=False,
         )
@@ -375,7 +377,31 @@ def _stats_table(rows: list[QueueStats], where: str, width: int) -> RenderableTy
         named = zip(_STATS_COLUMNS, values, strict=True)
         lines += [f"  {name:<8} {value}" for (name, _), value in named]
     lines.append(f"[dim]{_STATS_CAPTION if rows else 'no jobs yet'}[/]")
+    lines.append(f"[dim]{_sums_line(sums)}[/]")
     return Group(*lines)
+
+
+def _sums_line(sums: admin.HourlySums) -> str:
+    """Where the 24 h columns come from, and when the workers' sums were last checked."""
+    if not sums.hours:
+        return "24h: counted from the archive (no hour summed up by workers)."
+    hours = f"{sums.hours} hour{'s' if sums.hours != 1 else ''}"
+    if sums.checked_at is None:
+        return f"24h: {hours} from workers' sums, not all checked against the archive yet."
+    return (
+        f"24h: {hours} from workers' sums, all checked against the archive since "
+        f"{sums.checked_at:%Y-%m-%d %H:%M:%S} UTC."
+    )
+
+
+def _recounted(done: admin.RecountedHours, archive: str) -> str:
+    """What `stats --recount` did, in a line."""
+    changed = ", ".join(f"{hour:%Y-%m-%d %H:00}" for hour in done.changed)
+    count = len(done.checked)
+    return (
+        f"recounted {count} summed hour{'s' if count != 1 else ''} of {archive}: "
+        f"{len(done.changed)} changed" + (f" ({changed} UTC)" if changed else "")
+    )
 
 
 @app.command(rich_help_panel="Operate")
@@ -391,6 +417,14 @@ def stats(
         ),
     ] = "2s",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    recount: Annotated[
+        bool,
+        typer.Option(
+            "--recount",
+            help="First count the hours workers summed up again from the archive, and replace "
+            "the sums that no longer match it (after a backfill, a restore or a DELETE by hand).",
+        ),
+    ] = False,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
@@ -404,20 +438,31 @@ def stats(
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     pause = parse_duration(interval, "--interval", minimum=timedelta(milliseconds=100))
     with _admin(database_url, job_table, archived_job_table) as operator:
-        where = str(operator.location)
+        location = operator.location
+        where = str(location)
+        if recount:
+            done = operator.write(admin.recount_hours)
+            (err if as_json else console).print(
+                _escape(_recounted(done, f"{location.archived_job_table} on {location.url}"))
+            )
+
+        def table() -> RenderableType:
+            rows = operator.read(admin.queue_stats)
+            return _stats_table(rows, where, operator.read(admin.hourly_sums), console.width)
+
         if as_json:
             err.print(_escape(where))
+            err.print(_sums_line(operator.read(admin.hourly_sums)))
             rows = operator.read(admin.queue_stats)
             typer.echo(json.dumps([row.as_dict() for row in rows], indent=2))
             return
         if not watch:
-            console.print(_stats_table(operator.read(admin.queue_stats), where, console.width))
+            console.print(table())
             return
-        first = _stats_table(operator.read(admin.queue_stats), where, console.width)
-        with Live(first, console=console) as live, contextlib.suppress(KeyboardInterrupt):
+        with Live(table(), console=console) as live, contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(pause.total_seconds())
-                live.update(_stats_table(operator.read(admin.queue_stats), where, console.width))
+                live.update(table())
 
 
 _DRY_RUN_SHOWN = 50

@@ -226,13 +226,16 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
         number = _page(_value(request.query_params, "page"))
-        page = await self.read(
-            lambda conn: admin.overview_page(
-                conn,
-                page=number,
-                per_page=QUEUES_PER_PAGE,
-                tables=self.tables,
-                outcomes=self.outcomes,
+        page, sums = await self.read(
+            lambda conn: (
+                admin.overview_page(
+                    conn,
+                    page=number,
+                    per_page=QUEUES_PER_PAGE,
+                    tables=self.tables,
+                    outcomes=self.outcomes,
+                ),
+                admin.hourly_sums(conn, tables=self.tables),
             )
         )
         here = f"{_base(request)}/"
@@ -246,6 +249,7 @@ class _Dashboard:
             previous=_url(here, page=number - 1 if number > 2 else None) if number > 1 else None,
             next=_url(here, page=number + 1) if number < page.pages else None,
             chart=_chart.chart(page.last_day if page.total else []),
+            sums=sums,
         )
 
     async def jobs(self, request: Request) -> Response:
