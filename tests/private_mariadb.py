@@ -87,6 +87,10 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
         yield f"mysql://root@127.0.0.1:{port}/test"
     finally:
         if process is not None:
+            if process.poll() is not None:  # it died under the tests: keep its log
+                kept = f"{home}.crash.log"
+                shutil.copy(os.path.join(home, "error.log"), kept)
+                print(f"the private MariaDB died (exit {process.returncode}); its log: {kept}")
             stop(process)
         shutil.rmtree(home, ignore_errors=True)
         watchdog.close()
