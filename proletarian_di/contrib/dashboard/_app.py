@@ -35,6 +35,7 @@ from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, sam
 Redact = Callable[[str, Any], Any]
 """`redact(job_type, payload) -> payload`: what the pages show of a job's payload."""
 LogFn = Callable[[str, dict[str, Any]], None]
+Pair = tuple[str, str]
 
 FLASH_COOKIE = "proletarian_dashboard_flash"
 REFRESH_HEADER = "x-dashboard-refresh"
@@ -45,7 +46,9 @@ PREVIEW = 120
 TIMINGS_TTL_S = 60.0
 """How long the timings page shows a read before it reads the archive again."""
 TIMINGS_KEPT = 16
-"""The most filters whose timings the page keeps."""
+"""The most filters and pages whose timings the page keeps."""
+TIMINGS_PER_PAGE = 50
+"""The queue and job type pairs a timings page shows, each with up to 24 hours."""
 PAYLOAD_CHARS = 1000
 """The most characters of a payload a listing reads (the job's own page reads all of it)."""
 ID_CHARS = 12
@@ -139,9 +142,10 @@ def dashboard(
 
 @dataclasses.dataclass(frozen=True)
 class _Timings:
-    """The timings page's read: each queue and job type's day with its hours, and when."""
+    """The timings page's read: a page of queue and job type pairs, each's day with its
+    hours, and when."""
 
-    groups: list[tuple[admin.Timing, list[admin.Timing]]]
+    page: admin.TimingsPage
     read_at: datetime
     taken: float
 
@@ -166,8 +170,9 @@ class _Dashboard:
         self.redact = redact
         self.tables = tables
         self.outcomes = admin.HourlyOutcomes()
-        self.timings_read: dict[tuple[str | None, str | None], _Timings] = {}
-        """The timings page's last reads, per filter (the oldest dropped past `TIMINGS_KEPT`)."""
+        self.timings_read: dict[tuple[str | None, str | None, Pair | None], _Timings] = {}
+        """The timings page's last reads, per filter and page (the oldest dropped past
+        `TIMINGS_KEPT`)."""
         self.refresh_s = refresh_s
         self.log = log or default_log
         self.signer = Signer(csrf_secret)
@@ -388,42 +393,51 @@ class _Dashboard:
 
     async def timings(self, request: Request) -> Response:
         """Wait and run times of the last day, per queue and job type: over the day, then
-        hour by hour; read at most once every `TIMINGS_TTL_S` per filter (ranking a day of
-        the archive is the dearest read of the dashboard, and the page refreshes itself)."""
+        hour by hour, `TIMINGS_PER_PAGE` pairs a page; each page read at most once every
+        `TIMINGS_TTL_S` per filter (ranking a day of the archive is the dearest read of the
+        dashboard, and the page refreshes itself)."""
         user = await authenticated(self.auth, request)
         params = request.query_params
-        key = (_value(params, "queue"), _value(params, "job_type"))
+        queue, job_type = _value(params, "queue"), _value(params, "job_type")
+        after = _after(params)
+        key = (queue, job_type, after)
         kept = self.timings_read.get(key)
         if kept is None or time.monotonic() - kept.taken > TIMINGS_TTL_S:
-            kept = await self.read(lambda conn: self._read_timings(conn, *key))
+            page = await self.read(
+                lambda conn: admin.timings_page(
+                    conn,
+                    after=after,
+                    per_page=TIMINGS_PER_PAGE,
+                    queue=queue,
+                    job_type=job_type,
+                    tables=self.tables,
+                )
+            )
+            kept = _Timings(page, datetime.now(timezone.utc), time.monotonic())
             self.timings_read.pop(key, None)
             while len(self.timings_read) >= TIMINGS_KEPT:
                 del self.timings_read[next(iter(self.timings_read))]
             self.timings_read[key] = kept
+        here = f"{_base(request)}/timings"
+        following = kept.page.next_after
         return self.render(
             request,
             user,
             "timings.html",
             section="timings",
-            groups=kept.groups,
+            groups=kept.page.groups,
             read_at=kept.read_at,
-            filters={"queue": key[0], "job_type": key[1]},
+            filters={"queue": queue, "job_type": job_type},
+            next=following
+            and _url(
+                here,
+                queue=queue,
+                job_type=job_type,
+                after_queue=following[0],
+                after_job_type=following[1],
+            ),
+            first_page=_url(here, queue=queue, job_type=job_type) if after else None,
         )
-
-    def _read_timings(self, conn: Any, queue: str | None, job_type: str | None) -> _Timings:
-        """The day's timings of each queue and job type, with its hours."""
-
-        def read(per_hour: bool) -> list[admin.Timing]:
-            return admin.timings(
-                conn, per_hour=per_hour, queue=queue, job_type=job_type, tables=self.tables
-            )
-
-        wholes, hours = read(False), read(True)
-        by_group: dict[tuple[str, str], list[admin.Timing]] = {}
-        for hour in hours:
-            by_group.setdefault((hour.queue, hour.job_type), []).append(hour)
-        groups = [(whole, by_group.get((whole.queue, whole.job_type), [])) for whole in wholes]
-        return _Timings(groups, datetime.now(timezone.utc), time.monotonic())
 
     async def schedules(self, request: Request) -> Response:
         return await self._table_page(request, "schedules", admin.list_schedules)
@@ -711,6 +725,14 @@ def _page(text: str | None) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10**6:
         raise HTTPException(400, f"page {text!r} is not a number from 1 to 1000000")
     return int(text)
+
+
+def _after(params: Mapping[str, Any]) -> Pair | None:
+    """The queue and job type pair a timings page starts after (both or neither)."""
+    queue, job_type = _value(params, "after_queue"), _value(params, "after_job_type")
+    if (queue is None) != (job_type is None):
+        raise HTTPException(400, "after_queue and after_job_type go together: give both or neither")
+    return None if queue is None or job_type is None else (queue, job_type)
 
 
 def _job_id(text: str) -> uuid.UUID:
