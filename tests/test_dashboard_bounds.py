@@ -19,10 +19,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from faults import TCPProxy, pool_via, upstream_of, url_via
 from test_dashboard import confirm
 
 from proletarian_di import admin, enqueue_many
 from proletarian_di._store.dialects import dialect_of
+from proletarian_di._store.urls import connect, connect_postgres
 from proletarian_di.contrib.dashboard import dashboard
 from proletarian_di.contrib.dashboard._app import (
     PAYLOAD_CHARS,
@@ -494,3 +496,61 @@ def test_the_timings_of_2000_queues_come_in_bounded_pages(backend, counted):
         for bad, message in (({"per_page": 0}, "per_page must be"), ({"after": "q"}, "after must")):
             with pytest.raises(ConfigurationError, match=message):
                 admin.timings_page(conn, **bad)
+
+
+# 9. A page's time on the database is bounded ----------------------------------------------------
+
+NOT_ANSWERING = "the database is not answering"
+
+
+@pytest.mark.timeout(120)
+def test_pages_answer_503_when_the_database_stops_answering(backend):
+    backend.reset()
+    [job_id] = enqueue_committed(backend, ("x", {}), queue="mail")
+    with TCPProxy(upstream_of(backend)) as proxy:
+        pool = pool_via(backend, url_via(backend, proxy), 2)
+        try:
+            client = TestClient(dashboard(pool, timeout_s=1), raise_server_exceptions=False)
+            overview = client.get("/")
+            assert overview.status_code == 200
+            row = re.search(r'<tr data-queue="mail">.*?</tr>', overview.text, re.S)
+            with connection(backend) as conn:
+                [mail] = admin.overview(conn)
+            assert row and f'data-count="queued">{mail.queued}</td>' in row.group()
+            assert client.get(f"/jobs/{job_id}").status_code == 200
+            proxy.stall()
+            try:
+                for path in ("/", f"/jobs/{job_id}", "/timings"):
+                    page = client.get(path)
+                    assert page.status_code == 503, (path, page.text)
+                    assert NOT_ANSWERING in page.text, (path, page.text)
+            finally:
+                proxy.flow()
+            assert client.get("/").status_code == 200
+        finally:
+            pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_read_the_database_stops_answering_midway_is_cut_at_the_deadline(backend):
+    """The connection opens, then the database stops answering: its read is cut at the
+    deadline (the socket, PostgreSQL having no read timeout), and the page says so."""
+    backend.reset()
+    [job_id] = enqueue_committed(backend, ("x", {}), queue="mail")
+    with TCPProxy(upstream_of(backend)) as proxy:
+        url = url_via(backend, proxy)
+
+        def stalling() -> Any:
+            conn = connect(url) if backend.name == "mysql" else connect_postgres(url)
+            proxy.stall()
+            return conn
+
+        client = TestClient(dashboard(stalling, timeout_s=1), raise_server_exceptions=False)
+        try:
+            for path in ("/", f"/jobs/{job_id}"):
+                proxy.flow()  # each page's connection opens, then its database stops
+                page = client.get(path)
+                assert page.status_code == 503, (path, page.text)
+                assert NOT_ANSWERING in page.text, (path, page.text)
+        finally:
+            proxy.flow()

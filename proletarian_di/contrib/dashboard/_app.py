@@ -28,6 +28,8 @@ from starlette.routing import Route
 
 from ... import admin
 from ..._store.datasource import connection_factory
+from ..._store.dialects import is_transient
+from ..._store.probes import ProbeTimeout, bounded_read, check_timeout
 from ...errors import ConfigurationError, SchemaError
 from . import _chart
 from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
@@ -43,6 +45,8 @@ PAGE_SIZE = 50
 QUEUES_PER_PAGE = 50
 WAITING = ("blocked", "queued", "scheduled", "retrying")
 PREVIEW = 120
+TIMEOUT_S = 5.0
+"""How long a page waits for the database, connecting included, before it answers 503."""
 TIMINGS_TTL_S = 60.0
 """How long the timings page shows a read before it reads the archive again."""
 TIMINGS_KEPT = 16
@@ -98,6 +102,7 @@ def dashboard(
     refresh_s: float = 5.0,
     log: LogFn | None = None,
     csrf_secret: str | bytes | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> Starlette:
     """The dashboard as an ASGI app to mount (`app.mount("/jobs", dashboard(pool))`).
 
@@ -107,6 +112,9 @@ def dashboard(
     guards the pages too. `redact` filters every payload shown; `log` gets each action.
     `csrf_secret` signs the forms' tokens: give every process serving the dashboard the
     same one (by default each process draws its own, and a form only works on its own).
+    Each page reads on a connection of its own beside the pool where the data source says
+    how it connects, within `timeout_s` (connect, statement and socket timeouts): a
+    database that does not answer by then gets a 503 page saying so.
     """
     if not isinstance(actions, bool):
         raise ConfigurationError(f"actions must be True or False, got {actions!r}")
@@ -127,14 +135,16 @@ def dashboard(
         csrf_secret = csrf_secret.encode()
     if csrf_secret is not None and (not isinstance(csrf_secret, bytes) or len(csrf_secret) < 16):
         raise ConfigurationError("csrf_secret must be a str or bytes of at least 16 characters")
+    timeout_s = check_timeout("timeout_s", timeout_s)
     site = _Dashboard(
-        data_source, actions, auth, redact, tables, float(refresh_s), log, csrf_secret
+        data_source, actions, auth, redact, tables, float(refresh_s), log, csrf_secret, timeout_s
     )
     return Starlette(
         routes=site.routes(),
         exception_handlers={
             HTTPException: site.http_error,
             ConfigurationError: site.bad_request,
+            ProbeTimeout: site.database_late,
             Exception: site.server_error,
         },
     )
@@ -163,7 +173,10 @@ class _Dashboard:
         refresh_s: float,
         log: LogFn | None,
         csrf_secret: bytes | None,
+        timeout_s: float,
     ) -> None:
+        self.data_source = data_source
+        self.timeout_s = timeout_s
         self.connect = connection_factory(data_source)
         self.actions = actions
         self.auth = auth
@@ -201,13 +214,6 @@ class _Dashboard:
 
     # The database: admin functions are sync and never commit ---------------------------------
 
-    def _read_now(self, query: Callable[[Any], T]) -> T:
-        with self.connect() as conn:
-            try:
-                return query(conn)
-            finally:
-                conn.rollback()
-
     def _write_now(self, change: Callable[[Any], T]) -> T:
         with self.connect() as conn:
             try:
@@ -219,8 +225,9 @@ class _Dashboard:
                 raise
 
     async def read(self, query: Callable[[Any], T]) -> T:
-        """`query(conn)` in a thread, rolled back: reads leave no transaction open."""
-        return await run_in_threadpool(self._read_now, query)
+        """`query(conn)` in a thread, rolled back (reads leave no transaction open), within
+        `timeout_s` (`bounded_read`)."""
+        return await run_in_threadpool(bounded_read, self.data_source, query, self.timeout_s)
 
     async def write(self, change: Callable[[Any], T]) -> T:
         """`change(conn)` in a thread, committed."""
@@ -668,7 +675,14 @@ class _Dashboard:
     async def bad_request(self, request: Request, exc: Exception) -> Response:
         return self.render(request, None, "error.html", 400, section=None, message=str(exc))
 
+    async def database_late(self, request: Request, exc: Exception) -> Response:
+        message = f"the database is not answering: {exc}; the page will try again"
+        return self.render(request, None, "error.html", 503, section=None, message=message)
+
     async def server_error(self, request: Request, exc: Exception) -> Response:
+        if is_transient(exc):
+            message = f"the database is not answering ({type(exc).__name__}); see the server's log"
+            return self.render(request, None, "error.html", 503, section=None, message=message)
         message = f"the dashboard could not answer ({type(exc).__name__}); see the server's log"
         return self.render(request, None, "error.html", 500, section=None, message=message)
 
