@@ -6,23 +6,27 @@ HTTP at `/livez` and `/readyz` (200 or 503, with the details as JSON), on 127.0.
 told otherwise. The FastAPI adapter mounts the same answers (`health_router`).
 
 The server is meant for probes, not for the open internet, yet it holds out against slow
-or stalled clients: a request must arrive within `request_timeout_s` (5 s) or the
-connection is cut, at most `max_clients` (8) are answered at once (more are refused at
-once), so it never runs more than that many threads, whatever the number of clients.
+or stalled clients: one thread reads every connection's request as it comes, so an idle
+client holds no thread and keeps no other waiting; a request must arrive within
+`request_timeout_s` (5 s) or the connection is cut, and past `MAX_WAITING` waiting
+connections the oldest is cut. At most `max_clients` (8) requests are answered at once
+(more are refused at once), so it never runs more than that many threads and one,
+whatever the number of clients.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
+import selectors
 import socket
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from ._common.logging import describe
@@ -38,7 +42,16 @@ PING_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 5.0
 """How long the health server waits for a client's request before it cuts the connection."""
 MAX_CLIENTS = 8
-"""How many connections the health server answers at once (one thread each)."""
+"""How many requests the health server answers at once (one thread each)."""
+MAX_WAITING = 128
+"""How many connections the health server keeps while their requests arrive (no thread
+each); past that, the oldest is cut."""
+MAX_REQUEST_BYTES = 16384
+"""The longest request head the health server reads; a longer one is cut."""
+LISTEN_BACKLOG = 64
+READ_BYTES = 4096
+POLL_S = 0.5
+ANSWER_THREAD = "proletarian-health-answer"
 
 Workers = Iterable[QueueWorker] | Callable[[], Iterable[QueueWorker]]
 
@@ -164,71 +177,147 @@ def _ping(worker: QueueWorker, timeout: float) -> str | None:
     return None
 
 
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, at most `max_clients` of them; a connection whose request
-    has not arrived `request_timeout_s` after it was accepted is cut."""
-
-    daemon_threads = True
-    request_queue_size = 64
+class _HealthListener:
+    """Reads every connection's request in one selector loop, so idle or slow clients hold
+    no thread and delay no other client: a connection whose request has not arrived
+    `request_timeout_s` after it was accepted is cut, and so is the oldest waiting one when
+    more than `MAX_WAITING` wait. A request read whole is answered on a thread of its own,
+    at most `max_clients` at once (more are refused at once)."""
 
     def __init__(
         self, address: tuple[str, int], handler: Any, max_clients: int, request_timeout_s: float
     ) -> None:
+        self._handler = handler
         self._slots = threading.BoundedSemaphore(max_clients)
         self._request_timeout_s = request_timeout_s
-        self._waiting: dict[Any, float] = {}
-        self._open_lock = threading.Lock()
+        self._waiting: dict[socket.socket, tuple[float, bytearray]] = {}
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
         self.refused = 0
-        super().__init__(address, handler)
+        self._listener = socket.create_server(address, backlog=LISTEN_BACKLOG)
+        self._listener.setblocking(False)
+        self.server_address = self._listener.getsockname()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    def serve_forever(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for key, _ in self._selector.select(self._wait_s()):
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    else:
+                        self._read(key.fileobj)  # type: ignore[arg-type]
+                self._cut_late()
+        finally:
+            for conn in list(self._waiting):
+                self._drop(conn)
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        self._selector.close()
+        self._listener.close()
+
+    def _wait_s(self) -> float:
+        """Until the earliest request deadline, and at most `POLL_S` (to see a shutdown)."""
+        if not self._waiting:
+            return POLL_S
+        first = min(deadline for deadline, _ in self._waiting.values())
+        return min(POLL_S, max(0.0, first - time.monotonic()))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, or the client gave up: the next poll retries
+                return
+            conn.setblocking(False)
+            self._waiting[conn] = (time.monotonic() + self._request_timeout_s, bytearray())
+            self._selector.register(conn, selectors.EVENT_READ)
+            if len(self._waiting) > MAX_WAITING:
+                self.refused += 1
+                self._drop(next(iter(self._waiting)))
+
+    def _read(self, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        head = self._waiting[conn][1]
+        head += data
+        if b"\r\n\r\n" not in head and b"\n\n" not in head:
+            if len(head) > MAX_REQUEST_BYTES:
+                self._drop(conn)
+            return
+        self._selector.unregister(conn)
+        del self._waiting[conn]
         if not self._slots.acquire(blocking=False):
             self.refused += 1
-            self.shutdown_request(request)
+            _close(conn)
             return
-        with self._open_lock:
-            self._waiting[request] = time.monotonic() + self._request_timeout_s
         try:
-            super().process_request(request, client_address)
+            threading.Thread(
+                target=self._answer, args=(conn, bytes(head)), name=ANSWER_THREAD, daemon=True
+            ).start()
         except BaseException:
-            self.shutdown_request(request)
             self._slots.release()
+            _close(conn)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _answer(self, conn: socket.socket, head: bytes) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            conn.setblocking(True)
+            self._handler((conn, head), conn.getpeername(), self)
+        except OSError:
+            pass  # a client that went away (or was cut) is no error of the server's
         finally:
+            _close(conn)
             self._slots.release()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away (or was cut) is no error of the server's: not printed."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-    def request_arrived(self, request: Any) -> None:
-        """The request is read: the check and the answer are bounded on their own."""
-        with self._open_lock:
-            self._waiting.pop(request, None)
-
-    def shutdown_request(self, request: Any) -> None:
-        self.request_arrived(request)
-        super().shutdown_request(request)
-
-    def service_actions(self) -> None:
-        """Between polls of the listening socket (every 0.5 s at most): cut the late."""
+    def _cut_late(self) -> None:
         now = time.monotonic()
-        with self._open_lock:
-            for request, deadline in list(self._waiting.items()):
-                if deadline <= now:
-                    del self._waiting[request]
-                    with contextlib.suppress(OSError):
-                        request.shutdown(socket.SHUT_RDWR)
+        for conn, (deadline, _) in list(self._waiting.items()):
+            if deadline <= now:
+                self._drop(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        if self._waiting.pop(conn, None) is not None:
+            self._selector.unregister(conn)
+        _close(conn)
+
+
+def _close(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    conn.close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Answers one request whose head the listener has read already (`request` is the
+    connection and that head)."""
+
+    def setup(self) -> None:
+        self.connection, head = self.request
+        self.connection.settimeout(self.timeout)
+        self.rfile = io.BytesIO(head)
+        self.wfile = self.connection.makefile("wb")
 
 
 class HealthServer:
     """A small HTTP server answering `/livez` and `/readyz` in a daemon thread: each
-    request within `request_timeout_s`, at most `max_clients` at once."""
+    request read within `request_timeout_s` of its connection, at most `max_clients`
+    answered at once; idle connections hold up no other."""
 
     def __init__(
         self,
@@ -252,12 +341,10 @@ class HealthServer:
             raise ArgumentTypeError(f"max_clients must be a positive integer, got {max_clients!r}")
         check = lambda database: check_health(workers, database=database, **options)  # noqa: E731
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = request_timeout_s  # each read and write of the connection
+        class Handler(_Handler):
+            timeout = request_timeout_s  # each write of the answer
 
             def do_GET(self) -> None:
-                server: Any = self.server
-                server.request_arrived(self.request)
                 path = self.path.split("?", 1)[0].rstrip("/")
                 if path not in ("/livez", "/readyz", "/healthz"):
                     self._answer(404, {"error": f"no such check: {path}; try /livez or /readyz"})
@@ -277,7 +364,7 @@ class HealthServer:
             def log_message(self, format: str, *args: Any) -> None:
                 """Probes come every few seconds: they are not logged."""
 
-        self._server = _BoundedHTTPServer((host, port), Handler, max_clients, request_timeout_s)
+        self._server = _HealthListener((host, port), Handler, max_clients, request_timeout_s)
         self.host, self.port = host, self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="proletarian-health-server", daemon=True
@@ -286,7 +373,8 @@ class HealthServer:
 
     @property
     def refused(self) -> int:
-        """Connections refused so far because `max_clients` were being answered."""
+        """Connections refused so far: while `max_clients` were being answered, or cut as the
+        oldest of more than `MAX_WAITING` waiting for their requests."""
         return self._server.refused
 
     def close(self) -> None:
@@ -312,8 +400,9 @@ def serve_health(
 ) -> HealthServer:
     """Answer `/livez` (alive) and `/readyz` (alive and ready) over HTTP on host:port, 200
     or 503 with `check_health`'s details as JSON; port 0 picks a free one (`.port`).
-    A client has `request_timeout_s` to send its request; `max_clients` are answered at
-    once, and more are refused. `options` go to `check_health`."""
+    A client has `request_timeout_s` to send its request, and waiting for it holds up no
+    other client; `max_clients` requests are answered at once, and more are refused.
+    `options` go to `check_health`."""
     return HealthServer(
         workers,
         host,

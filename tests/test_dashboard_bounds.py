@@ -9,19 +9,29 @@ import contextlib
 import html
 import json
 import logging
+import math
 import re
 import uuid
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from faults import TCPProxy, pool_via, upstream_of, url_via
 from test_dashboard import confirm
 
 from proletarian_di import admin, enqueue_many
+from proletarian_di._store.dialects import dialect_of
+from proletarian_di._store.urls import connect, connect_postgres
 from proletarian_di.contrib.dashboard import dashboard
-from proletarian_di.contrib.dashboard._app import PAYLOAD_CHARS, QUEUES_PER_PAGE
+from proletarian_di.contrib.dashboard._app import (
+    PAYLOAD_CHARS,
+    QUEUES_PER_PAGE,
+    TIMINGS_PER_PAGE,
+    _duration,
+)
 from proletarian_di.errors import ConfigurationError
 
 from backends import Backend, committed, connection, enqueue_committed
@@ -140,6 +150,23 @@ def listed(page: str) -> set[str]:
     return set(re.findall(r'data-job-id="([^"]+)"', page))
 
 
+def pages_from(client: TestClient, counted: OneConnection, link: str | None) -> Iterator[Any]:
+    """Each page from `link` on, through its "Look further" or next link, counting each
+    page's reads from nothing; at most 100 pages."""
+    pages = 0
+    while link is not None:
+        counted.reads.reset()
+        page = client.get(link)
+        assert page.status_code == 200, page.text
+        pages += 1
+        assert pages <= 100
+        yield page
+        more = re.search(r'<a href="([^"]+)">Look further', page.text) or re.search(
+            r'<a rel="next" href="([^"]+)"', page.text
+        )
+        link = more and html.unescape(more.group(1))
+
+
 # 1. Values as stored -----------------------------------------------------------------------------
 
 
@@ -251,12 +278,8 @@ def test_a_listing_reads_a_bounded_number_of_rows_with_a_row_held(backend, count
             f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE", (key,)
         )
         seen: list[str] = []
-        link: str | None = "/jobs?state=running"
         pages = 0
-        while link is not None:
-            counted.reads.reset()
-            page = client.get(link)
-            assert page.status_code == 200, page.text
+        for page in pages_from(client, counted, "/jobs?state=running"):
             pages += 1
             # as many whatever the queues: on MySQL the oldest due jobs take one per
             # priority level and one more
@@ -264,11 +287,7 @@ def test_a_listing_reads_a_bounded_number_of_rows_with_a_row_held(backend, count
             # the rows listed, and the ids the probe of them returns
             assert counted.reads.rows <= 2 * admin.MAX_EXAMINED + 10
             seen += listed(page.text)
-            more = re.search(r'<a href="([^"]+)">Look further', page.text) or re.search(
-                r'<a rel="next" href="([^"]+)"', page.text
-            )
-            link = more and html.unescape(more.group(1))
-            assert pages <= 10
+        assert pages <= 10
         holder.rollback()
     assert seen == [str(oldest)]
     if backend.name == "mysql":
@@ -341,17 +360,13 @@ def test_the_overview_of_2000_queues_comes_in_bounded_pages(backend, counted):
     client = TestClient(dashboard(counted, actions=True, auth=header_user))
     client.headers["X-User"] = "al"
     seen: list[str] = []
-    link: str | None = "/"
     pages = 0
     holder = backend.connect()
     holder.cursor().execute(
         f"SELECT job_id FROM {backend.job_table} WHERE queue = %s FOR UPDATE", (names[0],)
     )
     try:
-        while link is not None:
-            counted.reads.reset()
-            page = client.get(link)
-            assert page.status_code == 200
+        for page in pages_from(client, counted, "/"):
             pages += 1
             assert len(page.content) < 80_000
             # as many whatever the queues: on MySQL the oldest due jobs take one per
@@ -360,8 +375,6 @@ def test_the_overview_of_2000_queues_comes_in_bounded_pages(backend, counted):
             shown = re.findall(r'<tr data-queue="([^"]+)">', page.text)
             assert len(shown) <= QUEUES_PER_PAGE
             seen += shown
-            more = re.search(r'<a rel="next" href="([^"]+)">', page.text)
-            link = more and html.unescape(more.group(1))
         assert seen == names and pages == 2000 // QUEUES_PER_PAGE
         first = client.get("/").text
     finally:  # a failure must not leave the row locked for the next tests
@@ -379,3 +392,165 @@ def test_the_overview_of_2000_queues_comes_in_bounded_pages(backend, counted):
         assert (second.pages, second.total, len(second.last_day)) == (20, 2000, 24)
         with pytest.raises(ConfigurationError, match="page must be"):
             admin.overview_page(conn, page=0)
+
+
+# 7. The timings in pages of queue and job type pairs --------------------------------------------
+
+
+def archive_timed(backend: Backend, rows: list[tuple[str, str, float, float]]) -> None:
+    """Archived successes, one per (queue, job type, wait s, run s), finished this last hour."""
+    now = datetime.now(timezone.utc)
+    with contextlib.closing(backend.connect()) as conn:
+        dialect = dialect_of(conn, admin.Tables(backend.job_table, backend.archived_job_table))
+        values = []
+        for queue, job_type, wait_s, run_s in rows:
+            due = now - timedelta(minutes=50)
+            started = due + timedelta(seconds=wait_s)
+            finished = started + timedelta(seconds=run_s)
+            key = dialect.default_id_strategy.encode(uuid.uuid4())
+            at = dialect.encode_time
+            values.append((key, queue, job_type, at(due), at(due), at(finished), at(started)))
+        with contextlib.closing(conn.cursor()) as cur:
+            cur.executemany(
+                f"INSERT INTO {backend.archived_job_table} (job_id, queue, job_type, payload, "
+                "attempts, enqueued_at, process_at, status, finished_at, started_at, worker) "
+                "VALUES (%s, %s, %s, 'null', 1, %s, %s, 'success', %s, %s, 'w')",
+                values,
+            )
+        conn.commit()
+
+
+def expected_timings(backend: Backend) -> dict[str, list[str]]:
+    """Each pair's count, wait p50, p95 and max, run p50, p95 and max as the page shows them,
+    computed here from the archive's rows (nearest-rank percentiles)."""
+    waits: dict[str, list[timedelta]] = {}
+    runs: dict[str, list[timedelta]] = {}
+    with contextlib.closing(backend.connect()) as conn:
+        dialect = dialect_of(conn, admin.Tables(backend.job_table, backend.archived_job_table))
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT queue, job_type, process_at, started_at, finished_at "
+            f"FROM {backend.archived_job_table}",
+            (),
+        )
+    for queue, job_type, due, started, finished in rows:
+        due, started, finished = map(dialect.decode_time, (due, started, finished))
+        waits.setdefault(f"{queue}/{job_type}", []).append(started - due)
+        runs.setdefault(f"{queue}/{job_type}", []).append(finished - started)
+
+    def figures(values: list[timedelta]) -> list[str]:
+        ranked = sorted(values)
+        at = [ranked[math.ceil(share * len(ranked)) - 1] for share in (0.5, 0.95)]
+        return [_duration(value) for value in (*at, ranked[-1])]
+
+    return {
+        pair: [str(len(waits[pair])), *figures(waits[pair]), *figures(runs[pair])] for pair in waits
+    }
+
+
+def test_the_timings_of_2000_queues_come_in_bounded_pages(backend, counted):
+    names = [f"queue-{n:04d}" for n in range(2000)]
+    rows = [(name, "x", (n + 1) / 1000, (n + 1) / 500) for n, name in enumerate(names)]
+    # a second job type every 25 queues (a page's last pair and the next's first share a
+    # queue), and a second job of it: two jobs ranked
+    rows += [(name, "y", 0.5, 1.5) for name in names[::25]]
+    rows += [(name, "y", 0.25, 3.0) for name in names[::25]]
+    archive_timed(backend, rows)
+    client = TestClient(dashboard(counted))
+    seen: list[str] = []
+    shown: dict[str, list[str]] = {}
+    pages = 0
+    for page in pages_from(client, counted, "/timings"):
+        pages += 1
+        assert len(page.content) < 150_000
+        assert counted.reads.statements <= 4, counted.reads.sql
+        # the page's pairs, then their days and hours: at most a row a pair and hour
+        assert counted.reads.rows <= (TIMINGS_PER_PAGE + 1) + TIMINGS_PER_PAGE * 25
+        groups = re.findall(r'<tbody data-timing="([^"]+)">(.*?)</tbody>', page.text, re.S)
+        assert 0 < len(groups) <= TIMINGS_PER_PAGE
+        for pair, body in groups:
+            seen.append(pair)
+            whole = re.search(r'<tr class="whole">(.*?)</tr>', body, re.S)
+            assert whole is not None
+            shown[pair] = re.findall(r'<td class="n">([^<]*)</td>', whole.group(1))
+    pairs = sorted({f"{queue}/{job_type}" for queue, job_type, *_ in rows})
+    assert seen == pairs  # every pair exactly once, in order
+    assert len({pair.split("/")[0] for pair in seen}) == 2000
+    assert pages == -(-len(pairs) // TIMINGS_PER_PAGE)
+    assert shown == expected_timings(backend)
+    assert shown["queue-0025/y"][0] == "2"
+    last = client.get("/timings?after_queue=queue-1999&after_job_type=x")
+    assert "No more queues and job types past this page" in last.text
+    refused = client.get("/timings?after_queue=queue-0001")
+    assert refused.status_code == 400 and "after_queue and after_job_type go together" in (
+        refused.text
+    )
+    with connection(backend) as conn:
+        first = admin.timings_page(conn, per_page=3)
+        assert [(w.queue, w.job_type) for w, _ in first.groups] == [
+            ("queue-0000", "x"),
+            ("queue-0000", "y"),
+            ("queue-0001", "x"),
+        ]
+        assert first.next_after == ("queue-0001", "x")
+        for bad, message in (({"per_page": 0}, "per_page must be"), ({"after": "q"}, "after must")):
+            with pytest.raises(ConfigurationError, match=message):
+                admin.timings_page(conn, **bad)
+
+
+# 9. A page's time on the database is bounded ----------------------------------------------------
+
+NOT_ANSWERING = "the database is not answering"
+
+
+@pytest.mark.timeout(120)
+def test_pages_answer_503_when_the_database_stops_answering(backend):
+    backend.reset()
+    [job_id] = enqueue_committed(backend, ("x", {}), queue="mail")
+    with TCPProxy(upstream_of(backend)) as proxy:
+        pool = pool_via(backend, url_via(backend, proxy), 2)
+        try:
+            client = TestClient(dashboard(pool, timeout_s=1), raise_server_exceptions=False)
+            overview = client.get("/")
+            assert overview.status_code == 200
+            row = re.search(r'<tr data-queue="mail">.*?</tr>', overview.text, re.S)
+            with connection(backend) as conn:
+                [mail] = admin.overview(conn)
+            assert row and f'data-count="queued">{mail.queued}</td>' in row.group()
+            assert client.get(f"/jobs/{job_id}").status_code == 200
+            proxy.stall()
+            try:
+                for path in ("/", f"/jobs/{job_id}", "/timings"):
+                    page = client.get(path)
+                    assert page.status_code == 503, (path, page.text)
+                    assert NOT_ANSWERING in page.text, (path, page.text)
+            finally:
+                proxy.flow()
+            assert client.get("/").status_code == 200
+        finally:
+            pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_read_the_database_stops_answering_midway_is_cut_at_the_deadline(backend):
+    """The connection opens, then the database stops answering: its read is cut at the
+    deadline (the socket, PostgreSQL having no read timeout), and the page says so."""
+    backend.reset()
+    [job_id] = enqueue_committed(backend, ("x", {}), queue="mail")
+    with TCPProxy(upstream_of(backend)) as proxy:
+        url = url_via(backend, proxy)
+
+        def stalling() -> Any:
+            conn = connect(url) if backend.name == "mysql" else connect_postgres(url)
+            proxy.stall()
+            return conn
+
+        client = TestClient(dashboard(stalling, timeout_s=1), raise_server_exceptions=False)
+        try:
+            for path in ("/", f"/jobs/{job_id}"):
+                proxy.flow()  # each page's connection opens, then its database stops
+                page = client.get(path)
+                assert page.status_code == 503, (path, page.text)
+                assert NOT_ANSWERING in page.text, (path, page.text)
+        finally:
+            proxy.flow()

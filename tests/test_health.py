@@ -14,14 +14,14 @@ import pytest
 from faults import TCPProxy, pool_via, running, upstream_of, url_via
 
 from proletarian_di import ArgumentTypeError, create_queue_worker
-from proletarian_di.health import check_health, serve_health
+from proletarian_di.health import ANSWER_THREAD, MAX_WAITING, check_health, serve_health
 
 from backends import wait_until
 
 
 def health_threads() -> int:
-    """The threads answering the health server's connections."""
-    return sum(1 for thread in threading.enumerate() if "process_request_thread" in thread.name)
+    """The threads answering the health server's requests."""
+    return sum(1 for thread in threading.enumerate() if thread.name == ANSWER_THREAD)
 
 
 def stalled_clients(port: int, count: int, peaks: list[int]) -> list[socket.socket]:
@@ -44,14 +44,13 @@ def closed_by_the_server(client: socket.socket) -> bool:
         return True
 
 
-def test_stalled_clients_are_timed_out_and_never_hold_more_than_max_clients_threads():
+def test_stalled_clients_are_timed_out_and_hold_no_thread():
     before = threading.active_count()
     with serve_health([], port=0, request_timeout_s=0.5, max_clients=4) as server:
         peaks: list[int] = []
         clients = stalled_clients(server.port, 300, peaks)
         try:
-            assert max(peaks) <= before + 1 + 4  # the server's thread and max_clients
-            assert server.refused > 0  # the others were turned away at once
+            assert max(peaks) <= before + 1  # the server's thread: a waiting one takes none
             wait_until(lambda: health_threads() == 0, description="the stalled requests to end")
             assert all(closed_by_the_server(client) for client in clients)
         finally:
@@ -60,6 +59,55 @@ def test_stalled_clients_are_timed_out_and_never_hold_more_than_max_clients_thre
         answer = httpx.get(f"http://127.0.0.1:{server.port}/livez", timeout=10)
         assert answer.status_code == 200
     wait_until(lambda: threading.active_count() <= before, description="no thread left")
+
+
+def ready_at_once(port: int) -> httpx.Response:
+    """`/readyz`, with 2 s for the answer: a probe waits no longer."""
+    return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+
+
+@pytest.mark.parametrize("idle", [8, 64])
+def test_idle_half_sent_requests_do_not_keep_a_ready_worker_unready(backend, pool, idle):
+    worker = create_queue_worker(pool, lambda job_type, payload: None)
+    with running(worker), serve_health([worker], port=0) as server:
+        before = threading.active_count()
+        clients = stalled_clients(server.port, idle, [])
+        try:
+            for _ in range(3):
+                answer = ready_at_once(server.port)
+                assert answer.status_code == 200 and answer.json()["ready"] is True
+            assert server.refused == 0
+            # each still waits on its request: none was cut to make room
+            for client in clients:
+                client.settimeout(0.01)
+                with pytest.raises(TimeoutError):
+                    client.recv(1)
+            assert threading.active_count() <= before
+        finally:
+            for client in clients:
+                client.close()
+
+
+def test_a_flood_of_idle_connections_keeps_threads_and_connections_bounded(backend, pool):
+    worker = create_queue_worker(pool, lambda job_type, payload: None)
+    with running(worker), serve_health([worker], port=0, request_timeout_s=30) as server:
+        before = threading.active_count()
+        peaks: list[int] = []
+        clients = stalled_clients(server.port, 3 * MAX_WAITING, peaks)
+        try:
+            assert max(peaks) <= before
+            answer = ready_at_once(server.port)
+            assert answer.status_code == 200 and answer.json()["ready"] is True
+            # the oldest were cut to keep MAX_WAITING, well before their request timeout
+            cut = sum(closed_by_the_server(client) for client in clients[: 2 * MAX_WAITING])
+            assert cut >= 2 * MAX_WAITING - 1 and server.refused >= cut
+            for client in clients[-MAX_WAITING // 2 :]:
+                client.settimeout(0.01)
+                with pytest.raises(TimeoutError):
+                    client.recv(1)
+        finally:
+            for client in clients:
+                client.close()
 
 
 def test_a_client_sending_its_request_byte_by_byte_is_cut_at_the_request_timeout():

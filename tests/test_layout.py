@@ -262,12 +262,13 @@ PUBLIC_NAMES = {
         "Attempt BATCH_SIZE DEFAULT_TABLES ErrorGroup ErrorGroups Explanation HEADLINE_CHARS "
         "HourlyOutcomes JobInfo JobPage JobSearch MAX_EXAMINED MAX_LIMIT OverviewPage Pruned "
         "QueueOverview QueueStats SEARCH_FIELDS SEARCH_ROWS STALE_AFTER STATES Tables "
-        "ThroughputBucket Timing WorkerInfo WorkerThread WorkflowInfo cancel_jobs check "
+        "ThroughputBucket Timing TimingsPage WorkerInfo WorkerThread WorkflowInfo cancel_jobs "
+        "check "
         "delete_archived discard_failed error_headline explain_job failure_groups find_jobs "
         "get_job get_result get_workflow id_fragment in_batches list_jobs list_jobs_page "
         "list_schedules list_workers missing_columns overview overview_page pause_queue "
         "paused_queues prune_archive prune_workers purge_archive queue_stats recent_failures "
-        "resume_queue retry_failed retry_jobs still_needed throughput timings waiting"
+        "resume_queue retry_failed retry_jobs still_needed throughput timings timings_page waiting"
     ),
     "proletarian_di.schema": (
         "DEFAULT_ARCHIVED_JOB_TABLE DEFAULT_JOB_TABLE LATEST MIGRATIONS Migration "

@@ -114,6 +114,45 @@ def cut(conn: Any) -> None:
                 shutdown_socket(sock.fileno())
 
 
+def bounded_read(data_source: Any, read: Callable[[Any], T], timeout_s: float) -> T:
+    """`read(conn)` in this thread on a new connection beside `data_source`'s pool
+    (`probe_connector`: a connect timeout), its statements bounded (`bound_statements`), its
+    socket cut at `timeout_s` so a database that stops answering frees the thread then, with
+    `ProbeTimeout`; rolled back and closed. Where the data source gives no way but its
+    pool, on a pooled connection, which is never cut (the pool lends it again)."""
+    direct = probe_connector(data_source, timeout_s)
+    if direct is None:
+        with connection_factory(data_source)() as conn:
+            try:
+                return read(conn)
+            finally:
+                conn.rollback()
+    conn = direct()
+    late = threading.Event()
+
+    def cut_late() -> None:
+        late.set()
+        cut(conn)
+
+    timer = threading.Timer(timeout_s, cut_late)
+    timer.daemon = True
+    timer.start()
+    try:
+        bound_statements(conn, timeout_s)
+        return read(conn)
+    except Exception:
+        if late.is_set():
+            raise ProbeTimeout(f"the database did not answer within {timeout_s:g} s") from None
+        raise
+    finally:
+        timer.cancel()
+        timer.join()  # a cut never reaches a socket number reused after the close
+        with contextlib.suppress(Exception):
+            conn.rollback()
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
 def _without_frames(exc: BaseException) -> BaseException:
     """`exc` (and its causes) without tracebacks: their frames would keep a connection that
     failed to open alive, its socket open, for as long as the answer is kept."""

@@ -14,7 +14,7 @@ Every name is importable from here; each module holds one concern:
 - `queues`: the queues at a glance (`queue_stats`, `overview`, `overview_page`,
   `throughput`, `recent_failures`, `waiting`), the hourly sums they read (`hourly_sums`,
   `recount_hours`) and the schema checks (`check`, `missing_columns`).
-- `timings`: how long jobs waited and ran (`timings`, `Timing`).
+- `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
 - `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`, `in_batches`,
   and pausing and resuming queues.
 - `retention`: what the archive keeps (`prune_archive`, `purge_archive`,
@@ -95,7 +95,7 @@ from .search import (
     id_fragment,
 )
 from .timings import MAX_HOURS as MAX_HOURS
-from .timings import Timing, timings
+from .timings import Timing, TimingsPage, timings, timings_page
 from .workers import STALE_AFTER, WorkerInfo, WorkerThread, list_workers, prune_workers
 from .workflows import WorkflowInfo, get_result, get_workflow
 
@@ -126,6 +126,7 @@ __all__ = [
     "Tables",
     "ThroughputBucket",
     "Timing",
+    "TimingsPage",
     "WorkerInfo",
     "WorkerThread",
     "WorkflowInfo",
@@ -161,5 +162,6 @@ __all__ = [
     "still_needed",
     "throughput",
     "timings",
+    "timings_page",
     "waiting",
 ]

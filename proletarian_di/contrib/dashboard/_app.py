@@ -28,6 +28,8 @@ from starlette.routing import Route
 
 from ... import admin
 from ..._store.datasource import connection_factory
+from ..._store.dialects import is_transient
+from ..._store.probes import ProbeTimeout, bounded_read, check_timeout
 from ...errors import ConfigurationError, SchemaError
 from . import _chart
 from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
@@ -35,6 +37,7 @@ from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, sam
 Redact = Callable[[str, Any], Any]
 """`redact(job_type, payload) -> payload`: what the pages show of a job's payload."""
 LogFn = Callable[[str, dict[str, Any]], None]
+Pair = tuple[str, str]
 
 FLASH_COOKIE = "proletarian_dashboard_flash"
 REFRESH_HEADER = "x-dashboard-refresh"
@@ -42,10 +45,14 @@ PAGE_SIZE = 50
 QUEUES_PER_PAGE = 50
 WAITING = ("blocked", "queued", "scheduled", "retrying")
 PREVIEW = 120
+TIMEOUT_S = 5.0
+"""How long a page waits for the database, connecting included, before it answers 503."""
 TIMINGS_TTL_S = 60.0
 """How long the timings page shows a read before it reads the archive again."""
 TIMINGS_KEPT = 16
-"""The most filters whose timings the page keeps."""
+"""The most filters and pages whose timings the page keeps."""
+TIMINGS_PER_PAGE = 50
+"""The queue and job type pairs a timings page shows, each with up to 24 hours."""
 PAYLOAD_CHARS = 1000
 """The most characters of a payload a listing reads (the job's own page reads all of it)."""
 ID_CHARS = 12
@@ -95,6 +102,7 @@ def dashboard(
     refresh_s: float = 5.0,
     log: LogFn | None = None,
     csrf_secret: str | bytes | None = None,
+    timeout_s: float = TIMEOUT_S,
 ) -> Starlette:
     """The dashboard as an ASGI app to mount (`app.mount("/jobs", dashboard(pool))`).
 
@@ -104,6 +112,9 @@ def dashboard(
     guards the pages too. `redact` filters every payload shown; `log` gets each action.
     `csrf_secret` signs the forms' tokens: give every process serving the dashboard the
     same one (by default each process draws its own, and a form only works on its own).
+    Each page reads on a connection of its own beside the pool where the data source says
+    how it connects, within `timeout_s` (connect, statement and socket timeouts): a
+    database that does not answer by then gets a 503 page saying so.
     """
     if not isinstance(actions, bool):
         raise ConfigurationError(f"actions must be True or False, got {actions!r}")
@@ -124,14 +135,16 @@ def dashboard(
         csrf_secret = csrf_secret.encode()
     if csrf_secret is not None and (not isinstance(csrf_secret, bytes) or len(csrf_secret) < 16):
         raise ConfigurationError("csrf_secret must be a str or bytes of at least 16 characters")
+    timeout_s = check_timeout("timeout_s", timeout_s)
     site = _Dashboard(
-        data_source, actions, auth, redact, tables, float(refresh_s), log, csrf_secret
+        data_source, actions, auth, redact, tables, float(refresh_s), log, csrf_secret, timeout_s
     )
     return Starlette(
         routes=site.routes(),
         exception_handlers={
             HTTPException: site.http_error,
             ConfigurationError: site.bad_request,
+            ProbeTimeout: site.database_late,
             Exception: site.server_error,
         },
     )
@@ -139,9 +152,10 @@ def dashboard(
 
 @dataclasses.dataclass(frozen=True)
 class _Timings:
-    """The timings page's read: each queue and job type's day with its hours, and when."""
+    """The timings page's read: a page of queue and job type pairs, each's day with its
+    hours, and when."""
 
-    groups: list[tuple[admin.Timing, list[admin.Timing]]]
+    page: admin.TimingsPage
     read_at: datetime
     taken: float
 
@@ -159,15 +173,19 @@ class _Dashboard:
         refresh_s: float,
         log: LogFn | None,
         csrf_secret: bytes | None,
+        timeout_s: float,
     ) -> None:
+        self.data_source = data_source
+        self.timeout_s = timeout_s
         self.connect = connection_factory(data_source)
         self.actions = actions
         self.auth = auth
         self.redact = redact
         self.tables = tables
         self.outcomes = admin.HourlyOutcomes()
-        self.timings_read: dict[tuple[str | None, str | None], _Timings] = {}
-        """The timings page's last reads, per filter (the oldest dropped past `TIMINGS_KEPT`)."""
+        self.timings_read: dict[tuple[str | None, str | None, Pair | None], _Timings] = {}
+        """The timings page's last reads, per filter and page (the oldest dropped past
+        `TIMINGS_KEPT`)."""
         self.refresh_s = refresh_s
         self.log = log or default_log
         self.signer = Signer(csrf_secret)
@@ -196,13 +214,6 @@ class _Dashboard:
 
     # The database: admin functions are sync and never commit ---------------------------------
 
-    def _read_now(self, query: Callable[[Any], T]) -> T:
-        with self.connect() as conn:
-            try:
-                return query(conn)
-            finally:
-                conn.rollback()
-
     def _write_now(self, change: Callable[[Any], T]) -> T:
         with self.connect() as conn:
             try:
@@ -214,8 +225,9 @@ class _Dashboard:
                 raise
 
     async def read(self, query: Callable[[Any], T]) -> T:
-        """`query(conn)` in a thread, rolled back: reads leave no transaction open."""
-        return await run_in_threadpool(self._read_now, query)
+        """`query(conn)` in a thread, rolled back (reads leave no transaction open), within
+        `timeout_s` (`bounded_read`)."""
+        return await run_in_threadpool(bounded_read, self.data_source, query, self.timeout_s)
 
     async def write(self, change: Callable[[Any], T]) -> T:
         """`change(conn)` in a thread, committed."""
@@ -392,42 +404,51 @@ class _Dashboard:
 
     async def timings(self, request: Request) -> Response:
         """Wait and run times of the last day, per queue and job type: over the day, then
-        hour by hour; read at most once every `TIMINGS_TTL_S` per filter (ranking a day of
-        the archive is the dearest read of the dashboard, and the page refreshes itself)."""
+        hour by hour, `TIMINGS_PER_PAGE` pairs a page; each page read at most once every
+        `TIMINGS_TTL_S` per filter (ranking a day of the archive is the dearest read of the
+        dashboard, and the page refreshes itself)."""
         user = await authenticated(self.auth, request)
         params = request.query_params
-        key = (_value(params, "queue"), _value(params, "job_type"))
+        queue, job_type = _value(params, "queue"), _value(params, "job_type")
+        after = _after(params)
+        key = (queue, job_type, after)
         kept = self.timings_read.get(key)
         if kept is None or time.monotonic() - kept.taken > TIMINGS_TTL_S:
-            kept = await self.read(lambda conn: self._read_timings(conn, *key))
+            page = await self.read(
+                lambda conn: admin.timings_page(
+                    conn,
+                    after=after,
+                    per_page=TIMINGS_PER_PAGE,
+                    queue=queue,
+                    job_type=job_type,
+                    tables=self.tables,
+                )
+            )
+            kept = _Timings(page, datetime.now(timezone.utc), time.monotonic())
             self.timings_read.pop(key, None)
             while len(self.timings_read) >= TIMINGS_KEPT:
                 del self.timings_read[next(iter(self.timings_read))]
             self.timings_read[key] = kept
+        here = f"{_base(request)}/timings"
+        following = kept.page.next_after
         return self.render(
             request,
             user,
             "timings.html",
             section="timings",
-            groups=kept.groups,
+            groups=kept.page.groups,
             read_at=kept.read_at,
-            filters={"queue": key[0], "job_type": key[1]},
+            filters={"queue": queue, "job_type": job_type},
+            next=following
+            and _url(
+                here,
+                queue=queue,
+                job_type=job_type,
+                after_queue=following[0],
+                after_job_type=following[1],
+            ),
+            first_page=_url(here, queue=queue, job_type=job_type) if after else None,
         )
-
-    def _read_timings(self, conn: Any, queue: str | None, job_type: str | None) -> _Timings:
-        """The day's timings of each queue and job type, with its hours."""
-
-        def read(per_hour: bool) -> list[admin.Timing]:
-            return admin.timings(
-                conn, per_hour=per_hour, queue=queue, job_type=job_type, tables=self.tables
-            )
-
-        wholes, hours = read(False), read(True)
-        by_group: dict[tuple[str, str], list[admin.Timing]] = {}
-        for hour in hours:
-            by_group.setdefault((hour.queue, hour.job_type), []).append(hour)
-        groups = [(whole, by_group.get((whole.queue, whole.job_type), [])) for whole in wholes]
-        return _Timings(groups, datetime.now(timezone.utc), time.monotonic())
 
     async def schedules(self, request: Request) -> Response:
         return await self._table_page(request, "schedules", admin.list_schedules)
@@ -658,7 +679,14 @@ class _Dashboard:
     async def bad_request(self, request: Request, exc: Exception) -> Response:
         return self.render(request, None, "error.html", 400, section=None, message=str(exc))
 
+    async def database_late(self, request: Request, exc: Exception) -> Response:
+        message = f"the database is not answering: {exc}; the page will try again"
+        return self.render(request, None, "error.html", 503, section=None, message=message)
+
     async def server_error(self, request: Request, exc: Exception) -> Response:
+        if is_transient(exc):
+            message = f"the database is not answering ({type(exc).__name__}); see the server's log"
+            return self.render(request, None, "error.html", 503, section=None, message=message)
         message = f"the dashboard could not answer ({type(exc).__name__}); see the server's log"
         return self.render(request, None, "error.html", 500, section=None, message=message)
 
@@ -715,6 +743,14 @@ def _page(text: str | None) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10**6:
         raise HTTPException(400, f"page {text!r} is not a number from 1 to 1000000")
     return int(text)
+
+
+def _after(params: Mapping[str, Any]) -> Pair | None:
+    """The queue and job type pair a timings page starts after (both or neither)."""
+    queue, job_type = _value(params, "after_queue"), _value(params, "after_job_type")
+    if (queue is None) != (job_type is None):
+        raise HTTPException(400, "after_queue and after_job_type go together: give both or neither")
+    return None if queue is None or job_type is None else (queue, job_type)
 
 
 def _job_id(text: str) -> uuid.UUID:
