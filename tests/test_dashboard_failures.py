@@ -469,3 +469,30 @@ def test_a_large_confirmed_retry_goes_on_in_steps_each_showing_what_the_database
     assert failures_of(backend, "bulk") == 1 and set(waiting_in(backend, "other")) == set()
     with connection(backend) as conn:
         assert admin.retry_jobs(conn, later + other, dry_run=True) == 3
+
+
+def test_a_steps_count_of_what_was_done_is_the_dashboards_own(backend, client, failed):
+    """The progress page carries what the earlier steps did, signed: a count made up, or
+    signed for another action, is refused, and nothing is done."""
+    fields = {
+        "csrf_token": token(client.get("/failed")),
+        "error": MISSING,
+        "confirmed": "5",
+        "until": datetime.now(timezone.utc).isoformat(),
+    }
+    for done in ("4000", "retry 4000", _signed(client, "discard 4000")):
+        forged = client.post("/retry", data={**fields, "done": done})
+        assert forged.status_code == 400, done
+        assert "not a count of this action that this dashboard signed" in forged.text
+    with connection(backend) as conn:
+        assert admin.retry_jobs(conn, error=MISSING, dry_run=True) == 5
+
+
+def _signed(client: TestClient, text: str) -> str:
+    """`text` signed by the client's dashboard, as its progress page signs a count."""
+    site = client.app
+    for route in site.routes:  # type: ignore[attr-defined]
+        owner = getattr(route.endpoint, "__self__", None)
+        if owner is not None and hasattr(owner, "signer"):
+            return owner.signer.sign(text)
+    raise AssertionError("no dashboard routes")

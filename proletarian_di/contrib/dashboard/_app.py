@@ -537,7 +537,7 @@ class _Dashboard:
                 counted_at=now,
                 back=_back(form),
             )
-        before = _done(form)
+        before = self._done(form, action)
         moved, left = await self.write(lambda conn: self._step(conn, action, chosen, until))
         count = before + moved
         selection = chosen.logged(expected)
@@ -553,6 +553,7 @@ class _Dashboard:
                 action=action,
                 outcome=_ACTIONS[action].outcome,
                 done=count,
+                done_signed=self.signer.sign(f"{action} {count}"),
                 left=left,
                 expected=expected,
                 chosen=chosen,
@@ -564,6 +565,18 @@ class _Dashboard:
         if expected is not None and count != expected:
             said += f", of the {expected:,} counted: the others changed in the meantime"
         return self.done(request, form, user, action, selection, count, said)
+
+    def _done(self, form: FormData, action: str) -> int:
+        """The jobs the earlier steps of this action moved (0 at its first), as this
+        dashboard signed them on the progress page, so that the total it says is so."""
+        signed = _value(form, "done")
+        if signed is None:
+            return 0
+        text = self.signer.unsign(signed)
+        verb, _, count = (text or "").partition(" ")
+        if verb != action or not (count.isascii() and count.isdigit()):
+            raise HTTPException(400, "done: not a count of this action that this dashboard signed")
+        return int(count)
 
     def _step(
         self, conn: Any, action: str, chosen: _Chosen, until: datetime | None
@@ -890,16 +903,6 @@ def _confirmed(form: FormData) -> tuple[int | None, datetime | None]:
     if at.tzinfo is None:
         raise HTTPException(400, f"until {until!r} needs its time zone")
     return int(count), at
-
-
-def _done(form: FormData) -> int:
-    """The jobs the earlier steps of an action moved (0 at its first)."""
-    done = _value(form, "done")
-    if done is None:
-        return 0
-    if not (done.isascii() and done.isdigit()):
-        raise HTTPException(400, f"done {done!r} is not a count of jobs")
-    return int(done)
 
 
 def _back(form: FormData) -> str:
