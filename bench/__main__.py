@@ -27,6 +27,7 @@ from proletarian_di.testing import mysql_unreachable_reason
 
 from . import (
     big,
+    bulk,
     compare,
     dashboard,
     django_tasks,
@@ -494,6 +495,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             "cut-off",
             "hosts",
             "failover",
+            "bulk",
         ),
         default="throughput",
         help="throughput (the table of drains and enqueues), pinned-horizon (bench/horizon.py) "
@@ -505,7 +507,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "mid-job: seconds until its job runs again, bench/cutoff.py; root) or hosts (one and four "
         "worker hosts over links of 0, 1 and 5 ms added round trip, bench/hosts.py; root) or "
         "failover (draining through a Patroni switchover and a killed primary, "
-        "bench/failover.py)",
+        "bench/failover.py) or bulk (a confirmed bulk retry and discard of --failed failures "
+        "among nine times as many successes, bench/bulk.py)",
     )
     parser.add_argument(
         "--compare",
@@ -530,6 +533,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=50.0,
         help="failover: jobs a second the application enqueues through the events",
+    )
+    parser.add_argument(
+        "--failed", type=int, default=50_000, help="bulk: failed jobs to retry and discard"
     )
     parser.add_argument(
         "--cutoff-wait", type=float, default=90.0, help="cut-off: seconds to wait per case"
@@ -579,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         return archive_indexes(args)
     if args.scenario == "big":
         return big_tables(args)
+    if args.scenario == "bulk":
+        return bulk_actions(args)
     if args.scenario == "hosts":
         from . import hosts  # the tests' network lab: only for this scenario
 
@@ -709,6 +717,14 @@ def big_tables(args: argparse.Namespace) -> int:
     with postgres_url(args.database_url) as url:
         dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
         return big.main(dbs, machine(dbs), args.waiting, args.archived, args.partitioned)
+
+
+def bulk_actions(args: argparse.Namespace) -> int:
+    """The bulk scenario on PostgreSQL and, if reachable, MySQL/MariaDB."""
+    watchdog(3600)
+    with postgres_url(args.database_url) as url:
+        dbs: list[Database] = [Postgres(url), *reachable_mysql(args)]
+        return bulk.main(dbs, machine(dbs), args.failed)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,67 @@ def test_job_type_and_payload_contain_the_text(backend, known):
     assert found(backend, "report") == [known["other"]]
 
 
+TYPED = {
+    "slash": {"path": "back\\slash"},  # one backslash
+    "slashes": {"path": "two\\\\slashes"},  # two
+    "escape": {"note": "a\\nb"},  # a backslash and an n
+    "quoted": {"said": 'say "hi" twice'},
+    "key": {"say": "hi"},
+    "lines": {"note": "first line\nsecond line"},
+    "tab": {"note": "col\tcol"},
+    "unicode": {"name": "Zoë \u2013 naïve ☃ 日本"},
+    "wild": {"rate": "50%_off!"},
+    "plain": {"rate": "50 off"},
+}
+
+
+def typed(backend: Backend, serializer: Any = None) -> dict[str, uuid.UUID]:
+    """A job for each payload of `TYPED`, written by `serializer` (JSON by default)."""
+    options = {} if serializer is None else {"serializer": serializer}
+    with contextlib.closing(backend.connect()) as conn:
+        ids = enqueue_many(conn, [("typed", payload) for payload in TYPED.values()], **options)
+        conn.commit()
+    return dict(zip(TYPED, ids, strict=True))
+
+
+SEARCHES = [
+    ("back\\slash", {"slash"}),
+    ("k\\s", {"slash"}),
+    ("two\\\\slashes", {"slashes"}),
+    ("o\\s", set()),  # one backslash: not the payload with two
+    ("a\\nb", {"escape"}),
+    ('say "hi"', {"quoted"}),
+    ('"hi"', {"quoted", "key"}),  # the value's own quotes, or the JSON's around a value
+    ("line\nsecond", {"lines"}),
+    ("line\\nsecond", set()),  # a backslash and an n are not a line break
+    ("col\tcol", {"tab"}),
+    ("Zoë \u2013 naïve ☃ 日本", {"unicode"}),
+    ("☃", {"unicode"}),
+    ("50%_off!", {"wild"}),
+    ("%", {"wild"}),
+    ("0%", {"wild"}),
+    ("_", {"wild"}),
+    ("!", {"wild"}),
+    ("50 off", {"plain"}),
+]
+
+
+@pytest.mark.parametrize("serializer", ["json", "transit"])
+def test_payload_text_is_found_as_typed(backend, serializer):
+    from proletarian_di.serializers import TransitSerializer
+
+    codec = TransitSerializer() if serializer == "transit" else None
+    options = {} if codec is None else {"serializer": codec}
+    ids = typed(backend, codec)
+    names = {job_id: name for name, job_id in ids.items()}
+    for text, expected in SEARCHES:
+        hits = found(backend, text, by="payload", **options)
+        assert {names[job_id] for job_id in hits} == expected, text
+    # a key as JSON writes it, quotes and all (Transit writes keys as keywords: "~:say")
+    keys = {names[job_id] for job_id in found(backend, '"say":', by="payload", **options)}
+    assert keys == (set() if codec else {"key"})
+
+
 def test_a_scan_reads_the_newest_rows_only_and_says_so(backend, pool):
     """The newest rows are those of the highest ids (time-ordered): fixed ids make the oldest
     and newest certain."""
@@ -230,3 +291,11 @@ def test_a_search_cut_short_says_so(backend, pool, monkeypatch):
         conn.commit()
     page = TestClient(dashboard(pool)).get("/search", params={"q": "hay"})
     assert "The search was cut short" in page.text and "newest 5 jobs" in page.text
+
+
+def test_the_search_page_finds_payload_text_as_typed(backend, reader):
+    ids = typed(backend)
+    for text, name in (('say "hi"', "quoted"), ("back\\slash", "slash"), ("50%_off", "wild")):
+        page = reader.get("/search", params={"q": text, "by": "payload"})
+        assert page.status_code == 200, page.text
+        assert listed(page.text) == {str(ids[name])}, text

@@ -129,6 +129,16 @@ def test_find_by_an_ids_end_or_start_and_by_payload(db, pool):
     assert nothing.exit_code == 0 and "no jobs" in nothing.stdout
 
 
+def test_find_payload_text_as_typed(db):
+    [path, quoted, _] = db.enqueue(
+        ("copy", {"from": "C:\\temp\\new"}), ("say", {"text": 'say "hi"'}), ("say", {"say": "hi"})
+    )
+    for text, job_id in (("C:\\temp\\new", path), ('say "hi"', quoted)):
+        result = run("jobs", "find", text, "--by", "payload", "--json", "-d", db.url)
+        assert result.exit_code == 0, result.output
+        assert [row["job_id"] for row in json.loads(result.stdout)] == [str(job_id)], text
+
+
 @pytest.mark.parametrize(
     ("args", "problem"),
     [

@@ -8,7 +8,7 @@ import html
 import re
 import uuid
 import warnings
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -369,3 +369,130 @@ def test_a_confirmed_action_runs_in_batches_each_committed(backend, client, fail
     assert "Retry 12 failed jobs?" in asked.text
     assert "12 jobs back in the queue" in confirm(client, asked).text
     assert batches == [3, 3, 3, 3, 0]
+
+
+# A large bulk action, in steps -----------------------------------------------------------------
+
+MANY = 5_000
+
+
+def archived_failures(backend: Backend, count: int, queue: str, at: datetime) -> list[uuid.UUID]:
+    """`count` jobs of `queue` archived as failed at `at`, written straight into the archive
+    (running thousands of jobs would take the test's time)."""
+    with contextlib.closing(backend.connect()) as conn:
+        ids = list(enqueue_many(conn, [("sync", {"n": n}) for n in range(count)], queue=queue))
+        finished = at.replace(tzinfo=None) if backend.name == "mysql" else at
+        cursor = conn.cursor()
+        cursor.execute(
+            f"INSERT INTO {backend.archived_job_table} (job_id, queue, job_type, payload, "
+            "attempts, enqueued_at, process_at, status, finished_at, last_error) SELECT job_id, "
+            "queue, job_type, payload, 3, enqueued_at, process_at, 'failure', %s, "
+            f"'RuntimeError: down' FROM {backend.job_table} WHERE queue = %s",
+            (finished, queue),
+        )
+        cursor.execute(f"DELETE FROM {backend.job_table} WHERE queue = %s", (queue,))
+        conn.commit()
+    return ids
+
+
+def failures_of(backend: Backend, queue: str) -> int:
+    """The archived failures of `queue`, counted in the database."""
+    return int(
+        backend.query(
+            f"SELECT COUNT(*) FROM {backend.archived_job_table} "
+            "WHERE queue = %s AND status = 'failure'",
+            (queue,),
+        )[0][0]
+    )
+
+
+def waiting_in(backend: Backend, queue: str) -> dict[uuid.UUID, tuple[int, datetime]]:
+    """The jobs of `queue` in the job table: their attempts and when they are due (UTC)."""
+    rows = backend.query(
+        f"SELECT job_id, attempts, process_at FROM {backend.job_table} WHERE queue = %s",
+        (queue,),
+    )
+    return {
+        uuid.UUID(bytes=key) if isinstance(key, bytes) else uuid.UUID(str(key)): (
+            attempts,
+            at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at,
+        )
+        for key, attempts, at in rows
+    }
+
+
+def progress(page: Any) -> tuple[int, int]:
+    """What a progress page says: the jobs done so far, and those still to go."""
+    done = re.search(r"([\d,]+) jobs? back in the queue so far", page.text)
+    left = re.search(r"([\d,]+) still to go", page.text)
+    assert done and left, page.text
+    return int(done.group(1).replace(",", "")), int(left.group(1).replace(",", ""))
+
+
+def test_a_large_confirmed_retry_goes_on_in_steps_each_showing_what_the_database_holds(
+    backend, client, events, monkeypatch
+):
+    from proletarian_di.contrib.dashboard import _app
+
+    earlier = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
+    many = archived_failures(backend, MANY, "bulk", earlier)
+    other = archived_failures(backend, 2, "other", earlier)
+    monkeypatch.setattr(_app, "BATCH_SIZE", 1_000)
+    monkeypatch.setattr(_app, "STEP_SECONDS", 0.0)  # each request, one batch
+    fields = {"csrf_token": token(client.get("/failed")), "queue": "bulk"}
+    asked = client.post("/retry", data=fields)
+    assert f"Retry {MANY:,} failed jobs of queue bulk?" in asked.text
+    later = archived_failures(backend, 1, "bulk", datetime.now(timezone.utc) + timedelta(hours=1))
+
+    page = confirm(client, asked)
+    for step in (1, 2):
+        assert page.status_code == 200 and "still to go" in page.text, page.text
+        done, left = progress(page)
+        assert (done, left) == (step * 1_000, MANY - step * 1_000)
+        assert left == failures_of(backend, "bulk") - 1  # the later failure is not counted
+        assert done == len(waiting_in(backend, "bulk"))
+        page = confirm(client, page)
+    steps = events.named("dashboard_action_step")
+    assert [(step["count"], step["left"]) for step in steps[:2]] == [(1_000, 4_000), (1_000, 3_000)]
+
+    # Left there (the tab closed): what is left is counted again, and done from there on.
+    asked = client.post("/retry", data=fields)
+    assert f"Retry {MANY - 3_000:,} failed jobs of queue bulk?" in asked.text
+    monkeypatch.setattr(_app, "STEP_SECONDS", 3600.0)
+    finished = confirm(client, asked)
+    assert f"{MANY - 3_000:,} jobs back in the queue" in finished.text
+
+    waiting = waiting_in(backend, "bulk")
+    assert set(waiting) == set(many)
+    now = datetime.now(timezone.utc)
+    assert all(attempts == 0 and due <= now for attempts, due in waiting.values())
+    assert failures_of(backend, "bulk") == 1 and set(waiting_in(backend, "other")) == set()
+    with connection(backend) as conn:
+        assert admin.retry_jobs(conn, later + other, dry_run=True) == 3
+
+
+def test_a_steps_count_of_what_was_done_is_the_dashboards_own(backend, client, failed):
+    """The progress page carries what the earlier steps did, signed: a count made up, or
+    signed for another action, is refused, and nothing is done."""
+    fields = {
+        "csrf_token": token(client.get("/failed")),
+        "error": MISSING,
+        "confirmed": "5",
+        "until": datetime.now(timezone.utc).isoformat(),
+    }
+    for done in ("4000", "retry 4000", _signed(client, "discard 4000")):
+        forged = client.post("/retry", data={**fields, "done": done})
+        assert forged.status_code == 400, done
+        assert "not a count of this action that this dashboard signed" in forged.text
+    with connection(backend) as conn:
+        assert admin.retry_jobs(conn, error=MISSING, dry_run=True) == 5
+
+
+def _signed(client: TestClient, text: str) -> str:
+    """`text` signed by the client's dashboard, as its progress page signs a count."""
+    site = client.app
+    for route in site.routes:  # type: ignore[attr-defined]
+        owner = getattr(route.endpoint, "__self__", None)
+        if owner is not None and hasattr(owner, "signer"):
+            return owner.signer.sign(text)
+    raise AssertionError("no dashboard routes")

@@ -33,6 +33,10 @@ class _Bulk:
     table: str
     where: _Where
     move: Callable[[Connection, str, list[Any]], int]
+    archived: bool = False
+    """Rows of the archive, which no worker changes: a batch locks the rows it picks and
+    moves them by id alone (the filter again, on PostgreSQL, went down the `finished_at`
+    index through every matching row beside the ids, in each statement of every batch)."""
 
     def count(self, conn: Connection) -> int:
         return _count(conn, self.dialect, self.table, self.where)
@@ -47,6 +51,7 @@ class _Bulk:
         """One batch of at most `size` jobs per step, by id (a keyset over the primary key,
         so that each job is taken once, a running one passed over included)."""
         after: Any = None
+        lock = " FOR UPDATE" if self.archived else ""
         while True:
             where = self.where.copy()
             if after is not None:
@@ -57,12 +62,13 @@ class _Bulk:
                     for row in self.dialect.fetchall(
                         conn,
                         f"SELECT job_id FROM {self.table} WHERE {where.sql} "
-                        "ORDER BY job_id LIMIT %s",
+                        f"ORDER BY job_id LIMIT %s{lock}",
                         [*where.params, size],
                     )
                 ]
                 marks = ", ".join(["%s"] * len(ids))
-                taken = self.where.copy().add(f"job_id IN ({marks})", *ids)
+                taken = _Where() if self.archived else self.where.copy()
+                taken.add(f"job_id IN ({marks})", *ids)
                 moved = self.run(conn, taken) if ids else 0
             yield moved
             if len(ids) < size:
@@ -86,13 +92,14 @@ def _failed_plan(
     dialect = dialect_of(conn, tables)
     where = _failures(dialect, job_ids, queue, job_type, since, until, error)
     if not requeue:
-        return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived)
+        return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived, True)
     now = datetime.now(timezone.utc)
     return _Bulk(
         dialect,
         tables.archived_job_table,
         where,
         lambda c, sql, params: dialect.requeue(c, sql, params, now),
+        True,
     )
 
 

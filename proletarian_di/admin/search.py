@@ -159,10 +159,11 @@ def find_jobs(
         low, high = (uuid.UUID(digits.ljust(32, pad)) for pad in "0f")
         indexed.append(("job_id >= %s AND job_id <= %s", [key(low), key(high)]))
         scanned.append((f"{_ID_HEX[dialect.name]} LIKE %s", ["%" + digits]))
-    contains = "%" + re.sub(r"[!%_]", r"!\g<0>", text) + "%"
-    for field in ("job_type", "payload"):
-        if by in ("any", field):
-            scanned.append((f"{field} LIKE %s ESCAPE '!'", [contains]))
+    if by in ("any", "job_type"):
+        scanned.append(("job_type LIKE %s ESCAPE '!'", [_contains(text)]))
+    if by in ("any", "payload"):
+        for form in _payload_forms(codec, text):
+            scanned.append(("payload LIKE %s ESCAPE '!'", [_contains(form)]))
     now = datetime.now(timezone.utc)
     cut_short = False
     queries = []
@@ -179,6 +180,30 @@ def find_jobs(
         rows = dialect.fetchall(conn, sql, params)
         infos = _infos(conn, dialect, rows, held, now, codec, payload_chars)
     return JobSearch(infos[:count], len(infos) > count, cut_short, max_examined)
+
+
+def _contains(text: str) -> str:
+    """A LIKE pattern for text that contains `text`, its wildcards and `!` themselves."""
+    return "%" + re.sub(r"[!%_]", r"!\g<0>", text) + "%"
+
+
+def _payload_forms(codec: Serializer, text: str) -> list[str]:
+    """The ways `text`, as typed, stands in a stored payload: as the serializer writes it
+    in a string (a quote, a backslash, a line break escaped: `say \\"hi\\"`); and as typed
+    too when it holds a quote and no backslash, which may be the JSON's own (`"amount":1000`).
+    With a backslash it is never read as typed: `a\\nb` would find a line break. A
+    serializer that writes no JSON array of strings is searched as typed."""
+    try:
+        written = codec.encode([" " + text])
+    except Exception:
+        written = ""
+    if not (written.startswith('[" ') and written.endswith('"]')):
+        return [text]
+    escaped = written[3:-2]
+    forms = [escaped]
+    if escaped != text and '"' in text and "\\" not in text:
+        forms.append(text)
+    return forms
 
 
 def _candidates(

@@ -516,11 +516,9 @@ class Dialect:
         hours of the outcomes table (see `_outcomes`) that counted them, in the caller's
         transaction, for readers to count those hours from the archive again. Only the
         hours a reader may read are looked at; nothing on a schema without the table."""
-        table = self.outcomes_table
-        if not self.table_columns(conn, table):
+        since = self.summed_since(conn)
+        if since is None:
             return
-        now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
-        since = now - _SUMMED_HOURS * _HOUR
         at = self.encode_time(since)
         rows = self.fetchall(
             conn,
@@ -528,10 +526,27 @@ class Dialect:
             f"WHERE finished_at >= %s AND ({where})",
             (at, at, *params),
         )
-        hours = [self.encode_time(since + int(offset) * _HOUR) for (offset,) in rows]
+        self.forget_summed(conn, since, [offset for (offset,) in rows])
+
+    def summed_since(self, conn: Any) -> datetime | None:
+        """The start of the oldest hour whose sums `forget_hours` drops; None on a schema
+        without the outcomes table."""
+        if not self.table_columns(conn, self.outcomes_table):
+            return None
+        now = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+        return now - _SUMMED_HOURS * _HOUR
+
+    def forget_summed(self, conn: Any, since: datetime | None, offsets: Iterable[Any]) -> None:
+        """Delete the summed hours `offsets` hours after `since` (`summed_since`), those
+        before it (negative) left alone: what `forget_hours` does once it knows the hours."""
+        if since is None:
+            return
+        hours = sorted(
+            {self.encode_time(since + int(offset) * _HOUR) for offset in offsets if offset >= 0}
+        )
         if hours:
             marks = ", ".join(["%s"] * len(hours))
-            self.execute(conn, f"DELETE FROM {table} WHERE hour IN ({marks})", hours)
+            self.execute(conn, f"DELETE FROM {self.outcomes_table} WHERE hour IN ({marks})", hours)
 
     def begin(self, conn: Any) -> None:
         """Open a transaction explicitly where the driver would not (autocommit)."""
@@ -1237,7 +1252,6 @@ class Dialect:
             tables += [self.dependencies_table, self.workflows_table]
         if self.table_columns(conn, self.results_table):
             tables.append(self.results_table)
-        self.forget_hours(conn, where, params)
         for table in tables:
             self.execute(
                 conn,
@@ -1245,7 +1259,15 @@ class Dialect:
                 f"(SELECT job_id FROM {archive} WHERE {where}) gone)",
                 params,
             )
-        return self.execute_count(conn, f"DELETE FROM {archive} WHERE {where}", params)
+        return self.delete_archive_rows(conn, where, params)
+
+    def delete_archive_rows(self, conn: Any, where: str, params: Sequence[Any]) -> int:
+        """Delete the archived jobs matching `where` (and the summed hours that counted
+        them, `forget_hours`); how many."""
+        self.forget_hours(conn, where, params)
+        return self.execute_count(
+            conn, f"DELETE FROM {self.archived_job_table} WHERE {where}", params
+        )
 
 
 _EVERY_ROW = "1 = 1"

@@ -528,7 +528,9 @@ class _Dashboard:
         state and error. One job is retried or cancelled at once; anything else is counted
         first, as of now, and done once the user confirms that count: then only what was
         there when counted (later failures and jobs are left out), a batch per transaction,
-        and the message says so when fewer changed than were counted."""
+        and the message says so when fewer changed than were counted. A request acts for
+        `STEP_SECONDS` at most: past them, it shows how far it got and what is left, counted
+        in the database, and the page goes on with the next step (`_step`)."""
         user, form = await self.actor(request)
         chosen = _Chosen.of(form, action)
         change = _ACTIONS[action].change
@@ -560,24 +562,72 @@ class _Dashboard:
                 counted_at=now,
                 back=_back(form),
             )
-
-        def run(conn: Any) -> int:
-            done = 0
-            options = chosen.options(action, until)
-            steps = admin.in_batches(
-                conn, change, chosen.ids, batch_size=BATCH_SIZE, tables=self.tables, **options
+        before = self._done(form, action)
+        moved, left = await self.write(lambda conn: self._step(conn, action, chosen, until))
+        count = before + moved
+        selection = chosen.logged(expected)
+        if left:
+            data = {"user": user, "action": action, **selection, "count": moved, "left": left}
+            self._log("dashboard_action_step", data)
+            return self.render(
+                request,
+                user,
+                "progress.html",
+                refresh=False,
+                section=None,
+                action=action,
+                outcome=_ACTIONS[action].outcome,
+                done=count,
+                done_signed=self.signer.sign(f"{action} {count}"),
+                left=left,
+                expected=expected,
+                chosen=chosen,
+                fields=chosen.fields(),
+                until=until and until.isoformat(),
+                back=_back(form),
             )
-            for moved in steps:
-                conn.commit()
-                done += moved
-            return done
-
-        count = await self.write(run)
         said = f"{_jobs(count)} {_ACTIONS[action].outcome}"
         if expected is not None and count != expected:
             said += f", of the {expected:,} counted: the others changed in the meantime"
-        selection = chosen.logged(expected)
         return self.done(request, form, user, action, selection, count, said)
+
+    def _done(self, form: FormData, action: str) -> int:
+        """The jobs the earlier steps of this action moved (0 at its first), as this
+        dashboard signed them on the progress page, so that the total it says is so."""
+        signed = _value(form, "done")
+        if signed is None:
+            return 0
+        text = self.signer.unsign(signed)
+        verb, _, count = (text or "").partition(" ")
+        if verb != action or not (count.isascii() and count.isdigit()):
+            raise HTTPException(400, "done: not a count of this action that this dashboard signed")
+        return int(count)
+
+    def _step(
+        self, conn: Any, action: str, chosen: _Chosen, until: datetime | None
+    ) -> tuple[int, int]:
+        """Act on the chosen jobs a batch per transaction, for `STEP_SECONDS` at most: how
+        many jobs it moved, and how many it left (0 when it went through them all, or when
+        it moved none, so that a step always moves some or ends the action)."""
+        change = _ACTIONS[action].change
+        options = chosen.options(action, until)
+        ends = time.monotonic() + STEP_SECONDS
+        done = 0
+        steps = admin.in_batches(
+            conn, change, chosen.ids, batch_size=BATCH_SIZE, tables=self.tables, **options
+        )
+        for moved in steps:
+            conn.commit()
+            done += moved
+            if time.monotonic() >= ends:
+                break
+        else:
+            return done, 0
+        if not done:
+            return done, 0
+        left = change(conn, chosen.ids, **options, dry_run=True, tables=self.tables)
+        conn.rollback()
+        return done, left
 
     async def pause(self, request: Request) -> Response:
         return await self._pause_or_resume(request, admin.pause_queue, "pause", "paused")
@@ -607,12 +657,7 @@ class _Dashboard:
         message: str,
     ) -> Response:
         """Log the action, then send the browser back to its page with a flash message."""
-        data = {"user": user, "action": action, **selection, "count": count}
-        try:
-            self.log("dashboard_action", data)
-        except Exception:
-            _logger.exception("the dashboard's log function failed")
-            default_log("dashboard_action", data)
+        self._log("dashboard_action", {"user": user, "action": action, **selection, "count": count})
         base = _base(request)
         response = RedirectResponse(base + _back(form), 303)
         response.set_cookie(
@@ -623,6 +668,14 @@ class _Dashboard:
             samesite="strict",
         )
         return response
+
+    def _log(self, event: str, data: dict[str, Any]) -> None:
+        """Give the event to the log function; to the default log when that fails."""
+        try:
+            self.log(event, data)
+        except Exception:
+            _logger.exception("the dashboard's log function failed")
+            default_log(event, data)
 
     # Rendering -------------------------------------------------------------------------------
 
@@ -787,6 +840,9 @@ _ACTIONS = {
     "discard": _Action(admin.discard_failed, "Discard", "discarded"),
 }
 BATCH_SIZE = admin.BATCH_SIZE
+STEP_SECONDS = 20.0
+"""The most seconds one request of a confirmed action acts, well within a proxy's usual
+60 s: a larger action goes on in further requests, its progress shown between them."""
 MAX_SELECTED = admin.MAX_LIMIT
 
 

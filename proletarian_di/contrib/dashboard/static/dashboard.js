@@ -25,3 +25,10 @@
   }
   setInterval(refresh, seconds * 1000);
 })();
+
+// A bulk action's progress page: the next step starts by itself (without JavaScript, by its button).
+(function () {
+  "use strict";
+  const next = document.querySelector("button[data-continue]");
+  if (next) setTimeout(() => next.click(), 100);
+})();
