@@ -47,6 +47,8 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
         raise RuntimeError(f"no MariaDB/MySQL server on this machine ({', '.join(_SERVERS)})")
     home = tempfile.mkdtemp(prefix="proletarian-mariadb-")
     data, sock, port = os.path.join(home, "data"), os.path.join(home, "sock"), free_port()
+    tmp = os.path.join(home, "tmp")  # its internal temporary tables: no other server's
+    os.mkdir(tmp)
     owner = ("--user=root",) if os.geteuid() == 0 else ()
     process: subprocess.Popen[bytes] | None = None
     watchdog = Watchdog()
@@ -73,6 +75,7 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
                 f"--port={port}",
                 "--bind-address=127.0.0.1",
                 f"--pid-file={home}/pid",
+                f"--tmpdir={tmp}",
                 "--skip-log-bin",
                 *_SETTINGS,
                 *owner,
