@@ -6,7 +6,10 @@ be due, so no claim sees it; it is listed in `<job table>_blocked`, and one row 
 "success", or "complete": any end). When a parent ends, in the transaction that archives it,
 its rows get its status (`parent_status`), and each of its dependents that waits on nothing
 more is released (due now) or, when it needed a success the parent did not give, cancelled
-with an error that names the parent, and so on down the graph (`ended`).
+with an error that names the parent, and so on down the graph (`ended`): a few set
+statements per level of the graph, whatever the fan-out, so a parent's transaction holds
+its locks briefly however many jobs wait on it. On PostgreSQL the transaction that blocks
+a job tells listening workers (`GRAPH_CHANNEL`), so an idle one does not wait for its beat.
 
 There is no counter per dependent: a parent writes its own rows, and only one that finds no
 other parent still running locks the dependent, so the parents of a fan-in never queue on
@@ -281,7 +284,8 @@ def _release(
         for queue, priority in sorted({locked[child] for child in free}):
             dialect.announce_due(conn, queue, priority)
             wake(queue, priority)
-    left = sorted(c for c in waits if c not in free and c not in failed)
+    done = {*free, *failed}
+    left = sorted(c for c in waits if c not in done)
     waiting: Waiting = []
     if left:
         among, params = dialect.any_of("job_id", left)
