@@ -48,6 +48,7 @@ MAX_RUNNING = 4  # as many running slots as threads: the cap's own cost, never i
 RATE_LIMIT, RATE_PERIOD_MS = 500, 1_000  # rate_limit: far below a 4-thread drain's pace
 RATE_ROWS = ("drain_rated", "rated_lease")
 FAN_IN = 1_000  # drain_fan_in: the parents of one callback (`depends_on`)
+FAN_OUT = 10_000  # fan_out: the dependents one parent's end releases
 FAIR_GROUPS = 10  # fair=True: the jobs spread over this many group keys
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
@@ -212,6 +213,8 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             FAN_IN,
             DRAIN_INTERVAL,
         )
+    if measure.has_dependencies():
+        results.record(db, "fan_out", "ours", measure.release_fan_out, db, "ours", FAN_OUT)
     if measure.worker_option("rate_limit"):
         for row, lease_ms in zip(RATE_ROWS, (None, LEASE_MS), strict=True):
             results.record(
@@ -334,6 +337,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
         ("drain_fair", f"drain, 4 threads, fair=True over {FAIR_GROUPS} group keys (opt-in)"),
         ("drain_fan_in", f"drain of {FAN_IN:,} jobs and a callback waiting on them all, 4 threads"),
+        ("fan_out", f"one parent's end releasing {FAN_OUT:,} dependents: dependents/s"),
         ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),
         ("rated_lease", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()}, lease mode"),
         ("drain_unshared", "drain, 4 threads, share_cpu=False"),

@@ -134,6 +134,41 @@ def add_callback(db: Database) -> None:
         conn.commit()
 
 
+def release_fan_out(db: Database, impl: str, dependents: int) -> Figure:
+    """Dependents/s released by one parent's end: `process_next_job` of a parent that
+    `dependents` jobs wait on, one transaction (the parent's run, its archive and every
+    release)."""
+    from proletarian_di import process_next_job
+
+    db.clean()
+    with contextlib.closing(db.connect()) as conn:
+        parent = enqueue(conn, "noop", {"n": -1}, job_table=JOB_TABLE)
+        for start in range(0, dependents, 5_000):
+            rows = [("noop", {"n": i}) for i in range(start, min(dependents, start + 5_000))]
+            enqueue_many(
+                conn,
+                rows,
+                depends_on=[parent],
+                job_table=JOB_TABLE,
+                archived_job_table=ARCHIVED_JOB_TABLE,
+            )
+        conn.commit()
+    db.analyze()
+    figure = Figure(0.0, dependents)
+    with metered(db, figure):
+        started = time.perf_counter()
+        ran = process_next_job(
+            db.connect,
+            lambda job_type, payload: None,
+            job_table=JOB_TABLE,
+            archived_job_table=ARCHIVED_JOB_TABLE,
+        )
+        figure.rate = dependents / (time.perf_counter() - started)
+    check_count(int(ran is True), 1, "parents run")
+    check_count(db.waiting(), dependents, "dependents waiting")
+    return figure
+
+
 def drain(
     db: Database,
     impl: str,

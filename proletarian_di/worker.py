@@ -226,6 +226,7 @@ class QueueWorker:
                     f"{self.queue_worker_id}-listener",
                     self._pauses.changed,
                     self._listening,
+                    self._graph_changed,
                 )
                 # Notified of every pause and resume, the worker reads the state seldom.
                 self._pauses.every_s = max(self._pauses.every_s, LISTENING_PAUSE_READ_S)
@@ -724,9 +725,17 @@ class QueueWorker:
         fallback = max(interval, self.options.fallback_polling_interval_ms / 1000)
         self._wakeup.idle(interval, fallback)
 
+    def _graph_changed(self) -> None:
+        """A job was blocked: the next job's settle reads whether jobs wait on others, not
+        the registry's next beat."""
+        self._runner.graph_active = None
+
     def _listening(self, conn: Any) -> None:
-        """The listener's connection listens: learn when the queue's next job falls due."""
-        due = self._runner.dialect(conn).next_process_at(conn, self.options.queue)
+        """The listener's connection listens: learn when the queue's next job falls due, and
+        whether jobs wait on others (one blocked while nobody listened was not told)."""
+        dialect = self._runner.dialect(conn)
+        self._runner._blocked_now(conn, dialect)
+        due = dialect.next_process_at(conn, self.options.queue)
         if due is not None:
             self._wakeup.due_at(due.timestamp())
 

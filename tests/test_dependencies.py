@@ -23,7 +23,11 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
+from proletarian_di._store import dependencies
 from proletarian_di._store.dependencies import SWEEP_EVERY_S
+from proletarian_di._store.dialects.mysql import MySQLDialect
+from proletarian_di._store.dialects.postgresql import PostgresDialect
+from proletarian_di.testing import run_due_jobs
 
 from backends import Backend, Events, archive_by_id, connection, enqueue_committed, wait_until
 
@@ -34,8 +38,9 @@ class Recorder:
     """A handler that records each start and end (by the test's clock), fails the job types
     in `fail` and returns its payload."""
 
-    def __init__(self, fail: tuple[str, ...] = ()) -> None:
+    def __init__(self, fail: tuple[str, ...] = (), pause: float = 0.01) -> None:
         self.lock = threading.Lock()
+        self.pause = pause
         self.starts: dict[str, list[float]] = {}
         self.ends: dict[str, float] = {}
         self.fail = fail
@@ -44,7 +49,7 @@ class Recorder:
         name = payload["name"]
         with self.lock:
             self.starts.setdefault(name, []).append(time.monotonic())
-        time.sleep(0.01)
+        time.sleep(self.pause)
         with self.lock:
             self.ends[name] = time.monotonic()
         if job_type in self.fail:
@@ -310,3 +315,137 @@ def test_jobs_show_and_the_dashboard_show_a_jobs_place_in_its_workflow(
         assert admin.cancel_jobs(conn, state="blocked") == 1
         conn.commit()
     assert state(backend, b.job_id) == "cancelled"
+
+
+FAN_OUT = 1_000
+
+
+class Statements:
+    """Counts the statements every dialect sends (a spy: each still runs)."""
+
+    METHODS = ("execute", "executemany", "fetchone", "fetchall", "execute_count")
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        for cls in (PostgresDialect, MySQLDialect):
+            for name in self.METHODS:
+                monkeypatch.setattr(cls, name, self._counted(getattr(cls, name)))
+
+    def _counted(self, method: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def fan_out(backend: Backend, grandchildren: bool = False) -> tuple[Any, list[Any], list[Any]]:
+    """A parent with `FAN_OUT` dependents (each with a dependent of its own, if asked)."""
+    [parent] = enqueue_committed(backend, ("step", {"name": "p"}))
+    with connection(backend) as conn:
+        children = enqueue_many(
+            conn, [("step", {"name": f"c{i}"}) for i in range(FAN_OUT)], depends_on=[parent]
+        )
+        below = [
+            enqueue(conn, "step", {"name": f"g{i}"}, depends_on=[child])
+            for i, child in enumerate(children if grandchildren else [])
+        ]
+        conn.commit()
+    return parent, children, below
+
+
+def due_and_blocked(backend: Backend) -> tuple[int, int]:
+    """How many waiting jobs are due by now, and how many are blocked (by the tables)."""
+    [(due,)] = backend.query(
+        f"SELECT COUNT(*) FROM {backend.job_table} WHERE process_at < '9999-01-01'"
+    )
+    [(blocked,)] = backend.query(f"SELECT COUNT(*) FROM {backend.job_table}_blocked")
+    return due, blocked
+
+
+def test_a_parent_releases_a_thousand_dependents_in_a_few_statements(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, children, _ = fan_out(backend)
+    statements = Statements(monkeypatch)
+    recorder = Recorder(pause=0)
+    assert process_next_job(backend.connect, recorder) is True
+    assert statements.count < 40, statements.count
+    assert due_and_blocked(backend) == (FAN_OUT, 0)
+    assert run_due_jobs(backend.connect, recorder, max_jobs=2 * FAN_OUT) == FAN_OUT
+    assert {name: len(times) for name, times in recorder.starts.items()} == {
+        "p": 1,
+        **{f"c{i}": 1 for i in range(FAN_OUT)},
+    }
+    assert min(recorder.starts[f"c{i}"][0] for i in range(FAN_OUT)) >= recorder.ends["p"]
+    archived = archive_by_id(backend)
+    assert all(archived[child] == ("success", 1) for child in children)
+
+
+def test_a_failed_parent_cancels_its_whole_graph_in_its_own_transaction(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent, children, below = fan_out(backend, grandchildren=True)
+    statements = Statements(monkeypatch)
+    recorder = Recorder(fail=("step",))
+    assert process_next_job(backend.connect, recorder) is False
+    assert statements.count < 60, statements.count
+    assert recorder.ran() == {"p"}
+    archived = archive_by_id(backend)
+    assert [archived[job] for job in [*children, *below]] == [("cancelled", 0)] * (2 * FAN_OUT)
+    assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}") == [(0,)]
+    assert backend.query(f"SELECT COUNT(*) FROM {backend.job_table}_blocked") == [(0,)]
+    with connection(backend) as conn:
+        child, grandchild = admin.get_job(conn, children[7]), admin.get_job(conn, below[7])
+    assert child is not None and grandchild is not None
+    assert child.error == f"Cancel: job {parent}, which this job depends on, failed"
+    assert grandchild.error == (
+        f"Cancel: job {children[7]}, which this job depends on, was cancelled"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_worker_without_its_sweep_releases_every_dependent_once_after_its_parent(
+    backend: Backend, pool: Any, mode: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
+    parent, children, _ = fan_out(backend)
+    recorder = Recorder(pause=0)
+    run_until(pool, recorder, mode, lambda: len(archive_by_id(backend)) == FAN_OUT + 1)
+    archived = archive_by_id(backend)
+    assert [archived[job] for job in [parent, *children]] == [("success", 1)] * (FAN_OUT + 1)
+    assert {name: len(times) for name, times in recorder.starts.items()} == {
+        "p": 1,
+        **{f"c{i}": 1 for i in range(FAN_OUT)},
+    }
+    assert min(recorder.starts[f"c{i}"][0] for i in range(FAN_OUT)) >= recorder.ends["p"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_postgres_an_idle_worker_is_told_of_the_first_blocked_job(
+    pg: Backend, mode: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle since before any job was blocked, the worker knows of none; the notification
+    that a job was blocked, not its next beat (nor the sweep, off here), makes the parent's
+    own transaction release its dependent."""
+    monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
+    recorder = Recorder(pause=0)
+    source = pg.pool(4)
+    worker = create_queue_worker(
+        source, recorder, polling_interval_ms=50, log=lambda e, d: None, **mode
+    )
+    try:
+        with worker:
+            assert worker._listener is not None
+            wait_until(worker._listener.listening.is_set, description="the listener")
+            assert worker._runner.graph_active is False
+            wf = Workflow("after an idle spell")
+            first = wf.add("step", {"name": "first"})
+            wf.add("step", {"name": "then"}, after=[first])
+            with connection(pg) as conn:
+                wf.enqueue(conn)
+                conn.commit()
+            wait_until(lambda: "then" in recorder.ran(), timeout=5, description="the dependent")
+        assert recorder.starts["then"][0] - recorder.ends["first"] < 1.0
+    finally:
+        source.close()  # type: ignore[attr-defined]

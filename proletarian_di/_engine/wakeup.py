@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .._store.dependencies import GRAPH_CHANNEL
 from .._store.dialects import NOTIFY_CHANNEL, read_wake_payload
 from .frontier import Frontier
 from .pauses import STATE_CHANNEL
@@ -163,12 +164,15 @@ class Listener(threading.Thread):
         name: str,
         on_state: Callable[[], None] = lambda: None,
         on_listen: Callable[[Any], None] = lambda conn: None,
+        on_graph: Callable[[], None] = lambda: None,
     ) -> None:
         self.connect, self.queue, self.wakeup = connect, queue, wakeup
         self.stopping, self.on_error, self.on_state = stopping, on_error, on_state
         self.on_listen = on_listen
         """Called with the connection once it listens (the worker reads when the next job
         falls due)."""
+        self.on_graph = on_graph
+        """Called when a job was blocked (`GRAPH_CHANNEL`)."""
         self.listening = threading.Event()
         """Set while its connection LISTENs."""
         super().__init__(name=name, daemon=True)
@@ -192,13 +196,16 @@ class Listener(threading.Thread):
         conn = self.connect()
         try:
             conn.autocommit = True
-            conn.execute(f"LISTEN {NOTIFY_CHANNEL}; LISTEN {STATE_CHANNEL}")
+            conn.execute(f"LISTEN {NOTIFY_CHANNEL}; LISTEN {STATE_CHANNEL}; LISTEN {GRAPH_CHANNEL}")
             self.on_listen(conn)
             self.listening.set()
             self.on_state()  # what changed while nobody listened is read again
             self.wakeup.wake(self.wakeup.capacity)
             while not self.stopping.is_set():
                 for note in conn.notifies(timeout=0.25):
+                    if note.channel == GRAPH_CHANNEL:
+                        self.on_graph()
+                        continue
                     if note.channel == STATE_CHANNEL:
                         if note.payload == self.queue:
                             self.on_state()

@@ -6,7 +6,10 @@ be due, so no claim sees it; it is listed in `<job table>_blocked`, and one row 
 "success", or "complete": any end). When a parent ends, in the transaction that archives it,
 its rows get its status (`parent_status`), and each of its dependents that waits on nothing
 more is released (due now) or, when it needed a success the parent did not give, cancelled
-with an error that names the parent, and so on down the graph (`ended`).
+with an error that names the parent, and so on down the graph (`ended`): a few set
+statements per level of the graph, whatever the fan-out, so a parent's transaction holds
+its locks briefly however many jobs wait on it. On PostgreSQL the transaction that blocks
+a job tells listening workers (`GRAPH_CHANNEL`), so an idle one does not wait for its beat.
 
 There is no counter per dependent: a parent writes its own rows, and only one that finds no
 other parent still running locks the dependent, so the parents of a fan-in never queue on
@@ -44,6 +47,9 @@ RECHECK_BELOW = 16
 """A parent that leaves its dependent waiting on this many others or fewer looks at it again
 once it has committed (see `recheck`); the sweep settles the rest of the rare races."""
 SWEEP_EVERY_S = 1.0
+GRAPH_CHANNEL = "proletarian_di_graph"
+"""Where PostgreSQL tells listening workers, once it commits, that a transaction blocked a
+job: an idle worker writes its jobs' ends from its next one, not from its next beat."""
 SWEEP_BATCH = 200
 """The most blocked jobs one sweep looks at (the next sweep goes on after the last)."""
 
@@ -126,9 +132,9 @@ def block(
         f"INSERT INTO {blocked} (job_id, wait_for, blocked_at) VALUES (%s, %s, %s)",
         [(child, wait_for, at) for child in children],
     )
+    dialect.announce(conn, GRAPH_CHANNEL, "")
     if _settle_gone(conn, dialect, children):
-        for child in children:
-            resolve(conn, dialect, child, wait_for, now, wake)
+        _settle(conn, dialect, {_key(child): wait_for for child in children}, now, wake)
 
 
 def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:
@@ -156,14 +162,14 @@ def _settle_gone(conn: Any, dialect: Dialect, children: Sequence[Any]) -> bool:
     status ("missing" if the archive lost them too); whether any had."""
     if not children:
         return False
-    marks = ", ".join(["%s"] * len(children))
+    among, params = dialect.any_of("d.job_id", children)
     gone = dialect.fetchall(
         conn,
         f"SELECT d.parent_id, a.status FROM {dialect.dependencies_table} d "
         f"LEFT JOIN {dialect.job_table} j ON j.job_id = d.parent_id "
         f"LEFT JOIN {dialect.archived_job_table} a ON a.job_id = d.parent_id "
-        f"WHERE d.job_id IN ({marks}) AND d.parent_status IS NULL AND j.job_id IS NULL",
-        children,
+        f"WHERE {among} AND d.parent_status IS NULL AND j.job_id IS NULL",
+        params,
     )
     for parent, status in {(row[0], row[1]) for row in gone}:
         dialect.execute(
@@ -183,42 +189,177 @@ def ended(
     conn: Any, dialect: Dialect, parents: Sequence[Any], status: str, now: datetime, wake: Wake
 ) -> Waiting:
     """Jobs just archived with `status`, in the transaction that archives them: write their
-    end on the rows of the jobs that wait on them, and release or cancel each of those that
-    waits on nothing more (and so on down the graph). Returns the dependents left waiting on
-    no more than `RECHECK_BELOW` others, which may have ended in transactions this one could
-    not see: `recheck` them once this one has committed."""
-    deps = dialect.dependencies_table
+    end on the rows of the jobs that wait on them, and release or cancel those that wait on
+    nothing more, then the jobs that waited on those cancelled, level by level down the
+    graph. A few statements per level, whatever the fan-out (see `_settle`). Returns the
+    dependents left waiting on no more than `RECHECK_BELOW` others, which may have ended in
+    transactions this one could not see: `recheck` them once this one has committed."""
     again: Waiting = []
-    todo = [(parent, status) for parent in parents]
-    while todo:
-        parent, status = todo.pop()
-        update = (
-            f"UPDATE {deps} SET parent_status = %s WHERE parent_id = %s AND parent_status IS NULL"
-        )
-        if dialect.update_returns:
-            children = dialect.fetchall(
-                conn, update + " RETURNING job_id, wait_for", (status, parent)
-            )
-        else:
-            children = dialect.fetchall(
-                conn,
-                f"SELECT job_id, wait_for FROM {deps} WHERE parent_id = %s "
-                "AND parent_status IS NULL",
-                (parent,),
-            )
-            if children:
-                dialect.execute(conn, update, (status, parent))
-        for child, wait_for in sorted(children):
-            cause = (parent, status) if wait_for == "success" and status != "success" else None
-            if cause is None:
-                waiting = _waits(conn, dialect, child)
-                if waiting:
-                    if waiting <= RECHECK_BELOW:
-                        again.append((child, wait_for))
-                    continue
-            if resolve(conn, dialect, child, wait_for, now, wake, cause) == "cancelled":
-                todo.append((child, "cancelled"))
+    level = list(parents)
+    while level:
+        waits = _write_ends(conn, dialect, level, status)
+        doomed = [c for c, w in waits.items() if w == "success" and status != "success"]
+        rest = {c: w for c, w in waits.items() if not (w == "success" and status != "success")}
+        _, failed, waiting = _release(conn, dialect, rest, now, wake)
+        again.extend(waiting)
+        level, status = _cancel(conn, dialect, [*doomed, *failed], now), "cancelled"
     return again
+
+
+def _write_ends(conn: Any, dialect: Dialect, parents: Sequence[Any], status: str) -> dict[Any, str]:
+    """Give every row of these parents their end, in one statement: {dependent: wait_for}."""
+    deps = dialect.dependencies_table
+    among, params = dialect.any_of("parent_id", parents)
+    update = f"UPDATE {deps} SET parent_status = %s WHERE {among} AND parent_status IS NULL"
+    if dialect.update_returns:
+        rows = dialect.fetchall(conn, update + " RETURNING job_id, wait_for", [status, *params])
+    else:
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT job_id, wait_for FROM {deps} WHERE {among} AND parent_status IS NULL",
+            params,
+        )
+        if rows:
+            dialect.execute(conn, update, [status, *params])
+    return {_key(child): wait_for for child, wait_for in rows}
+
+
+def _key(raw_id: Any) -> Any:
+    return bytes(raw_id) if isinstance(raw_id, bytearray) else raw_id
+
+
+def _release(
+    conn: Any,
+    dialect: Dialect,
+    waits: dict[Any, str],
+    now: datetime,
+    wake: Wake,
+    skip_locked: bool = False,
+) -> tuple[list[Any], list[Any], Waiting]:
+    """Release those of these blocked jobs ({raw id: wait_for}) that wait on nothing more,
+    in four statements: lock those that no running parent holds back (so that the parents
+    of a fan-in never queue on one row), read their rows again under the lock (an end that
+    committed meanwhile), release the rest, and unblock them. Returns those released, the
+    locked ones that needed a success a parent did not give (to cancel), and those left
+    waiting on no more than `RECHECK_BELOW` others."""
+    if not waits:
+        return [], [], []
+    job, deps, blocked_at = dialect.job_table, dialect.dependencies_table, BLOCKED_AT
+    among, params = dialect.any_of("j.job_id", sorted(waits))
+    lock = " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+    locked = {
+        _key(row[0]): (row[1], int(row[2]))
+        for row in dialect.fetchall(
+            conn,
+            f"SELECT j.job_id, j.queue, j.priority FROM {job} j WHERE {among} "
+            f"AND j.process_at = %s AND NOT EXISTS (SELECT 1 FROM {deps} d "
+            "WHERE d.job_id = j.job_id AND d.parent_status IS NULL) ORDER BY j.job_id" + lock,
+            [*params, dialect.encode_time(blocked_at)],
+        )
+    }
+    pending: set[Any] = set()
+    failed: set[Any] = set()
+    if locked:
+        among, params = dialect.any_of("job_id", sorted(locked))
+        for child, status in dialect.fetchall(
+            conn,
+            f"SELECT job_id, parent_status FROM {deps} WHERE {among} "
+            "AND (parent_status IS NULL OR parent_status IN (%s, %s, %s))",
+            [*params, *FAILED],
+        ):
+            child = _key(child)
+            if status is None:
+                pending.add(child)
+            elif waits[child] == "success":
+                failed.add(child)
+    free = sorted(c for c in locked if c not in pending and c not in failed)
+    if free:
+        among, params = dialect.any_of("job_id", free)
+        dialect.execute(
+            conn,
+            f"UPDATE {job} SET process_at = %s WHERE {among} AND process_at = %s",
+            [dialect.encode_time(now), *params, dialect.encode_time(blocked_at)],
+        )
+        dialect.execute(conn, f"DELETE FROM {dialect.blocked_table} WHERE {among}", params)
+        for queue, priority in sorted({locked[child] for child in free}):
+            dialect.announce_due(conn, queue, priority)
+            wake(queue, priority)
+    done = {*free, *failed}
+    left = sorted(c for c in waits if c not in done)
+    waiting: Waiting = []
+    if left:
+        among, params = dialect.any_of("job_id", left)
+        waiting = [
+            (child, waits[_key(child)])
+            for (child,) in dialect.fetchall(
+                conn,
+                f"SELECT job_id FROM {deps} WHERE {among} AND parent_status IS NULL "
+                f"GROUP BY job_id HAVING COUNT(*) <= {RECHECK_BELOW}",
+                params,
+            )
+        ]
+    return free, sorted(failed), waiting
+
+
+def _cancel(
+    conn: Any, dialect: Dialect, children: Sequence[Any], now: datetime, skip_locked: bool = False
+) -> list[Any]:
+    """Cancel these blocked jobs, each with an error that names a parent whose end cancels
+    it, in four statements; the raw ids of those cancelled (still blocked, and with
+    `skip_locked`, not held by another transaction)."""
+    if not children:
+        return []
+    job, deps = dialect.job_table, dialect.dependencies_table
+    among, params = dialect.any_of("job_id", sorted(set(children)))
+    lock = " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
+    locked = [
+        _key(row[0])
+        for row in dialect.fetchall(
+            conn,
+            f"SELECT job_id FROM {job} WHERE {among} AND process_at = %s ORDER BY job_id" + lock,
+            [*params, dialect.encode_time(BLOCKED_AT)],
+        )
+    ]
+    if not locked:
+        return []
+    said = (
+        "CASE d.parent_status WHEN 'failure' THEN 'failed' WHEN 'cancelled' THEN "
+        "'was cancelled' ELSE 'is gone (deleted before it ended)' END"
+    )
+    error = (
+        f"CONCAT('Cancel: job ', {dialect.id_text('d.parent_id')}, "
+        f"', which this job depends on, ', {said})"
+    )
+    among, params = dialect.any_of("j.job_id", locked)
+    dialect.execute(
+        conn,
+        f"UPDATE {job} j SET last_error = (SELECT {error} FROM {deps} d "
+        "WHERE d.job_id = j.job_id AND d.parent_status IN (%s, %s, %s) "
+        f"ORDER BY d.parent_id LIMIT 1) WHERE {among}",
+        [*FAILED, *params],
+    )
+    among, params = dialect.any_of("job_id", locked)
+    dialect.cancel_waiting(conn, among, params, now)
+    dialect.execute(conn, f"DELETE FROM {dialect.blocked_table} WHERE {among}", params)
+    return locked
+
+
+def _settle(
+    conn: Any,
+    dialect: Dialect,
+    waits: dict[Any, str],
+    now: datetime,
+    wake: Wake,
+    skip_locked: bool = False,
+) -> int:
+    """Release or cancel those of these blocked jobs ({raw id: wait_for}) that wait on
+    nothing more, and cancel down the graph under those cancelled; how many of these were
+    released or cancelled."""
+    released, failed, _ = _release(conn, dialect, waits, now, wake, skip_locked)
+    cancelled = _cancel(conn, dialect, failed, now, skip_locked)
+    if cancelled:
+        ended(conn, dialect, cancelled, "cancelled", now, wake)
+    return len(released) + len(cancelled)
 
 
 def recheck(conn: Any, dialect: Dialect, waiting: Waiting, now: datetime, wake: Wake) -> None:
@@ -227,8 +368,7 @@ def recheck(conn: Any, dialect: Dialect, waiting: Waiting, now: datetime, wake: 
     last parents ending at once each see the other still running)."""
     dialect.begin(conn)
     try:
-        for child, wait_for in sorted(waiting):
-            resolve(conn, dialect, child, wait_for, now, wake, skip_locked=True)
+        _settle(conn, dialect, {_key(c): w for c, w in waiting}, now, wake, skip_locked=True)
         dialect.commit(conn)
     except BaseException:
         dialect.rollback(conn)
@@ -254,76 +394,6 @@ def parents_of(conn: Any, dialect: Dialect, child: Any) -> list[tuple[Any, str, 
     ]
 
 
-def _waits(conn: Any, dialect: Dialect, child: Any) -> int:
-    """How many parents of `child` have not ended, as far as this transaction sees (counted
-    up to `RECHECK_BELOW` + 1)."""
-    row = dialect.fetchone(
-        conn,
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM {dialect.dependencies_table} WHERE job_id = %s "
-        f"AND parent_status IS NULL LIMIT {RECHECK_BELOW + 1}) pending",
-        (child,),
-    )
-    return int(row[0])
-
-
-def resolve(
-    conn: Any,
-    dialect: Dialect,
-    child: Any,
-    wait_for: str,
-    now: datetime,
-    wake: Wake,
-    cause: tuple[Any, str] | None = None,
-    skip_locked: bool = False,
-) -> str | None:
-    """Release or cancel a blocked job that waits on nothing more (or whose `cause`, a parent
-    and its status, cancels it): "released", "cancelled", or None when it still waits, has
-    left already, or (`skip_locked`) another transaction holds it."""
-    lock = " FOR UPDATE SKIP LOCKED" if skip_locked else " FOR UPDATE"
-    row = dialect.fetchone(
-        conn,
-        f"SELECT queue, priority FROM {dialect.job_table} WHERE job_id = %s AND process_at = %s"
-        + lock,
-        (child, dialect.encode_time(BLOCKED_AT)),
-    )
-    if row is None:
-        return None
-    if cause is None:
-        if _waits(conn, dialect, child):  # read again under the lock: its end committed
-            return None
-        if wait_for == "success":
-            cause = dialect.fetchone(
-                conn,
-                f"SELECT parent_id, parent_status FROM {dialect.dependencies_table} "
-                "WHERE job_id = %s AND parent_status IN (%s, %s, %s) LIMIT 1",
-                (child, *FAILED),
-            )
-    unblock = f"DELETE FROM {dialect.blocked_table} WHERE job_id = %s"
-    if cause is not None:
-        parent, status = cause
-        said = {"failure": "failed", "cancelled": "was cancelled"}.get(
-            status, "is gone (deleted before it ended)"
-        )
-        dialect.execute(
-            conn,
-            f"UPDATE {dialect.job_table} SET last_error = %s WHERE job_id = %s",
-            (f"Cancel: job {_shown(parent)}, which this job depends on, {said}", child),
-        )
-        dialect.cancel_waiting(conn, "job_id = %s", (child,), now)
-        dialect.execute(conn, unblock, (child,))
-        return "cancelled"
-    dialect.execute(
-        conn,
-        f"UPDATE {dialect.job_table} SET process_at = %s WHERE job_id = %s AND process_at = %s",
-        (dialect.encode_time(now), child, dialect.encode_time(BLOCKED_AT)),
-    )
-    dialect.execute(conn, unblock, (child,))
-    queue, priority = row[0], int(row[1])
-    dialect.announce_due(conn, queue, priority)
-    wake(queue, priority)
-    return "released"
-
-
 def sweep(
     conn: Any, dialect: Dialect, now: datetime, after: Any = None, wake: Wake = lambda q, p: None
 ) -> tuple[int, Any]:
@@ -338,20 +408,21 @@ def sweep(
         f"SELECT job_id, wait_for FROM {blocked} {since}ORDER BY job_id LIMIT {SWEEP_BATCH}",
         () if after is None else (after,),
     )
+    waits = {_key(child): wait_for for child, wait_for in rows}
     settled = 0
-    for child, wait_for in rows:
-        held = dialect.fetchone(
-            conn,
-            f"SELECT process_at FROM {dialect.job_table} WHERE job_id = %s FOR UPDATE SKIP LOCKED",
-            (child,),
-        )
-        if held is None:
-            if not dialect.fetchone(
-                conn, f"SELECT 1 FROM {dialect.job_table} WHERE job_id = %s", (child,)
-            ):  # cancelled or deleted by hand: its parents' rows stay for the graph
-                dialect.execute(conn, f"DELETE FROM {blocked} WHERE job_id = %s", (child,))
-            continue
-        _settle_gone(conn, dialect, [child])
-        if resolve(conn, dialect, child, wait_for, now, wake) is not None:
-            settled += 1
+    if waits:
+        among, params = dialect.any_of("job_id", sorted(waits))
+        present = {
+            _key(row[0])
+            for row in dialect.fetchall(
+                conn, f"SELECT job_id FROM {dialect.job_table} WHERE {among}", params
+            )
+        }
+        gone = sorted(set(waits) - present)
+        if gone:  # cancelled or deleted by hand: its parents' rows stay for the graph
+            among, params = dialect.any_of("job_id", gone)
+            dialect.execute(conn, f"DELETE FROM {blocked} WHERE {among}", params)
+        waits = {child: waits[child] for child in sorted(present)}
+        _settle_gone(conn, dialect, list(waits))
+        settled = _settle(conn, dialect, waits, now, wake, skip_locked=True)
     return settled, (rows[-1][0] if len(rows) == SWEEP_BATCH else None)

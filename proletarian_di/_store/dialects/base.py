@@ -951,6 +951,15 @@ class Dialect:
         left = period_ms / 1000 - since
         return left if left > 0 else None
 
+    def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """The condition that `column` is one of `values` (not empty), and its parameters:
+        one statement whatever their number."""
+        return f"{column} IN ({', '.join(['%s'] * len(values))})", list(values)
+
+    def id_text(self, column: str) -> str:
+        """A job id column as its canonical text, in SQL (as `str(uuid)` writes it)."""
+        return f"CAST({column} AS TEXT)"
+
     def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
         """Drop the claim counts of jobs that left the queue, in their own transaction."""
         if job_ids:

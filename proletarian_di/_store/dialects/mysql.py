@@ -710,6 +710,11 @@ class MySQLDialect(Dialect):
         first = key.split(",")[0].strip()
         return f"ON DUPLICATE KEY UPDATE {first} = {first}"
 
+    def id_text(self, column: str) -> str:
+        parts = ((1, 4), (5, 2), (7, 2), (9, 2), (11, 6))
+        hexes = ", ".join(f"HEX(SUBSTR({column}, {at}, {size}))" for at, size in parts)
+        return f"LOWER(CONCAT_WS('-', {hexes}))"
+
     def cancel_waiting(
         self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime
     ) -> int:

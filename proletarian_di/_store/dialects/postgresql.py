@@ -654,6 +654,9 @@ class PostgresDialect(Dialect):
     def unless_exists(self, key: str) -> str:
         return f"ON CONFLICT ({key}) DO NOTHING"
 
+    def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        return f"{column} = ANY(%s)", [list(values)]
+
     def cancel_waiting(
         self, conn: Any, where: str, params: Sequence[Any], finished_at: datetime
     ) -> int:
