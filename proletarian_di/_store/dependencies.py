@@ -46,6 +46,11 @@ once it has committed (see `recheck`); the sweep settles the rest of the rare ra
 SWEEP_EVERY_S = 1.0
 SWEEP_BATCH = 200
 """The most blocked jobs one sweep looks at (the next sweep goes on after the last)."""
+SETTLE_BATCH = 10_000
+"""The most jobs just blocked that one statement looks at for parents that ended already."""
+
+EDGE_COLUMNS = (("parent_id", "uuid"), ("job_id", "uuid"), ("wait_for", "text"))
+"""The columns of a dependency as `block` writes it, with their PostgreSQL types."""
 
 Wake = Callable[[str, int], None]
 """Told of each released job: its queue and priority (a worker wakes to claim it)."""
@@ -104,31 +109,29 @@ def _shown(raw_id: Any) -> str:
 def block(
     conn: Any,
     dialect: Dialect,
-    children: Sequence[Any],
-    parents: Sequence[Any],
-    wait_for: str,
+    edges: Sequence[tuple[Any, Any, str]],
     now: datetime,
     wake: Wake,
 ) -> None:
-    """Make the jobs just inserted (raw ids, due at `BLOCKED_AT`) wait on `parents` (raw ids,
-    checked by `check_known`), in the enqueue's transaction; those whose parents have all
-    ended already are released or cancelled at once."""
-    deps, blocked = dialect.dependencies_table, dialect.blocked_table
-    edges = [(parent, child, wait_for) for child in children for parent in parents]
-    dialect.executemany(
-        conn,
-        f"INSERT INTO {deps} (parent_id, job_id, wait_for) VALUES (%s, %s, %s)",
-        edges,
-    )
+    """Make the jobs just inserted (due at `BLOCKED_AT`) wait on their parents, `edges` of
+    (parent, child, wait_for) in raw ids, each parent written before or checked by
+    `check_known`, in the enqueue's transaction, in a bounded number of statements; those
+    whose parents have all ended already are released or cancelled at once."""
+    waits = dict((child, wait_for) for _, child, wait_for in edges)
+    children = list(waits)
+    dialect.insert_values(conn, dialect.dependencies_table, EDGE_COLUMNS, edges)
     at = dialect.encode_time(now)
-    dialect.executemany(
+    dialect.insert_values(
         conn,
-        f"INSERT INTO {blocked} (job_id, wait_for, blocked_at) VALUES (%s, %s, %s)",
-        [(child, wait_for, at) for child in children],
+        dialect.blocked_table,
+        (("job_id", "uuid"), ("wait_for", "text"), ("blocked_at", "timestamptz")),
+        [(child, wait_for, at) for child, wait_for in waits.items()],
     )
-    if _settle_gone(conn, dialect, children):
-        for child in children:
-            resolve(conn, dialect, child, wait_for, now, wake)
+    for start in range(0, len(children), SETTLE_BATCH):
+        chunk = children[start : start + SETTLE_BATCH]
+        if _settle_gone(conn, dialect, chunk):
+            for child in chunk:
+                resolve(conn, dialect, child, waits[child], now, wake)
 
 
 def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:

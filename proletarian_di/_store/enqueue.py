@@ -123,6 +123,7 @@ class _Prepared:
         options: Mapping[str, Any],
         asynchronous: bool = False,
         wait_for: str = "success",
+        blocked: bool = False,
     ) -> None:
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
@@ -156,6 +157,9 @@ class _Prepared:
                 _refuse_with_parents(options)
                 due = _dependencies.BLOCKED_AT
             self.parents = [strategy.encode(parent) for parent in parents]
+        if blocked:  # a workflow's job, whose parents the workflow writes with it
+            _refuse_with_parents(options)
+            due = _dependencies.BLOCKED_AT
         self.job_table = job_table
         self.trace_context = trace = current_trace_context()
         self.ids: list[uuid.UUID] = []
@@ -180,9 +184,8 @@ class _Prepared:
     def block(self, conn: Any, ids: Sequence[Any]) -> None:
         """Make the jobs just written (raw ids) wait on their parents, in the same transaction."""
         if self.parents:
-            _dependencies.block(
-                conn, self.dialect, ids, self.parents, self.wait_for, self.now, _no_wake
-            )
+            edges = [(parent, child, self.wait_for) for child in ids for parent in self.parents]
+            _dependencies.block(conn, self.dialect, edges, self.now, _no_wake)
 
     def schema_error(self, exc: BaseException) -> SchemaError | None:
         """The clear error for an INSERT into a job table that does not exist, or a traced
@@ -260,11 +263,11 @@ def enqueue(
 
 
 def _enqueue_one(
-    conn: Connection, job_type: str, payload: Any, options: Mapping[str, Any], when: str = "success"
+    conn: Connection, job_type: str, payload: Any, options: Mapping[str, Any]
 ) -> uuid.UUID:
-    """`enqueue`, with what a `Workflow` adds: `when` a job waiting on others may run."""
+    """`enqueue` (a `Workflow`'s job with a unique key too)."""
     conn = driver_connection(conn)
-    prepared = _Prepared(conn, [(job_type, payload)], options, wait_for=when)
+    prepared = _Prepared(conn, [(job_type, payload)], options)
     prepared.dialect.check_rows(conn, prepared.rows, prepared.unique_key)
     prepared.check_parents(conn)
     try:
