@@ -50,6 +50,7 @@ SETTLE_BATCH = 10_000
 """The most jobs just blocked that one statement looks at for parents that ended already."""
 
 EDGE_COLUMNS = (("parent_id", "uuid"), ("job_id", "uuid"), ("wait_for", "text"))
+BLOCKED_COLUMNS = (("job_id", "uuid"), ("wait_for", "text"), ("blocked_at", "timestamptz"))
 """The columns of a dependency as `block` writes it, with their PostgreSQL types."""
 
 Wake = Callable[[str, int], None]
@@ -86,11 +87,15 @@ def has_tables(conn: Any, dialect: Dialect) -> bool:
 def require_tables(conn: Any, dialect: Dialect, what: str) -> None:
     """Refuse `what` on a schema older than the workflows step, before anything is written."""
     if not has_tables(conn, dialect):
-        raise SchemaError(
-            f"{what} keeps its jobs in {dialect.dependencies_table} and "
-            f"{dialect.workflows_table}, which this schema lacks (it is older than the "
-            f"workflows step); nothing was written: {UPGRADE_HINT}"
-        )
+        raise tables_missing(dialect, what)
+
+
+def tables_missing(dialect: Dialect, what: str) -> SchemaError:
+    return SchemaError(
+        f"{what} keeps its jobs in {dialect.dependencies_table} and "
+        f"{dialect.workflows_table}, which this schema lacks (it is older than the "
+        f"workflows step); nothing was written: {UPGRADE_HINT}"
+    )
 
 
 def blocked_now(conn: Any, dialect: Dialect) -> bool:
@@ -124,7 +129,7 @@ def block(
     dialect.insert_values(
         conn,
         dialect.blocked_table,
-        (("job_id", "uuid"), ("wait_for", "text"), ("blocked_at", "timestamptz")),
+        BLOCKED_COLUMNS,
         [(child, wait_for, at) for child, wait_for in waits.items()],
     )
     for start in range(0, len(children), SETTLE_BATCH):
@@ -138,13 +143,25 @@ def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:
     """Refuse parents that are neither waiting nor archived, before anything is written; and
     a schema without the dependencies' tables."""
     require_tables(conn, dialect, "depends_on")
+    known_ends(parents, dialect.fetchall(conn, *known_statement(dialect, parents)))
+
+
+def known_statement(dialect: Dialect, parents: Sequence[Any]) -> tuple[str, list[Any]]:
+    """The SELECT of the parents that exist: (id, None) for one waiting or running, (id, its
+    archived status) for one that ended."""
     marks = ", ".join(["%s"] * len(parents))
+    return (
+        f"SELECT job_id, NULL FROM {dialect.job_table} WHERE job_id IN ({marks}) UNION ALL "
+        f"SELECT job_id, status FROM {dialect.archived_job_table} WHERE job_id IN ({marks})",
+        [*parents, *parents],
+    )
+
+
+def known_ends(parents: Sequence[Any], rows: Sequence[tuple[Any, Any]]) -> dict[Any, str | None]:
+    """`known_statement`'s rows as each parent's end (None: it has not ended); a
+    `ConfigurationError` naming the first parent that is neither waiting nor archived."""
     found = {
-        bytes(row[0]) if isinstance(row[0], (bytes, bytearray)) else row[0]
-        for table in (dialect.job_table, dialect.archived_job_table)
-        for row in dialect.fetchall(
-            conn, f"SELECT job_id FROM {table} WHERE job_id IN ({marks})", parents
-        )
+        bytes(row[0]) if isinstance(row[0], (bytes, bytearray)) else row[0]: row[1] for row in rows
     }
     unknown = [p for p in parents if p not in found]
     if unknown:
@@ -152,6 +169,7 @@ def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:
             f"depends_on names job {_shown(unknown[0])}, which is neither waiting nor archived "
             "(never enqueued, not committed yet, or purged); nothing was written"
         )
+    return {parent: found[parent] for parent in parents}
 
 
 def _settle_gone(conn: Any, dialect: Dialect, children: Sequence[Any]) -> bool:

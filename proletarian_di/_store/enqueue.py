@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._common.checks import (
     check_clock,
@@ -25,9 +25,15 @@ from ..errors import ArgumentTypeError, ConfigurationError, PayloadError, Schema
 from ..jobs import DEFAULT_QUEUE
 from ..serializers import DEFAULT_SERIALIZER, check_serializer
 from . import dependencies as _dependencies
-from .connections import async_driver_connection, async_statements, driver_connection
+from .connections import (
+    AsyncStatements,
+    async_driver_connection,
+    async_statements,
+    driver_connection,
+)
 from .dialects import Dialect, connection_kind, dialect_named
 from .dialects.base import UNIQUE_TRIES
+from .dialects.postgresql import PostgresDialect
 from .tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, UPGRADE_HINT, check_table_name
 from .tracing import current_trace_context, missing_column
 
@@ -313,6 +319,41 @@ def enqueue_many(
     return prepared.ids
 
 
+async def _enqueue_dependent(statements: AsyncStatements, prepared: _Prepared) -> None:
+    """`enqueue_async` of a job with `depends_on`, written as `enqueue` writes it, in a few
+    statements: blocked while a parent has not ended; due at once when they all have, as
+    it needs; when one has ended as it must not (a failure for a job that waits for
+    success), blocked with that end written down, for a worker's sweep to cancel (within
+    `SWEEP_EVERY_S`; `enqueue` cancels it at once)."""
+    dialect = cast(PostgresDialect, prepared.dialect)
+    if await statements.fetchone("SELECT to_regclass(%s)", (dialect.blocked_table,)) == (None,):
+        raise _dependencies.tables_missing(dialect, "depends_on")
+    parents, wait_for = prepared.parents, prepared.wait_for
+    known = await statements.fetchall(*_dependencies.known_statement(dialect, parents))
+    ends = _dependencies.known_ends(parents, known)
+    failed = wait_for == "success" and any(end in _dependencies.FAILED for end in ends.values())
+    blocked = failed or None in ends.values()
+    row = prepared.rows[0]
+    child = row[0]
+    await statements.execute(*dialect.insert_statement((*row[:5], prepared.now, *row[6:])))
+    if blocked:  # as text: asyncpg sends the largest datetime as 'infinity'
+        await statements.execute(
+            f"UPDATE {dialect.job_table} SET process_at = CAST(CAST(%s AS text) AS timestamptz) "
+            "WHERE job_id = %s",
+            (_dependencies.BLOCKED_AT.isoformat(), child),
+        )
+    columns = (*_dependencies.EDGE_COLUMNS, ("parent_status", "text"))
+    edges = [(parent, child, wait_for, ends[parent]) for parent in parents]
+    await statements.execute(*dialect.values_statement(dialect.dependencies_table, columns, edges))
+    if blocked:
+        at = dialect.encode_time(prepared.now)
+        await statements.execute(
+            *dialect.values_statement(
+                dialect.blocked_table, _dependencies.BLOCKED_COLUMNS, [(child, wait_for, at)]
+            )
+        )
+
+
 async def enqueue_async(
     aconn: Connection, job_type: str, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> uuid.UUID:
@@ -323,16 +364,14 @@ async def enqueue_async(
     (`postgresql+psycopg://`, `postgresql+asyncpg://`). Same options, ids and
     notifications as `enqueue`.
     """
-    if options.get("depends_on"):
-        raise ConfigurationError(
-            "enqueue_async takes no depends_on yet: enqueue a job that waits on others with "
-            "enqueue (or a Workflow) on a synchronous connection"
-        )
     aconn = await async_driver_connection(aconn)
     prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
     row, key, dialect = prepared.rows[0], prepared.unique_key, prepared.dialect
     statements = async_statements(aconn, dialect)
     try:
+        if prepared.parents:
+            await _enqueue_dependent(statements, prepared)
+            return prepared.ids[0]
         if key is None:
             await statements.execute(*dialect.insert_statement(row))
             return prepared.ids[0]

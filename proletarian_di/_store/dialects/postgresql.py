@@ -584,10 +584,16 @@ class PostgresDialect(Dialect):
     ) -> None:
         """One INSERT from an array of each column."""
         if rows:
-            names = ", ".join(name for name, _ in columns)
-            arrays = ", ".join(f"%b::{kind}[]" for _, kind in columns)
-            values = [[row[i] for row in rows] for i in range(len(columns))]
-            conn.execute(f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})", values)
+            conn.execute(*self.values_statement(table, columns, rows))
+
+    def values_statement(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, list[Any]]:
+        """`insert_values`' statement and its parameters (for `enqueue_async` too)."""
+        names = ", ".join(name for name, _ in columns)
+        arrays = ", ".join(f"%b::{kind}[]" for _, kind in columns)
+        values = [[row[i] for row in rows] for i in range(len(columns))]
+        return f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})", values
 
     def insert_statement(
         self, row: Sequence[Any], key: str | None = None
