@@ -49,6 +49,7 @@ RATE_LIMIT, RATE_PERIOD_MS = 500, 1_000  # rate_limit: far below a 4-thread drai
 RATE_ROWS = ("drain_rated", "rated_lease")
 FAN_IN = 1_000  # drain_fan_in: the parents of one callback (`depends_on`)
 FAN_OUT = 10_000  # fan_out: the dependents one parent's end releases
+WORKFLOW_JOBS = 10_000  # workflow_enqueue: a fan-in Workflow of this many jobs
 FAIR_GROUPS = 10  # fair=True: the jobs spread over this many group keys
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
@@ -203,6 +204,9 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
         )
     if measure.has_dependencies():
         results.record(
+            db, "workflow_enqueue", "ours", measure.enqueue_workflow, db, "ours", WORKFLOW_JOBS
+        )
+        results.record(
             db,
             "drain_fan_in",
             "ours",
@@ -336,6 +340,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
         ("drain_fair", f"drain, 4 threads, fair=True over {FAIR_GROUPS} group keys (opt-in)"),
+        ("workflow_enqueue", f"Workflow.enqueue, a fan-in of {WORKFLOW_JOBS:,} jobs"),
         ("drain_fan_in", f"drain of {FAN_IN:,} jobs and a callback waiting on them all, 4 threads"),
         ("fan_out", f"one parent's end releasing {FAN_OUT:,} dependents: dependents/s"),
         ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),

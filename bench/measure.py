@@ -101,6 +101,26 @@ def enqueue_bulk(db: Database, impl: str, jobs: int) -> Figure:
     return figure
 
 
+def enqueue_workflow(db: Database, impl: str, jobs: int) -> Figure:
+    """Jobs/s enqueuing a fan-in `Workflow` of `jobs` jobs (all but one waited on by the
+    last) in one `Workflow.enqueue` and one transaction."""
+    from proletarian_di import Workflow
+
+    db.clean()
+    wf = Workflow("fan-in")
+    tables = {"job_table": JOB_TABLE, "archived_job_table": ARCHIVED_JOB_TABLE}
+    parents = [wf.add("noop", {"n": i}, **tables) for i in range(jobs - 1)]
+    wf.add("noop", {"n": -1}, after=parents, when="complete", **tables)
+    figure = Figure(0.0, jobs)
+    with contextlib.closing(db.connect()) as conn, metered(db, figure):
+        started = time.perf_counter()
+        wf.enqueue(conn)
+        conn.commit()
+        figure.rate = jobs / (time.perf_counter() - started)
+    check_count(db.waiting(), jobs, "enqueued")
+    return figure
+
+
 def worker_option(name: str) -> bool:
     """Whether the proletarian-di under test has the worker option `name` (`--compare` runs
     this benchmark against older revisions)."""

@@ -14,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._common.checks import check_id_strategy, check_name
+from ._common.checks import check_name
 from ._common.types import Connection, EnqueueOptions
+from ._store import dependencies as _dependencies
 from ._store.connections import driver_connection
 from ._store.dependencies import check_wait_for, require_tables
-from ._store.dialects import dialect_for
-from ._store.enqueue import _enqueue_one
+from ._store.dialects import Dialect, dialect_for
+from ._store.enqueue import _enqueue_one, _no_wake, _Prepared
 from ._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, check_table_name
 from .errors import ConfigurationError
 
@@ -91,7 +93,11 @@ class Workflow:
 
     def enqueue(self, conn: Connection) -> uuid.UUID:
         """Enqueue every job on `conn`, in the caller's transaction (roll it back, and none
-        exists); never commits. Returns the workflow's id (`admin.get_workflow`)."""
+        exists); never commits. Returns the workflow's id (`admin.get_workflow`).
+
+        The jobs, their edges and their workflow's rows are written in a bounded number of
+        statements, however many jobs there are (one per set of options the jobs share,
+        plus one per job with a `unique_key`)."""
         if not self.jobs:
             raise ConfigurationError(f"workflow {self.name!r} has no jobs: add() some first")
         conn = driver_connection(conn)
@@ -100,19 +106,89 @@ class Workflow:
         dialect = dialect_for(conn, table, check_table_name(archive, "archived_job_table"))
         require_tables(conn, dialect, "a workflow")
         workflow_id = uuid.uuid4()
-        members = []
-        for job in self.jobs:
-            options = dict(job.options)
-            if job.after:
-                options["depends_on"] = [parent.job_id for parent in job.after]
-            job.job_id = _enqueue_one(conn, job.job_type, job.payload, options, job.when)
-            strategy = check_id_strategy(options.get("job_id_strategy"))
-            raw = (strategy or dialect.default_id_strategy).encode(job.job_id)
-            members.append((raw, dialect.default_id_strategy.encode(workflow_id), self.name))
-        dialect.executemany(
-            conn,
-            f"INSERT INTO {dialect.workflows_table} (job_id, workflow_id, name) "
-            "VALUES (%s, %s, %s)",
-            members,
-        )
+        _Written(conn, dialect, self.jobs).write(self.name, workflow_id)
         return workflow_id
+
+
+class _Written:
+    """A workflow's jobs checked and encoded, every one of them before anything is written:
+    grouped by the options they share (one `_Prepared` each), in the order they were added."""
+
+    def __init__(self, conn: Any, dialect: Dialect, jobs: list[WorkflowJob]) -> None:
+        self.conn, self.dialect, self.jobs = conn, dialect, jobs
+        groups: dict[tuple[Any, ...], list[WorkflowJob]] = {}
+        for job in jobs:
+            groups.setdefault(_shared(job), []).append(job)
+        self.prepared: list[_Prepared] = []
+        self.rows: dict[WorkflowJob, tuple[Any, ...]] = {}
+        self.strategies: dict[WorkflowJob, Any] = {}
+        for group in groups.values():
+            items = [(job.job_type, job.payload) for job in group]
+            prepared = _Prepared(conn, items, group[0].options, blocked=bool(group[0].after))
+            self.prepared.append(prepared)
+            for job, row, job_id in zip(group, prepared.rows, prepared.ids, strict=True):
+                job.job_id = job_id
+                self.strategies[job] = prepared.strategy
+                if prepared.unique_key is None:
+                    self.rows[job] = tuple(row)
+
+    def write(self, name: str, workflow_id: uuid.UUID) -> None:
+        """The jobs (the keyed ones one by one, first: they wait on nothing), then the edges
+        and blocked rows (`_dependencies.block`), then the workflow's rows."""
+        conn, dialect = self.conn, self.dialect
+        rows = self._in_order()
+        dialect.check_rows(conn, rows, None)
+        try:
+            for job in self.jobs:
+                if job not in self.rows:  # its key's holder, if a job of its queue holds it
+                    job.job_id = _enqueue_one(conn, job.job_type, job.payload, job.options)
+            dialect.insert_rows(conn, rows)
+            edges = [
+                (self.strategies[job].encode(parent.job_id), self.rows[job][0], job.when)
+                for job in self.jobs
+                for parent in job.after
+            ]
+            if edges:
+                _dependencies.block(conn, dialect, edges, self.prepared[0].now, _no_wake)
+        except Exception as exc:
+            error = next(filter(None, (p.schema_error(exc) for p in self.prepared)), None)
+            if error is None:
+                raise
+            raise error from exc
+        key = dialect.default_id_strategy.encode(workflow_id)
+        members = [(self.strategies[job].encode(job.job_id), key, name) for job in self.jobs]
+        columns = (("job_id", "uuid"), ("workflow_id", "uuid"), ("name", "text"))
+        dialect.insert_values(conn, dialect.workflows_table, columns, members)
+
+    def _in_order(self) -> list[tuple[Any, ...]]:
+        """The rows in the order their jobs were added, each enqueued at least a microsecond
+        after the one before (a due row falls due then too), so that the workflow reads back
+        in that order (`admin.get_workflow`)."""
+        ordered: list[tuple[Any, ...]] = []
+        last = None
+        for job in self.jobs:
+            row = self.rows.get(job)
+            if row is None:
+                continue
+            at = row[4] if last is None or row[4] > last else last + _MICROSECOND
+            ordered.append((*row[:4], at, at if row[5] == row[4] else row[5], *row[6:]))
+            self.rows[job] = ordered[-1]
+            last = at
+        return ordered
+
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _shared(job: WorkflowJob) -> tuple[Any, ...]:
+    """What a job shares with the others of its group: whether it waits, and its options."""
+    return (bool(job.after), *((name, _hashed(v)) for name, v in sorted(job.options.items())))
+
+
+def _hashed(value: Any) -> Any:
+    """`value` as a group's key holds it: itself, or its identity when it is unhashable."""
+    try:
+        hash(value)
+    except TypeError:
+        return id(value)
+    return value

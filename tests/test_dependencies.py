@@ -4,6 +4,8 @@ both worker modes."""
 
 from __future__ import annotations
 
+import functools
+import json
 import threading
 import time
 import uuid
@@ -29,7 +31,18 @@ from proletarian_di._store.dialects.mysql import MySQLDialect
 from proletarian_di._store.dialects.postgresql import PostgresDialect
 from proletarian_di.testing import run_due_jobs
 
-from backends import Backend, Events, archive_by_id, connection, enqueue_committed, wait_until
+from backends import (
+    Backend,
+    CountedConnections,
+    Events,
+    StatementLog,
+    archive_by_id,
+    as_uuid,
+    connection,
+    enqueue_committed,
+    logged_pool,
+    wait_until,
+)
 
 MODES = [pytest.param({}, id="held"), pytest.param({"lease_ms": 10_000}, id="lease")]
 
@@ -449,3 +462,118 @@ def test_postgres_an_idle_worker_is_told_of_the_first_blocked_job(
         assert recorder.starts["then"][0] - recorder.ends["first"] < 1.0
     finally:
         source.close()  # type: ignore[attr-defined]
+
+
+def big_workflow(size: int) -> tuple[Workflow, dict[Any, tuple[Any, ...]]]:
+    """A workflow of `size` jobs in layers of ten, each after one to three jobs of the layer
+    before, in two queues with two priorities, some waiting for any end: the jobs and their
+    parents."""
+    wf = Workflow(f"big-{size}")
+    added: list[Any] = []
+    parents: dict[Any, tuple[Any, ...]] = {}
+    for n in range(size):
+        layer = n // 10
+        after = (
+            tuple(added[(layer - 1) * 10 + (n + k) % 10] for k in range(n % 3 + 1)) if layer else ()
+        )
+        options: dict[str, Any] = {
+            "queue": "big" if n % 2 else "default",
+            "priority": int(n % 5 == 0),
+        }
+        when = "complete" if after and n % 7 == 0 else "success"
+        job = wf.add("step", {"n": n}, after=after, when=when, **options)
+        added.append(job)
+        parents[job] = after
+    return wf, parents
+
+
+def test_a_thousand_job_workflow_is_enqueued_and_read_back_whole(backend: Backend) -> None:
+    wf, parents = big_workflow(1000)
+    with connection(backend) as conn:
+        workflow_id = wf.enqueue(conn)
+        conn.commit()
+    job_of = {j.job_id: j for j in wf.jobs}
+    deps = backend.query(
+        f"SELECT parent_id, job_id, wait_for, parent_status FROM {backend.job_table}_dependencies"
+    )
+    assert {(as_uuid(p), as_uuid(c), w, s) for p, c, w, s in deps} == {
+        (parent.job_id, job.job_id, job.when, None) for job in wf.jobs for parent in parents[job]
+    }
+    blocked = backend.query(f"SELECT job_id, wait_for FROM {backend.job_table}_blocked")
+    assert {(as_uuid(j), w) for j, w in blocked} == {(j.job_id, j.when) for j in wf.jobs if j.after}
+    members = backend.query(f"SELECT job_id, workflow_id, name FROM {backend.job_table}_workflows")
+    assert sorted((as_uuid(j), as_uuid(w), n) for j, w, n in members) == sorted(
+        (j.job_id, workflow_id, "big-1000") for j in wf.jobs
+    )
+    rows = backend.query(f"SELECT job_id, queue, priority, payload FROM {backend.job_table}")
+    assert {as_uuid(j): (q, p, json.loads(t)) for j, q, p, t in rows} == {
+        j.job_id: (j.options["queue"], j.options["priority"], j.payload) for j in wf.jobs
+    }
+    with connection(backend) as conn:
+        info = admin.get_workflow(conn, workflow_id)
+    assert info is not None and info.name == "big-1000" and not info.finished
+    assert [j.job_id for j in info.jobs] == [j.job_id for j in wf.jobs]
+    counted = backend.query(
+        f"SELECT SUM(CASE WHEN process_at > '9999-12-31' THEN 1 ELSE 0 END), COUNT(*) "
+        f"FROM {backend.job_table}"
+    )
+    assert info.states == {"queued": 10, "blocked": 990}
+    assert (int(counted[0][0]), int(counted[0][1])) == (990, 1000)
+    children: dict[Any, set[Any]] = {j.job_id: set() for j in wf.jobs}
+    for job in wf.jobs:
+        for parent in parents[job]:
+            children[parent.job_id].add(job.job_id)
+    for shown in info.jobs:
+        job = job_of[shown.job_id]
+        assert shown.workflow_id == workflow_id
+        assert set(shown.parents) == {p.job_id for p in parents[job]}
+        assert set(shown.children) == children[job.job_id]
+        assert shown.state == ("blocked" if job.after else "queued")
+        assert shown.wait_for == (job.when if job.after else None)
+        assert dict(shown.parent_states) == dict.fromkeys(shown.parents, "waiting")
+        assert shown.payload == job.payload and shown.queue == job.options["queue"]
+
+
+def statements(backend: Backend, action: Any) -> int:
+    """How many statements the server ran for `action(conn)`, rolled back after."""
+    if backend.name == "mysql":
+        counted = CountedConnections(backend)
+        conn = counted()
+        conn.autocommit(False)
+        try:
+            before = len(counted.queries)
+            action(conn)
+            return len(counted.queries) - before
+        finally:
+            conn.rollback()
+            conn.close()
+    log = StatementLog()
+    with logged_pool(backend.url, log) as pool, pool.connection() as conn:
+        conn.commit()
+        with log.lock:
+            log.statements.clear()
+            log.executed.clear()
+        action(conn)
+        with log.lock:
+            ran = len(log.statements) + len(log.executed)
+        conn.rollback()
+    return ran
+
+
+def test_enqueuing_and_reading_a_workflow_take_as_many_statements_whatever_its_size(
+    backend: Backend,
+) -> None:
+    counts = {}
+    for size in (100, 1000):
+        wf, _ = big_workflow(size)
+        enqueued = statements(backend, wf.enqueue)
+        with connection(backend) as conn:
+            workflow_id = wf.enqueue(conn)
+            conn.commit()
+        read = functools.partial(admin.get_workflow, workflow_id=workflow_id)
+        counts[size] = (enqueued, statements(backend, read))
+        with connection(backend) as conn:
+            info = read(conn)
+        assert info is not None and len(info.jobs) == size
+    assert counts[100] == counts[1000], counts
+    assert counts[1000][0] < 20 and counts[1000][1] < 20, counts

@@ -181,6 +181,13 @@ class AsyncStatements:
             await cursor.execute(sql, params)
             return await cursor.fetchone()
 
+    async def fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+
+        async with self.conn.cursor(row_factory=tuple_row) as cursor:
+            await cursor.execute(sql, params)
+            return list(await cursor.fetchall())
+
 
 class AsyncpgStatements(AsyncStatements):
     """The same statements on an asyncpg connection: `$n` placeholders, asyncpg's codecs
@@ -193,9 +200,10 @@ class AsyncpgStatements(AsyncStatements):
 
     async def fetchone(self, sql: str, params: Sequence[Any]) -> Any:
         row = await self._run(self.conn.fetchrow, sql, params)
-        if row is None:
-            return None
-        return tuple(uuid.UUID(int=v.int) if isinstance(v, uuid.UUID) else v for v in row)
+        return None if row is None else _plain(row)
+
+    async def fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return [_plain(row) for row in await self._run(self.conn.fetch, sql, params)]
 
     async def _run(self, method: Any, sql: str, params: Sequence[Any]) -> Any:
         import asyncpg
@@ -204,6 +212,10 @@ class AsyncpgStatements(AsyncStatements):
             return await method(self.dialect.numbered(sql), *params)
         except asyncpg.InFailedSQLTransactionError as exc:
             raise _failed(self.conn, exc) from exc
+
+
+def _plain(row: Any) -> tuple[Any, ...]:
+    return tuple(uuid.UUID(int=v.int) if isinstance(v, uuid.UUID) else v for v in row)
 
 
 def async_statements(conn: Any, dialect: Dialect) -> AsyncStatements:

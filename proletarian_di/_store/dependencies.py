@@ -52,6 +52,12 @@ GRAPH_CHANNEL = "proletarian_di_graph"
 job: an idle worker writes its jobs' ends from its next one, not from its next beat."""
 SWEEP_BATCH = 200
 """The most blocked jobs one sweep looks at (the next sweep goes on after the last)."""
+SETTLE_BATCH = 10_000
+"""The most jobs just blocked that one statement looks at for parents that ended already."""
+
+EDGE_COLUMNS = (("parent_id", "uuid"), ("job_id", "uuid"), ("wait_for", "text"))
+BLOCKED_COLUMNS = (("job_id", "uuid"), ("wait_for", "text"), ("blocked_at", "timestamptz"))
+"""The columns of a dependency as `block` writes it, with their PostgreSQL types."""
 
 Wake = Callable[[str, int], None]
 """Told of each released job: its queue and priority (a worker wakes to claim it)."""
@@ -87,11 +93,15 @@ def has_tables(conn: Any, dialect: Dialect) -> bool:
 def require_tables(conn: Any, dialect: Dialect, what: str) -> None:
     """Refuse `what` on a schema older than the workflows step, before anything is written."""
     if not has_tables(conn, dialect):
-        raise SchemaError(
-            f"{what} keeps its jobs in {dialect.dependencies_table} and "
-            f"{dialect.workflows_table}, which this schema lacks (it is older than the "
-            f"workflows step); nothing was written: {UPGRADE_HINT}"
-        )
+        raise tables_missing(dialect, what)
+
+
+def tables_missing(dialect: Dialect, what: str) -> SchemaError:
+    return SchemaError(
+        f"{what} keeps its jobs in {dialect.dependencies_table} and "
+        f"{dialect.workflows_table}, which this schema lacks (it is older than the "
+        f"workflows step); nothing was written: {UPGRADE_HINT}"
+    )
 
 
 def blocked_now(conn: Any, dialect: Dialect) -> bool:
@@ -110,44 +120,54 @@ def _shown(raw_id: Any) -> str:
 def block(
     conn: Any,
     dialect: Dialect,
-    children: Sequence[Any],
-    parents: Sequence[Any],
-    wait_for: str,
+    edges: Sequence[tuple[Any, Any, str]],
     now: datetime,
     wake: Wake,
 ) -> None:
-    """Make the jobs just inserted (raw ids, due at `BLOCKED_AT`) wait on `parents` (raw ids,
-    checked by `check_known`), in the enqueue's transaction; those whose parents have all
-    ended already are released or cancelled at once."""
-    deps, blocked = dialect.dependencies_table, dialect.blocked_table
-    edges = [(parent, child, wait_for) for child in children for parent in parents]
-    dialect.executemany(
-        conn,
-        f"INSERT INTO {deps} (parent_id, job_id, wait_for) VALUES (%s, %s, %s)",
-        edges,
-    )
+    """Make the jobs just inserted (due at `BLOCKED_AT`) wait on their parents, `edges` of
+    (parent, child, wait_for) in raw ids, each parent written before or checked by
+    `check_known`, in the enqueue's transaction, in a bounded number of statements; those
+    whose parents have all ended already are released or cancelled at once."""
+    waits = dict((child, wait_for) for _, child, wait_for in edges)
+    children = list(waits)
+    dialect.insert_values(conn, dialect.dependencies_table, EDGE_COLUMNS, edges)
     at = dialect.encode_time(now)
-    dialect.executemany(
+    dialect.insert_values(
         conn,
-        f"INSERT INTO {blocked} (job_id, wait_for, blocked_at) VALUES (%s, %s, %s)",
-        [(child, wait_for, at) for child in children],
+        dialect.blocked_table,
+        BLOCKED_COLUMNS,
+        [(child, wait_for, at) for child, wait_for in waits.items()],
     )
     dialect.announce(conn, GRAPH_CHANNEL, "")
-    if _settle_gone(conn, dialect, children):
-        _settle(conn, dialect, {_key(child): wait_for for child in children}, now, wake)
+    for start in range(0, len(children), SETTLE_BATCH):
+        chunk = children[start : start + SETTLE_BATCH]
+        if _settle_gone(conn, dialect, chunk):
+            _settle(conn, dialect, {_key(child): waits[child] for child in chunk}, now, wake)
 
 
 def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:
     """Refuse parents that are neither waiting nor archived, before anything is written; and
     a schema without the dependencies' tables."""
     require_tables(conn, dialect, "depends_on")
+    known_ends(parents, dialect.fetchall(conn, *known_statement(dialect, parents)))
+
+
+def known_statement(dialect: Dialect, parents: Sequence[Any]) -> tuple[str, list[Any]]:
+    """The SELECT of the parents that exist: (id, None) for one waiting or running, (id, its
+    archived status) for one that ended."""
     marks = ", ".join(["%s"] * len(parents))
+    return (
+        f"SELECT job_id, NULL FROM {dialect.job_table} WHERE job_id IN ({marks}) UNION ALL "
+        f"SELECT job_id, status FROM {dialect.archived_job_table} WHERE job_id IN ({marks})",
+        [*parents, *parents],
+    )
+
+
+def known_ends(parents: Sequence[Any], rows: Sequence[tuple[Any, Any]]) -> dict[Any, str | None]:
+    """`known_statement`'s rows as each parent's end (None: it has not ended); a
+    `ConfigurationError` naming the first parent that is neither waiting nor archived."""
     found = {
-        bytes(row[0]) if isinstance(row[0], (bytes, bytearray)) else row[0]
-        for table in (dialect.job_table, dialect.archived_job_table)
-        for row in dialect.fetchall(
-            conn, f"SELECT job_id FROM {table} WHERE job_id IN ({marks})", parents
-        )
+        bytes(row[0]) if isinstance(row[0], (bytes, bytearray)) else row[0]: row[1] for row in rows
     }
     unknown = [p for p in parents if p not in found]
     if unknown:
@@ -155,6 +175,7 @@ def check_known(conn: Any, dialect: Dialect, parents: Sequence[Any]) -> None:
             f"depends_on names job {_shown(unknown[0])}, which is neither waiting nor archived "
             "(never enqueued, not committed yet, or purged); nothing was written"
         )
+    return {parent: found[parent] for parent in parents}
 
 
 def _settle_gone(conn: Any, dialect: Dialect, children: Sequence[Any]) -> bool:
@@ -373,25 +394,6 @@ def recheck(conn: Any, dialect: Dialect, waiting: Waiting, now: datetime, wake: 
     except BaseException:
         dialect.rollback(conn)
         raise
-
-
-def parents_of(conn: Any, dialect: Dialect, child: Any) -> list[tuple[Any, str, str | None]]:
-    """Each parent of `child` (raw ids), by id: its id, what the child waits for, and how
-    the parent ended, read from where the parent is now (its archived status; None while it
-    waits or runs; "missing" when neither table has it), not from what was written down when
-    it ended, which a parent that ended while no worker watched never wrote."""
-    return [
-        (row[0], row[1], row[2])
-        for row in dialect.fetchall(
-            conn,
-            f"SELECT d.parent_id, d.wait_for, CASE WHEN j.job_id IS NOT NULL THEN NULL "
-            f"ELSE COALESCE(a.status, 'missing') END FROM {dialect.dependencies_table} d "
-            f"LEFT JOIN {dialect.job_table} j ON j.job_id = d.parent_id "
-            f"LEFT JOIN {dialect.archived_job_table} a ON a.job_id = d.parent_id "
-            "WHERE d.job_id = %s ORDER BY d.parent_id",
-            (child,),
-        )
-    ]
 
 
 def sweep(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._common.checks import (
     check_clock,
@@ -25,9 +25,15 @@ from ..errors import ArgumentTypeError, ConfigurationError, PayloadError, Schema
 from ..jobs import DEFAULT_QUEUE
 from ..serializers import DEFAULT_SERIALIZER, check_serializer
 from . import dependencies as _dependencies
-from .connections import async_driver_connection, async_statements, driver_connection
+from .connections import (
+    AsyncStatements,
+    async_driver_connection,
+    async_statements,
+    driver_connection,
+)
 from .dialects import Dialect, connection_kind, dialect_named
 from .dialects.base import UNIQUE_TRIES
+from .dialects.postgresql import PostgresDialect
 from .tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, UPGRADE_HINT, check_table_name
 from .tracing import current_trace_context, missing_column
 
@@ -123,6 +129,7 @@ class _Prepared:
         options: Mapping[str, Any],
         asynchronous: bool = False,
         wait_for: str = "success",
+        blocked: bool = False,
     ) -> None:
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
@@ -156,6 +163,9 @@ class _Prepared:
                 _refuse_with_parents(options)
                 due = _dependencies.BLOCKED_AT
             self.parents = [strategy.encode(parent) for parent in parents]
+        if blocked:  # a workflow's job, whose parents the workflow writes with it
+            _refuse_with_parents(options)
+            due = _dependencies.BLOCKED_AT
         self.job_table = job_table
         self.trace_context = trace = current_trace_context()
         self.ids: list[uuid.UUID] = []
@@ -180,9 +190,8 @@ class _Prepared:
     def block(self, conn: Any, ids: Sequence[Any]) -> None:
         """Make the jobs just written (raw ids) wait on their parents, in the same transaction."""
         if self.parents:
-            _dependencies.block(
-                conn, self.dialect, ids, self.parents, self.wait_for, self.now, _no_wake
-            )
+            edges = [(parent, child, self.wait_for) for child in ids for parent in self.parents]
+            _dependencies.block(conn, self.dialect, edges, self.now, _no_wake)
 
     def schema_error(self, exc: BaseException) -> SchemaError | None:
         """The clear error for an INSERT into a job table that does not exist, or a traced
@@ -260,11 +269,11 @@ def enqueue(
 
 
 def _enqueue_one(
-    conn: Connection, job_type: str, payload: Any, options: Mapping[str, Any], when: str = "success"
+    conn: Connection, job_type: str, payload: Any, options: Mapping[str, Any]
 ) -> uuid.UUID:
-    """`enqueue`, with what a `Workflow` adds: `when` a job waiting on others may run."""
+    """`enqueue` (a `Workflow`'s job with a unique key too)."""
     conn = driver_connection(conn)
-    prepared = _Prepared(conn, [(job_type, payload)], options, wait_for=when)
+    prepared = _Prepared(conn, [(job_type, payload)], options)
     prepared.dialect.check_rows(conn, prepared.rows, prepared.unique_key)
     prepared.check_parents(conn)
     try:
@@ -310,6 +319,41 @@ def enqueue_many(
     return prepared.ids
 
 
+async def _enqueue_dependent(statements: AsyncStatements, prepared: _Prepared) -> None:
+    """`enqueue_async` of a job with `depends_on`, written as `enqueue` writes it, in a few
+    statements: blocked while a parent has not ended; due at once when they all have, as
+    it needs; when one has ended as it must not (a failure for a job that waits for
+    success), blocked with that end written down, for a worker's sweep to cancel (within
+    `SWEEP_EVERY_S`; `enqueue` cancels it at once)."""
+    dialect = cast(PostgresDialect, prepared.dialect)
+    if await statements.fetchone("SELECT to_regclass(%s)", (dialect.blocked_table,)) == (None,):
+        raise _dependencies.tables_missing(dialect, "depends_on")
+    parents, wait_for = prepared.parents, prepared.wait_for
+    known = await statements.fetchall(*_dependencies.known_statement(dialect, parents))
+    ends = _dependencies.known_ends(parents, known)
+    failed = wait_for == "success" and any(end in _dependencies.FAILED for end in ends.values())
+    blocked = failed or None in ends.values()
+    row = prepared.rows[0]
+    child = row[0]
+    await statements.execute(*dialect.insert_statement((*row[:5], prepared.now, *row[6:])))
+    if blocked:  # as text: asyncpg sends the largest datetime as 'infinity'
+        await statements.execute(
+            f"UPDATE {dialect.job_table} SET process_at = CAST(CAST(%s AS text) AS timestamptz) "
+            "WHERE job_id = %s",
+            (_dependencies.BLOCKED_AT.isoformat(), child),
+        )
+    columns = (*_dependencies.EDGE_COLUMNS, ("parent_status", "text"))
+    edges = [(parent, child, wait_for, ends[parent]) for parent in parents]
+    await statements.execute(*dialect.values_statement(dialect.dependencies_table, columns, edges))
+    if blocked:
+        at = dialect.encode_time(prepared.now)
+        await statements.execute(
+            *dialect.values_statement(
+                dialect.blocked_table, _dependencies.BLOCKED_COLUMNS, [(child, wait_for, at)]
+            )
+        )
+
+
 async def enqueue_async(
     aconn: Connection, job_type: str, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> uuid.UUID:
@@ -320,16 +364,14 @@ async def enqueue_async(
     (`postgresql+psycopg://`, `postgresql+asyncpg://`). Same options, ids and
     notifications as `enqueue`.
     """
-    if options.get("depends_on"):
-        raise ConfigurationError(
-            "enqueue_async takes no depends_on yet: enqueue a job that waits on others with "
-            "enqueue (or a Workflow) on a synchronous connection"
-        )
     aconn = await async_driver_connection(aconn)
     prepared = _Prepared(aconn, [(job_type, payload)], options, asynchronous=True)
     row, key, dialect = prepared.rows[0], prepared.unique_key, prepared.dialect
     statements = async_statements(aconn, dialect)
     try:
+        if prepared.parents:
+            await _enqueue_dependent(statements, prepared)
+            return prepared.ids[0]
         if key is None:
             await statements.execute(*dialect.insert_statement(row))
             return prepared.ids[0]

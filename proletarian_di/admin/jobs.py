@@ -324,43 +324,91 @@ def get_job(
         found = _collect(conn, dialect, tables, query, 1, None, codec).jobs
         if not found:
             return None
-        job = found[0]
-        return dataclasses.replace(
+        return _detailed(conn, dialect, tables, found)[0]
+
+
+Among = tuple[str, list[Any]]
+"""Which jobs a read is about: an SQL list, or subquery, of their stored ids for `IN (…)`,
+and its parameters."""
+
+
+def _among(dialect: Dialect, jobs: list[JobInfo]) -> Among:
+    keys = [dialect.default_id_strategy.encode(job.job_id) for job in jobs]
+    return ", ".join(["%s"] * len(keys)), keys
+
+
+def _detailed(
+    conn: Connection,
+    dialect: Dialect,
+    tables: Tables,
+    jobs: list[JobInfo],
+    among: Among | None = None,
+) -> list[JobInfo]:
+    """The jobs (`among`, all of them) with what only `get_job` reads: history, progress,
+    group key, place in a graph; a few statements for them all, however many they are."""
+    among = among or _among(dialect, jobs)
+    histories = _histories(conn, dialect, tables, among)
+    progress = _progress(conn, dialect, tables, jobs)
+    groups = _group_keys(conn, dialect, tables, jobs, among)
+    graphs = _graphs(conn, dialect, among)
+    return [
+        dataclasses.replace(
             job,
-            history=_history(conn, dialect, tables, job),
-            progress=_progress(conn, dialect, tables, job),
-            group_key=_group_key(conn, dialect, tables, job),
-            **_graph(conn, dialect, job),
+            history=histories.get(job.job_id, ()),
+            progress=progress.get(job.job_id),
+            group_key=groups.get(job.job_id),
+            **graphs.get(job.job_id, {}),
         )
+        for job in jobs
+    ]
 
 
 def _graph(conn: Connection, dialect: Dialect, job: JobInfo) -> dict[str, Any]:
     """A job's workflow, parents and children (none on a schema without them)."""
+    return _graphs(conn, dialect, _among(dialect, [job])).get(job.job_id, {})
+
+
+def _graphs(conn: Connection, dialect: Dialect, among: Among) -> dict[uuid.UUID, dict[str, Any]]:
+    """The jobs' workflows, parents (with how each ended, read from where each parent is now:
+    its archived status, or still waiting, or missing) and children, by job (none on a schema
+    without them)."""
     if not _dependencies.has_tables(conn, dialect):
         return {}
-    ids = dialect.default_id_strategy
-    key = ids.encode(job.job_id)
+    ids, (listed, params) = dialect.default_id_strategy, among
     deps = dialect.dependencies_table
-    row = dialect.fetchone(
-        conn, f"SELECT workflow_id FROM {dialect.workflows_table} WHERE job_id = %s", (key,)
-    )
+    graphs: dict[uuid.UUID, dict[str, Any]] = {}
 
-    def read(sql: str) -> tuple[uuid.UUID, ...]:
-        return tuple(sorted(ids.decode(r[0]) for r in dialect.fetchall(conn, sql, (key,))))
+    def of(raw: Any) -> dict[str, Any]:
+        return graphs.setdefault(ids.decode(raw), {"parents": [], "children": []})
 
-    parents = _dependencies.parents_of(conn, dialect, key)
-    return {
-        "workflow_id": None if row is None else ids.decode(row[0]),
-        "parents": tuple(sorted(ids.decode(parent) for parent, _, _ in parents)),
-        "children": read(f"SELECT job_id FROM {deps} WHERE parent_id = %s"),
-        "parent_states": tuple(
-            sorted(
-                (ids.decode(parent), _PARENT_STATES.get(status or "", status or "waiting"))
-                for parent, _, status in parents
-            )
-        ),
-        "wait_for": parents[0][1] if parents else None,
-    }
+    for job_id, workflow_id in dialect.fetchall(
+        conn,
+        f"SELECT job_id, workflow_id FROM {dialect.workflows_table} WHERE job_id IN ({listed})",
+        params,
+    ):
+        of(job_id)["workflow_id"] = ids.decode(workflow_id)
+    for job_id, parent, wait_for, status in dialect.fetchall(
+        conn,
+        f"SELECT d.job_id, d.parent_id, d.wait_for, CASE WHEN j.job_id IS NOT NULL THEN NULL "
+        f"ELSE COALESCE(a.status, 'missing') END FROM {deps} d "
+        f"LEFT JOIN {dialect.job_table} j ON j.job_id = d.parent_id "
+        f"LEFT JOIN {dialect.archived_job_table} a ON a.job_id = d.parent_id "
+        f"WHERE d.job_id IN ({listed})",
+        params,
+    ):
+        state = _PARENT_STATES.get(status or "", status or "waiting")
+        of(job_id)["parents"].append((ids.decode(parent), state))
+        of(job_id)["wait_for"] = wait_for
+    for parent, job_id in dialect.fetchall(
+        conn, f"SELECT parent_id, job_id FROM {deps} WHERE parent_id IN ({listed})", params
+    ):
+        of(parent)["children"].append(ids.decode(job_id))
+    for graph in graphs.values():
+        parents = sorted(graph.pop("parents"))
+        graph["parents"] = tuple(parent for parent, _ in parents)
+        graph["parent_states"] = tuple(parents)
+        graph["children"] = tuple(sorted(graph["children"]))
+    return graphs
 
 
 _PARENT_STATES = {**_STATE_OF_STATUS, "missing": "missing"}
@@ -370,51 +418,69 @@ _GAVE_UP = {"failed": "failed", "cancelled": "was cancelled", "missing": "was de
 
 def _group_key(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> str | None:
     """A waiting or running job's group key (None: none, or a schema without the column)."""
-    if job.finished_at is not None or "group_key" not in dialect.table_columns(
-        conn, tables.job_table
+    return _group_keys(conn, dialect, tables, [job], _among(dialect, [job])).get(job.job_id)
+
+
+def _group_keys(
+    conn: Connection, dialect: Dialect, tables: Tables, jobs: list[JobInfo], among: Among
+) -> dict[uuid.UUID, str]:
+    """The group keys of those of the jobs that wait or run (none on a schema without the
+    column)."""
+    if all(job.finished_at is not None for job in jobs) or "group_key" not in (
+        dialect.table_columns(conn, tables.job_table)
     ):
-        return None
-    key = dialect.default_id_strategy.encode(job.job_id)
-    row = dialect.fetchone(
-        conn, f"SELECT group_key FROM {tables.job_table} WHERE job_id = %s", (key,)
-    )
-    return row[0] if row is not None and row[0] else None
-
-
-def _progress(conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo) -> Any:
-    """A running job's progress, from the live worker that runs it (None if it reported
-    none, or the schema predates the live workers' table)."""
-    table = workers_table(tables.job_table)
-    if job.state != "running" or not dialect.table_columns(conn, table):
-        return None
-    for worker in _registry.read_workers(conn, dialect, table, job.queue, STALE_AFTER):
-        for thread in worker.threads:
-            if thread.job_id == job.job_id and thread.progress is not None:
-                return thread.progress
-    return None
-
-
-def _history(
-    conn: Connection, dialect: Dialect, tables: Tables, job: JobInfo
-) -> tuple[Attempt, ...]:
-    """The job's finished attempts, oldest first: the failed ones from the attempt table, then
-    its success from the archive, in one statement."""
-    key = dialect.default_id_strategy.encode(job.job_id)
+        return {}
     rows = dialect.fetchall(
         conn,
-        f"SELECT attempt, started_at, finished_at, worker, error, 0 FROM "
-        f"{attempt_table(tables.job_table)} WHERE job_id = %s UNION ALL "
-        "SELECT attempts, started_at, finished_at, worker, NULL, 1 FROM "
-        f"{tables.archived_job_table} WHERE job_id = %s AND status = 'success'",
-        (key, key),
+        f"SELECT job_id, group_key FROM {tables.job_table} WHERE job_id IN ({among[0]})",
+        among[1],
     )
+    return {dialect.default_id_strategy.decode(row[0]): row[1] for row in rows if row[1]}
 
-    attempts = []
-    for n, started, finished, worker, error, last in rows:
+
+def _progress(
+    conn: Connection, dialect: Dialect, tables: Tables, jobs: list[JobInfo]
+) -> dict[uuid.UUID, Any]:
+    """The running jobs' progress, from the live workers that run them (none for a job that
+    reported none, or on a schema without the live workers' table)."""
+    running = {job.job_id: job.queue for job in jobs if job.state == "running"}
+    table = workers_table(tables.job_table)
+    if not running or not dialect.table_columns(conn, table):
+        return {}
+    queue = next(iter(running.values())) if len(set(running.values())) == 1 else None
+    return {
+        thread.job_id: thread.progress
+        for worker in _registry.read_workers(conn, dialect, table, queue, STALE_AFTER)
+        for thread in worker.threads
+        if thread.job_id in running and thread.progress is not None
+    }
+
+
+def _histories(
+    conn: Connection, dialect: Dialect, tables: Tables, among: Among
+) -> dict[uuid.UUID, tuple[Attempt, ...]]:
+    """The jobs' finished attempts, oldest first: the failed ones from the attempt table, then
+    its success from the archive, in one statement."""
+    listed, params = among
+    rows = dialect.fetchall(
+        conn,
+        f"SELECT job_id, attempt, started_at, finished_at, worker, error, 0 FROM "
+        f"{attempt_table(tables.job_table)} WHERE job_id IN ({listed}) UNION ALL "
+        "SELECT job_id, attempts, started_at, finished_at, worker, NULL, 1 FROM "
+        f"{tables.archived_job_table} WHERE job_id IN ({listed}) AND status = 'success'",
+        [*params, *params],
+    )
+    attempts: dict[uuid.UUID, list[tuple[Any, datetime, Attempt]]] = {}
+    for raw_id, n, started, finished, worker, error, last in rows:
         ended = _utc(dialect.decode_time(finished))
         began = None if started is None else _utc(dialect.decode_time(started))
-        attempts.append((last, ended, Attempt(int(n), began, ended, worker, error)))
-    return tuple(attempt for *_, attempt in sorted(attempts, key=lambda row: row[:2]))
+        attempt = Attempt(int(n), began, ended, worker, error)
+        key = dialect.default_id_strategy.decode(raw_id)
+        attempts.setdefault(key, []).append((last, ended, attempt))
+    return {
+        job_id: tuple(attempt for *_, attempt in sorted(found, key=lambda row: row[:2]))
+        for job_id, found in attempts.items()
+    }
 
 
 def _collect(

@@ -12,9 +12,9 @@ from .._common.types import Connection
 from .._store import dependencies as _dependencies
 from .._store.dialects import dialect_of
 from .._store.tables import DEFAULT_TABLES, Tables
-from ..serializers import Serializer
+from ..serializers import Serializer, check_serializer
 from ._checks import _job_id
-from .jobs import JobInfo, get_job
+from .jobs import JobInfo, _collect, _detailed, _Query
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,22 +47,28 @@ def get_workflow(
     serializer: Serializer | None = None,
 ) -> WorkflowInfo | None:
     """The workflow with this id, its jobs and their states; None if there is none (or its
-    jobs were purged)."""
+    jobs were purged). A few statements, however many jobs it has."""
     dialect = dialect_of(conn, tables)
+    codec = check_serializer(serializer)
+    key = dialect.default_id_strategy.encode(_job_id(workflow_id))
     with dialect.admin_read(conn):
         if not _dependencies.has_tables(conn, dialect):
             return None
-        ids = dialect.default_id_strategy
-        rows = dialect.fetchall(
+        row = dialect.fetchone(
             conn,
-            f"SELECT job_id, name FROM {dialect.workflows_table} WHERE workflow_id = %s",
-            (ids.encode(_job_id(workflow_id)),),
+            f"SELECT COUNT(*), MIN(name) FROM {dialect.workflows_table} WHERE workflow_id = %s",
+            (key,),
         )
-    jobs = [get_job(conn, ids.decode(r[0]), tables=tables, serializer=serializer) for r in rows]
-    found = sorted((job for job in jobs if job is not None), key=lambda j: j.enqueued_at)
-    if not found:
+        if not row[0]:
+            return None
+        members = f"SELECT job_id FROM {dialect.workflows_table} WHERE workflow_id = %s"
+        query = _Query(condition=(f"job_id IN ({members})", (key,)))
+        found = _collect(conn, dialect, tables, query, int(row[0]), None, codec).jobs
+        jobs = _detailed(conn, dialect, tables, found, (members, [key]))
+    if not jobs:
         return None
-    return WorkflowInfo(_job_id(workflow_id), rows[0][1], tuple(found))
+    ordered = sorted(jobs, key=lambda job: (job.enqueued_at, job.job_id))
+    return WorkflowInfo(_job_id(workflow_id), row[1], tuple(ordered))
 
 
 def get_result(

@@ -59,6 +59,16 @@ class LeaseClaim(NamedTuple):
     token: str
 
 
+def row_extras(rows: Sequence[Sequence[Any]]) -> tuple[bool, bool, bool]:
+    """Whether any of these enqueued rows has a priority, a trace context, a group key: the
+    optional columns a statement inserting them all must name."""
+    return (
+        any(row[6] for row in rows),
+        any(row[7] is not None for row in rows),
+        any(len(row) > 8 and row[8] is not None for row in rows),
+    )
+
+
 def reserved(token: str) -> str:
     """The lease of a job its claim took but has not started yet."""
     return RESERVED + token
@@ -1047,6 +1057,25 @@ class Dialect:
 
     def insert_many(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
         raise NotImplementedError
+
+    def insert_rows(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
+        """Insert enqueued rows, as `insert_statement` takes them but each with values of its
+        own in every column (a workflow's jobs), in a bounded number of statements."""
+        raise NotImplementedError
+
+    def insert_values(
+        self,
+        conn: Any,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """Insert `rows` into `table`'s `columns` (each a name and its PostgreSQL type) in a
+        bounded number of statements: here PyMySQL's executemany, which packs the rows into
+        multi-row INSERTs."""
+        names = ", ".join(name for name, _ in columns)
+        marks = ", ".join(["%s"] * len(columns))
+        self.executemany(conn, f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
 
     def commit(self, conn: Any) -> None:
         conn.commit()

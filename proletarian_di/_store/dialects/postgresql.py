@@ -31,6 +31,7 @@ from .base import (
     Runs,
     Session,
     TransactionLost,
+    row_extras,
     shutdown_socket,
 )
 
@@ -542,6 +543,57 @@ class PostgresDialect(Dialect):
                 wake_payload(queue, enqueued_at, process_at, priority),
             ),
         )
+
+    def insert_rows(self, conn: Any, rows: Sequence[Sequence[Any]]) -> None:
+        """One INSERT from arrays of every column, and a NOTIFY of each distinct payload."""
+        if not rows:
+            return
+        extras = row_extras(rows)
+        columns: list[list[Any]] = [[row[i] for row in rows] for i in range(6)]
+        for present, index in zip(extras, (6, 7, 8), strict=True):
+            if present:
+                columns.append([row[index] if len(row) > index else None for row in rows])
+        wakes = dict.fromkeys(wake_payload(r[1], r[4], r[5], r[6]) for r in rows)
+        conn.execute(self._insert_rows_sql(*extras), (*columns, list(wakes)))
+
+    def _insert_rows_sql(self, priority: bool, traced: bool, grouped: bool) -> str:
+        named = (("priority", "int"), ("trace_context", "text"), ("group_key", "text"))
+        given = (priority, traced, grouped)
+        extra = [pair for pair, present in zip(named, given, strict=True) if present]
+        key = ("unnest", *(name for name, _ in extra))
+        sql = self._inserts.get(key)
+        if sql is None:
+            kinds = ("uuid", "text", "text", "text", "timestamptz", "timestamptz")
+            arrays = ", ".join(f"%b::{kind}[]" for kind in (*kinds, *(k for _, k in extra)))
+            names = "".join(f", {name}" for name, _ in extra)
+            sql = self._inserts[key] = (
+                f"WITH job AS (INSERT INTO {self.job_table} ({self.columns}{names}) "
+                "SELECT u.job_id, u.queue, u.job_type, u.payload, 0, u.enqueued_at, "
+                f"u.process_at{names.replace(', ', ', u.')} FROM unnest({arrays}) AS "
+                f"u(job_id, queue, job_type, payload, enqueued_at, process_at{names})) "
+                f"SELECT pg_notify('{NOTIFY_CHANNEL}', w) FROM unnest(%b::text[]) AS w"
+            )
+        return sql
+
+    def insert_values(
+        self,
+        conn: Any,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+    ) -> None:
+        """One INSERT from an array of each column."""
+        if rows:
+            conn.execute(*self.values_statement(table, columns, rows))
+
+    def values_statement(
+        self, table: str, columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]]
+    ) -> tuple[str, list[Any]]:
+        """`insert_values`' statement and its parameters (for `enqueue_async` too)."""
+        names = ", ".join(name for name, _ in columns)
+        arrays = ", ".join(f"%b::{kind}[]" for _, kind in columns)
+        values = [[row[i] for row in rows] for i in range(len(columns))]
+        return f"INSERT INTO {table} ({names}) SELECT * FROM unnest({arrays})", values
 
     def insert_statement(
         self, row: Sequence[Any], key: str | None = None
