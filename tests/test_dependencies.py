@@ -435,6 +435,42 @@ def test_a_worker_without_its_sweep_releases_every_dependent_once_after_its_pare
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_plain_jobs_beside_a_thousand_blocked_ones_take_the_plain_path(
+    backend: Backend, pool: Any, mode: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thousand jobs wait on a parent due later: the plain jobs drained meanwhile write no
+    end, and the one parent with a dependent still releases it in its own transaction (the
+    sweep is off)."""
+    monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    [waited] = enqueue_committed(backend, ("later", {"name": "later"}), process_at=later)
+    with connection(backend) as conn:
+        enqueue_many(conn, [("step", {"name": f"b{i}"}) for i in range(1000)], depends_on=[waited])
+        conn.commit()
+    [parent] = enqueue_committed(backend, ("step", {"name": "p"}))
+    with connection(backend) as conn:
+        child = enqueue(conn, "step", {"name": "c"}, depends_on=[parent])
+        conn.commit()
+    plain = enqueue_committed(backend, *[("step", {"name": f"j{i}"}) for i in range(30)])
+    ends: list[uuid.UUID] = []
+    real_ended = dependencies.ended
+
+    def ended(conn: Any, dialect: Any, parents: Any, *args: Any) -> Any:
+        ends.extend(as_uuid(raw) for raw in parents)
+        return real_ended(conn, dialect, parents, *args)
+
+    monkeypatch.setattr(dependencies, "ended", ended)
+    recorder = Recorder(pause=0)
+    plain_handler = lambda job_type, payload: recorder(job_type, payload) and None  # noqa: E731
+    run_until(pool, plain_handler, mode, lambda: len(archive_by_id(backend)) == len(plain) + 2)
+    archived = archive_by_id(backend)
+    assert [archived[job] for job in [parent, child, *plain]] == [("success", 1)] * 32
+    assert ends == [parent]
+    assert recorder.starts["c"][0] >= recorder.ends["p"]
+    assert due_and_blocked(backend) == (1, 1000)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_postgres_an_idle_worker_is_told_of_the_first_blocked_job(
     pg: Backend, mode: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -219,12 +219,16 @@ class LeaseMode(Steps):
                 )
                 return False
             runs, due = Runs([job.started_at], job.worker), job.process_at
-            if result is not None or self.graph_active is not False:  # in one transaction
+            known = self.watched and self.graph_active is not None  # else read in the archive's
+            ends = self.graph_active is not False and (
+                not known or self.waited_on(conn, dialect, [raw_id], alone=True)
+            )
+            if result is not None or ends:  # in one transaction
                 archived = dialect.archive_under_lease(conn, raw_id, token, self.clock(), due, runs)
                 if archived:
                     if result is not None:
                         self.keep_result(conn, dialect, raw_id, job, result)
-                    waiting = self.ended(conn, dialect, [raw_id], "success")
+                    waiting = self.ended(conn, dialect, [raw_id], "success", known) if ends else []
                     dialect.commit(conn)
                     self.recheck(conn, dialect, waiting)
                 else:

@@ -356,6 +356,17 @@ class Steps:
             return self._blocked_now(conn, dialect)
         return self.graph_active
 
+    def waited_on(
+        self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any], alone: bool = False
+    ) -> bool:
+        """Whether a success of these jobs has an end to write (`writes_ends`, and one of
+        them has a job waiting on it): the others are archived as plain jobs are, however
+        many jobs wait elsewhere. `alone`: see `_dependencies.waited_on`."""
+        return self.graph_active is not False and (
+            self.writes_ends(conn, dialect)
+            and _dependencies.waited_on(conn, dialect, raw_ids, alone)
+        )
+
     def _blocked_now(self, conn: Any, dialect: Dialect) -> bool:
         """Read whether some job waits on others now, into `graph_active` (False on a schema
         without the tables, which is read once)."""

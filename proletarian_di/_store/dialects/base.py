@@ -501,6 +501,12 @@ class Dialect:
         with self.executed(conn, sql, params) as cursor:
             return list(cursor.fetchall()) if cursor.description else []
 
+    def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """`fetchone` of a read that needs no transaction, on a connection in none: it leaves
+        none open (PostgreSQL reads in autocommit), so that a single statement after it still
+        commits on its own."""
+        return self.fetchone(conn, sql, params)
+
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
         with self.cursor(conn) as cursor:  # the hot path's statements: no generator around it
             cursor.execute(sql, tuple(params))

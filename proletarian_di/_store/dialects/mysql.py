@@ -629,6 +629,12 @@ class MySQLDialect(Dialect):
                 self.execute(other, f"KILL QUERY {int(thread_id)}")
             self.rollback(other)
 
+    def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The read's own transaction is ended (the next one sets its isolation first)."""
+        row = self.fetchone(conn, sql, params)
+        self.rollback(conn)
+        return row
+
     def in_transaction(self, conn: Any) -> bool:
         """Whether a transaction is open, asked of the server: `DO 0` returns its status
         flags, which PyMySQL does not read after a result set."""

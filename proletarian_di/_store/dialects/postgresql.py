@@ -403,6 +403,10 @@ class PostgresDialect(Dialect):
             rows: list[JobRow] = cursor.fetchall()
             return rows
 
+    def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        with _single_statement(conn, commit=False):
+            return self.fetchone(conn, sql, params)
+
     def lease_claim(
         self,
         conn: Any,
@@ -975,12 +979,12 @@ class _HotPath(NamedTuple):
 
 
 @contextlib.contextmanager
-def _single_statement(conn: Any) -> Iterator[None]:
+def _single_statement(conn: Any, commit: bool = True) -> Iterator[None]:
     """Run one statement as a transaction of its own: in autocommit on an idle connection,
-    which saves the COMMIT's round trip; else committed after it."""
+    which saves the COMMIT's round trip; else committed after it (with `commit`)."""
     if conn.autocommit or conn.info.transaction_status != _IDLE:
         yield
-        if not conn.autocommit:
+        if commit and not conn.autocommit:
             conn.commit()
         return
     conn.autocommit = True
