@@ -47,6 +47,7 @@ LEASE_MS = 30_000  # lease mode: claim and outcome in two transactions, a heartb
 MAX_RUNNING = 4  # as many running slots as threads: the cap's own cost, never its waiting
 RATE_LIMIT, RATE_PERIOD_MS = 500, 1_000  # rate_limit: far below a 4-thread drain's pace
 RATE_ROWS = ("drain_rated", "rated_lease")
+BLOCKED = 1_000  # drain_beside_blocked: jobs waiting on a parent due later, beside the drain
 FAN_IN = 1_000  # drain_fan_in: the parents of one callback (`depends_on`)
 FAN_OUT = 10_000  # fan_out: the dependents one parent's end releases
 WORKFLOW_JOBS = 10_000  # workflow_enqueue: a fan-in Workflow of this many jobs
@@ -215,6 +216,17 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             "ours",
             4,
             FAN_IN,
+            DRAIN_INTERVAL,
+        )
+        results.record(
+            db,
+            "drain_beside_blocked",
+            "ours",
+            functools.partial(measure.drain, blocked=BLOCKED),
+            db,
+            "ours",
+            4,
+            args.jobs,
             DRAIN_INTERVAL,
         )
     if measure.has_dependencies():

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,16 @@ def add_callback(db: Database) -> None:
         conn.commit()
 
 
+def add_blocked(db: Database, count: int) -> None:
+    """`count` jobs waiting on one parent due in a day (beside a drain, which runs none)."""
+    with contextlib.closing(db.connect()) as conn:
+        tables = {"job_table": JOB_TABLE, "archived_job_table": ARCHIVED_JOB_TABLE}
+        later = datetime.now(timezone.utc) + timedelta(days=1)
+        parent = enqueue(conn, "noop", {"n": -2}, process_at=later, **tables)
+        enqueue_many(conn, [("noop", {"n": -3})] * count, depends_on=[parent], **tables)
+        conn.commit()
+
+
 def release_fan_out(db: Database, impl: str, dependents: int) -> Figure:
     """Dependents/s released by one parent's end: `process_next_job` of a parent that
     `dependents` jobs wait on, one transaction (the parent's run, its archive and every
@@ -199,13 +210,16 @@ def drain(
     lease_ms: int | None = None,
     groups: int = 0,
     callback: bool = False,
+    blocked: int = 0,
     **options: Any,
 ) -> Figure:
     """Jobs/s for one in-process worker with `threads` threads emptying `jobs` jobs (in lease
     mode with `lease_ms`; over `groups` group keys; with `callback`, one more job waiting on
-    all of them; other worker `options` as given). The worker's start and stop are outside
-    the CPU figures."""
+    all of them; beside `blocked` jobs that wait on a parent due later; other worker `options`
+    as given). The worker's start and stop are outside the CPU figures."""
     prefill(db, jobs, groups)
+    if blocked:
+        add_blocked(db, blocked)
     if callback:
         add_callback(db)
         jobs += 1
@@ -227,7 +241,7 @@ def drain(
             figure.rate = jobs / (time.perf_counter() - started)
     finally:
         worker.stop()
-    check_count(db.waiting(), 0, "left in the job table")
+    check_count(db.waiting(), blocked + 1 if blocked else 0, "left in the job table")
     return figure
 
 
