@@ -237,9 +237,25 @@ def test_each_group_key_starts_at_most_its_limit_and_a_held_group_holds_no_other
     assert max(ran["b"] + ran["c"]) < ran["a"][-1], "b and c were not held behind a"
 
 
-def test_a_rate_limit_by_group_key_needs_fair_claims(backend: Backend) -> None:
-    with pytest.raises(ConfigurationError, match="by='group_key' needs fair=True"):
-        create_queue_worker(backend.pool(1), print, rate_limit=RateLimit(1, 100, by="group_key"))
+def test_a_rate_limit_by_group_key_implies_fair_claims(backend: Backend) -> None:
+    """Without `fair=True`, a limit by group key takes turns across the groups all the same:
+    group a's first job, held back for an hour after a's first start, does not hold b's
+    job back behind it."""
+    with connection(backend) as conn:
+        for group in ("a", "a", "b"):
+            enqueue(conn, "work", group, group_key=group)
+        conn.commit()
+    ran: list[str] = []
+    worker = create_queue_worker(
+        backend.pool(2),
+        lambda job_type, payload: ran.append(payload),
+        polling_interval_ms=50,
+        rate_limit=RateLimit(1, 3_600_000, by="group_key"),
+    )
+    assert worker.options.fair is True
+    with worker_running(worker):
+        wait_until(lambda: sorted(ran) == ["a", "b"], timeout=15, description="a and b ran")
+    assert backend.query(f"SELECT group_key FROM {backend.job_table}") == [("a",)]
 
 
 @pytest.mark.parametrize(
@@ -293,3 +309,63 @@ def test_a_period_changed_between_restarts_governs_the_next_start(backend, pool,
     with worker_running(secondly):
         wait_until(lambda: ran == [1, 2], timeout=15, description="a start a second")
     assert backend.query(f"SELECT period_ms FROM {table} WHERE bucket = 'p'") == [(1_000,)]
+
+
+def hold_back_groups(backend: Backend, groups: list[str], period_ms: int) -> None:
+    """Enqueue two jobs of each group and stamp each group's one slot now, as if a first
+    round had started one job of each: every group is held back for `period_ms`."""
+    now = "UTC_TIMESTAMP(6)" if backend.name == "mysql" else "statement_timestamp()"
+    table = f"{backend.job_table}_rate_slots"
+    with connection(backend) as conn:
+        for group in groups:
+            for n in range(2):
+                enqueue(conn, "work", f"{group}-{n}", group_key=group)
+        cursor = conn.cursor()
+        for start in range(0, len(groups), 500):
+            chunk = groups[start : start + 500]
+            cursor.execute(
+                f"INSERT INTO {table} (bucket, slot, used_at, period_ms) VALUES "
+                + ", ".join([f"(%s, 0, {now}, %s)"] * len(chunk)),
+                [v for group in chunk for v in (f"default\x1f{group}", period_ms)],
+            )
+        conn.commit()
+
+
+def a_free_group_starts_behind_held_ones(backend: Backend, count: int, lease_ms: int) -> None:
+    """`count` groups held back for an hour, then one job of a new group: it starts while
+    they are held, however many they are, and none of theirs does."""
+    groups = [f"g{n:05}" for n in range(count)]
+    hold_back_groups(backend, groups, 3_600_000)
+    ran: list[str] = []
+    worker = create_queue_worker(
+        backend.pool(3),
+        lambda job_type, payload: ran.append(payload),
+        worker_threads=2,
+        polling_interval_ms=200,
+        rate_limit=RateLimit(1, 3_600_000, by="group_key"),
+        lease_ms=lease_ms or None,
+    )
+    with worker_running(worker):
+        time.sleep(0.5)  # the held-back groups are met first
+        with connection(backend) as conn:
+            enqueue(conn, "work", "new-0", group_key="new")
+            conn.commit()
+        wait_until(lambda: ran == ["new-0"], timeout=30, description="the new group's job")
+    held = backend.query(f"SELECT COUNT(*) FROM {backend.job_table} WHERE group_key <> 'new'")
+    assert held == [(2 * count,)], "no held-back group started"
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+@pytest.mark.parametrize("count", [80, 1_000])
+def test_a_group_with_a_free_slot_starts_whatever_the_number_held_back(
+    backend: Backend, lease_ms: int, count: int
+) -> None:
+    a_free_group_starts_behind_held_ones(backend, count, lease_ms)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_group_with_a_free_slot_starts_behind_ten_thousand_held_back(
+    backend: Backend, lease_ms: int
+) -> None:
+    a_free_group_starts_behind_held_ones(backend, 10_000, lease_ms)

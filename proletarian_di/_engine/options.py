@@ -212,13 +212,12 @@ def check_lease_mode(settings: WorkerSettings) -> None:
 
 
 def check_fair(settings: WorkerSettings) -> None:
-    """`fair`: refuse what would claim past the group's turn."""
+    """`fair`: refuse what would claim past the group's turn. A rate limit by group key
+    implies it: a plain claim would wait behind the first job of a group held back, where
+    a fair one goes on to the next group."""
     rate = settings.rate_limit
-    if rate is not None and rate.by == "group_key" and not settings.fair:
-        raise ConfigurationError(
-            "rate_limit by='group_key' needs fair=True: a plain claim would wait behind the "
-            "first job of a group held back, where a fair one goes on to the next group"
-        )
+    if rate is not None and rate.by == "group_key" and settings.fair is False:
+        object.__setattr__(settings, "fair", True)
     if not settings.fair:
         return
     if settings.batch_size > 1:

@@ -59,6 +59,17 @@ class LeaseClaim(NamedTuple):
     token: str
 
 
+class GroupSlots(NamedTuple):
+    """A rate limit by group key, as a fair claim reads it: a group whose bucket (`prefix`
+    and the key) has all `limit` slots started within `period_ms` is passed over in the
+    claim's SQL. A key longer than `longest` (its bucket is a digest) is left to the caller."""
+
+    prefix: str
+    longest: int
+    limit: int
+    period_ms: int
+
+
 def reserved(token: str) -> str:
     """The lease of a job its claim took but has not started yet."""
     return RESERVED + token
@@ -688,12 +699,22 @@ class Dialect:
         """The job table, as a fair claim reads it (through the fair index)."""
         return self.job_table
 
+    group_bucket = "%s || group_key"
+    """A job's bucket under a rate limit by group key: the prefix (a parameter), then its key."""
+
     def fair_claim(
-        self, conn: Any, queue: str, after: str | None, now: datetime, lease: bool
+        self,
+        conn: Any,
+        queue: str,
+        after: str | None,
+        now: datetime,
+        lease: bool,
+        slots: GroupSlots | None = None,
     ) -> tuple[Any, ...] | None:
         """Lock the first due job of the first group key past `after` (None: the first due
         job without a key), in the caller's transaction: its claim row (a lease claim's,
-        with `lease`) followed by its group key; None if there is none."""
+        with `lease`) followed by its group key; None if there is none. With `slots`, the
+        groups without a free slot are passed over in the same scan, however many."""
         columns = f"{self.columns}, last_error, priority, " + (
             "leased_by, trace_context" if lease else "trace_context"
         )
@@ -702,15 +723,43 @@ class Dialect:
             params = self.claim_params(queue, None, now, 1)
         else:
             group = "group_key = ''" if after is None else "group_key <> '' AND group_key > %s"
+            free, free_params = self._free_group(slots)
             sql = (
                 f"SELECT {columns}, group_key FROM {self.fair_source()} WHERE queue = %s "
-                f"AND {group} AND process_at <= %s "
+                f"AND {group}{free} AND process_at <= %s "
                 f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
                 f"ORDER BY {self.fair_order} LIMIT 1 FOR UPDATE SKIP LOCKED"
             )
-            params = (queue, *(() if after is None else (after,)), self.encode_time(now))
+            params = (
+                queue,
+                *(() if after is None else (after,)),
+                *free_params,
+                self.encode_time(now),
+            )
         rows = self.fetchall(conn, sql, params)
         return tuple(rows[0]) if rows else None
+
+    def _free_group(self, slots: GroupSlots | None) -> tuple[str, tuple[Any, ...]]:
+        """The fair claim's condition that a job's group has a free slot (or has no slots
+        written yet, or a digest for a bucket), and its parameters; nothing without `slots`.
+        Two lookups of the slots' primary key a job read: no lock is taken on the slots."""
+        if slots is None:
+            return "", ()
+        table, bucket = self.rate_table, self.group_bucket
+        sql = (
+            f" AND (CHAR_LENGTH(group_key) > %s OR NOT EXISTS (SELECT 1 FROM {table} "
+            f"WHERE bucket = {bucket} AND slot = %s) OR EXISTS (SELECT 1 FROM {table} "
+            f"WHERE bucket = {bucket} AND slot < %s AND used_at <= {self.lease_end}))"
+        )
+        params = (
+            slots.longest,
+            slots.prefix,
+            slots.limit - 1,
+            slots.prefix,
+            slots.limit,
+            self.lease_seconds(-slots.period_ms),
+        )
+        return sql, params
 
     def _lease(
         self, conn: Any, claim: LeaseClaim, claimed: list[Any] | None = None
@@ -935,6 +984,22 @@ class Dialect:
         since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
         left = period_ms / 1000 - since
         return left if left > 0 else None
+
+    def next_group_slot_s(self, conn: Any, slots: GroupSlots) -> float | None:
+        """By group key, after a fair claim found no group with a free slot: seconds until
+        the first slot of the queue's groups started within a period is a period old (None:
+        none is). A plain read of the slots' key range."""
+        pattern = slots.prefix.replace("|", "||").replace("%", "|%").replace("_", "|_") + "%"
+        [(oldest, now)] = self.fetchall(
+            conn,
+            f"SELECT MIN(used_at), {self.db_now} FROM {self.rate_table} "
+            f"WHERE bucket LIKE %s ESCAPE '|' AND slot < %s AND used_at > {self.lease_end}",
+            (pattern, slots.limit, self.lease_seconds(-slots.period_ms)),
+        )
+        if oldest is None:
+            return None
+        since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
+        return max(0.0, slots.period_ms / 1000 - since)
 
     def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
         """Drop the claim counts of jobs that left the queue, in their own transaction."""

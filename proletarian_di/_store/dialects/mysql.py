@@ -73,6 +73,7 @@ class MySQLDialect(Dialect):
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
     insert_ignore = ("INSERT IGNORE INTO", "")
+    group_bucket = "CONCAT(%s, group_key)"
     fair_order = "group_key, priority_rank, process_at, job_id"
     fair_index_has_all = True  # no partial index; and a scan of the claim index for the
     # jobs without a key would keep a lock on every grouped job it passes over
