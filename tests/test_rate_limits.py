@@ -369,3 +369,33 @@ def test_a_group_with_a_free_slot_starts_behind_ten_thousand_held_back(
     backend: Backend, lease_ms: int
 ) -> None:
     a_free_group_starts_behind_held_ones(backend, 10_000, lease_ms)
+
+
+@pytest.mark.parametrize("by", ["queue", "group_key"])
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_claim_of_a_paused_queue_gives_its_start_back(
+    backend: Backend, lease_ms: int, by: str
+) -> None:
+    """A start an hour, the queue paused: the workers' claims give the job back unrun, and
+    its slot with it (no start counted), so once resumed the job runs at once, not an hour
+    later."""
+    from test_pause import pause, resume
+
+    pause(backend)
+    enqueue_committed(backend, ("t", 1), group_key="tenant" if by == "group_key" else None)
+    bucket = "default\x1ftenant" if by == "group_key" else "default"
+    ran: list[Any] = []
+    worker = create_queue_worker(
+        backend.pool(2),
+        lambda job_type, payload: ran.append(payload),
+        polling_interval_ms=50,
+        rate_limit=RateLimit(1, 3_600_000, by=by),  # type: ignore[arg-type]
+        lease_ms=lease_ms or None,
+    )
+    with counted_starts(backend) as counted, worker_running(worker):
+        wait_until(lambda: worker._pauses.paused, description="a claim read the pause")
+        time.sleep(0.3)  # a few more claims of the paused queue
+        assert counted(bucket) == [], "no start counted while paused"
+        resume(backend)
+        wait_until(lambda: ran == [1], timeout=15, description="the job, once resumed")
+        wait_until(lambda: len(counted(bucket)) == 1, description="its start, committed")
