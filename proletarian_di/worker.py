@@ -236,6 +236,9 @@ class QueueWorker:
                 self._cpu = shared_cpu(self.options.worker_threads)
             registration = self._registered()
             registration.chore = self._runner.watch_dependencies
+            rates = self._runner.rates
+            if rates is not None and rates.by_group:
+                registration.prune_rates = rates.prune
             self._runner.watched = True
             self._helpers.append(registration)
             self._progress_reported = registration.wake

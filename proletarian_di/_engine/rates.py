@@ -47,6 +47,9 @@ from ..errors import ConfigurationError, SchemaError
 MAX_RATE_LIMIT = 10_000
 """The most starts a period a limit may allow: one row each."""
 
+PRUNE_MOST = 1_000
+"""The most group keys whose idle slots one prune deletes (a worker prunes once a minute)."""
+
 ENSURE_TRIES = 5
 """Tries of writing a queue's slots at a worker's start (workers started at once may
 deadlock on MySQL: each try but the last that fails so is rolled back and made again)."""
@@ -77,6 +80,19 @@ class RateLimit:
             raise ConfigurationError(
                 f"RateLimit's by must be 'queue' or 'group_key', got {self.by!r}"
             )
+
+
+def prune_slots(conn: Any, dialect: Dialect, most: int = PRUNE_MOST) -> int:
+    """Delete the slots of the group keys idle for longer than their period, at most `most`
+    keys (the caller commits); how many rows went. A deadlock with the claims (MySQL) is
+    rolled back: the next prune deletes them."""
+    try:
+        return dialect.prune_rate_slots(conn, most)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        dialect.rollback(conn)
+        return 0
 
 
 def check_rate_limit(value: Any) -> RateLimit | None:
@@ -161,7 +177,10 @@ class RateGate:
         if dialect.take_rate_slot(conn, bucket, rate.limit, rate.period_ms):
             return True
         if self.by_group:
-            return False  # the fair claim goes on to the next group
+            if not dialect.rate_slots_short(conn, bucket, rate.limit):
+                return False  # another claim took the free slot: on to the next group
+            self._ensure_elsewhere(bucket)  # pruned since this worker wrote them
+            return dialect.take_rate_slot(conn, bucket, rate.limit, rate.period_ms)
         free_in = dialect.next_rate_slot_s(conn, bucket, rate.limit, rate.period_ms)
         if free_in is None:
             return False  # a slot is free but held by a claim in flight: no wait for all
@@ -177,6 +196,10 @@ class RateGate:
         with self.connect() as conn:
             self._write_slots(conn, self.dialect_of(conn), bucket)
             conn.commit()
+
+    def prune(self, conn: Any, dialect: Dialect) -> int:
+        """By group key: `prune_slots`, run by the worker's registry beat."""
+        return prune_slots(conn, dialect)
 
     def all_held(self, conn: Any, dialect: Dialect) -> None:
         """By group key: a fair claim found no due job of a group with a free slot; the

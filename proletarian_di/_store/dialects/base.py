@@ -740,24 +740,23 @@ class Dialect:
         return tuple(rows[0]) if rows else None
 
     def _free_group(self, slots: GroupSlots | None) -> tuple[str, tuple[Any, ...]]:
-        """The fair claim's condition that a job's group has a free slot (or has no slots
-        written yet, or a digest for a bucket), and its parameters; nothing without `slots`.
-        Two lookups of the slots' primary key a job read: no lock is taken on the slots."""
+        """The fair claim's condition that a job's group has a free slot (fewer than its
+        limit started within a period: slots not written yet, or pruned, count as free; a
+        digest for a bucket is left to the caller), and its parameters; nothing without
+        `slots`. A read of the group's slots by their key, a job passed over: no lock."""
         if slots is None:
             return "", ()
-        table, bucket = self.rate_table, self.group_bucket
         sql = (
-            f" AND (CHAR_LENGTH(group_key) > %s OR NOT EXISTS (SELECT 1 FROM {table} "
-            f"WHERE bucket = {bucket} AND slot = %s) OR EXISTS (SELECT 1 FROM {table} "
-            f"WHERE bucket = {bucket} AND slot < %s AND used_at <= {self.lease_end}))"
+            f" AND (CHAR_LENGTH(group_key) > %s OR (SELECT COUNT(*) FROM {self.rate_table} "
+            f"WHERE bucket = {self.group_bucket} AND slot < %s AND used_at > {self.lease_end}) "
+            "< %s)"
         )
         params = (
             slots.longest,
             slots.prefix,
-            slots.limit - 1,
-            slots.prefix,
             slots.limit,
             self.lease_seconds(-slots.period_ms),
+            slots.limit,
         )
         return sql, params
 
@@ -947,7 +946,9 @@ class Dialect:
             params,
         )
         self.execute(
-            conn, f"UPDATE {table} SET period_ms = %s WHERE bucket = %s", (period_ms, bucket)
+            conn,
+            f"UPDATE {table} SET period_ms = %s WHERE bucket = %s AND period_ms <> %s",
+            (period_ms, bucket, period_ms),
         )
         self.execute(conn, f"DELETE FROM {table} WHERE bucket = %s AND slot >= %s", (bucket, limit))
 
@@ -984,6 +985,38 @@ class Dialect:
         since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
         left = period_ms / 1000 - since
         return left if left > 0 else None
+
+    def rate_slots_short(self, conn: Any, bucket: str, limit: int) -> bool:
+        """Whether the bucket has fewer than `limit` slots written (a group met for the first
+        time, or pruned since). A plain read."""
+        sql = f"SELECT COUNT(*) FROM {self.rate_table} WHERE bucket = %s AND slot < %s"
+        [(count,)] = self.fetchall(conn, sql, (bucket, limit))
+        return bool(count < limit)
+
+    rate_idle = "used_at < statement_timestamp() - make_interval(secs => period_ms / 1000.0)"
+    """A slot whose last start is more than its own period old (by the database's clock)."""
+
+    def prune_rate_slots(self, conn: Any, most: int) -> int:
+        """Delete the slots of up to `most` group keys whose every slot is more than its
+        period old, in the caller's transaction: how many rows went. Each row is deleted
+        only if it still is (a claim that stamps one meanwhile keeps it), so a key starts
+        again on free slots only where its last start is a period old: the limit holds. A
+        key met again gets its slots written again."""
+        table = self.rate_table
+        buckets = [
+            bucket
+            for (bucket,) in self.fetchall(
+                conn,
+                f"SELECT bucket FROM {table} WHERE bucket LIKE %s GROUP BY bucket "
+                f"HAVING MIN(CASE WHEN {self.rate_idle} THEN 1 ELSE 0 END) = 1 LIMIT %s",
+                ("%\x1f%", most),
+            )
+        ]
+        if not buckets:
+            return 0
+        marks = ", ".join(["%s"] * len(buckets))
+        sql = f"DELETE FROM {table} WHERE bucket IN ({marks}) AND {self.rate_idle}"
+        return self.execute_count(conn, sql, buckets)
 
     def next_group_slot_s(self, conn: Any, slots: GroupSlots) -> float | None:
         """By group key, after a fair claim found no group with a free slot: seconds until

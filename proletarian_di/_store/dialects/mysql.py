@@ -74,6 +74,7 @@ class MySQLDialect(Dialect):
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
     insert_ignore = ("INSERT IGNORE INTO", "")
     group_bucket = "CONCAT(%s, group_key)"
+    rate_idle = "used_at < UTC_TIMESTAMP(6) - INTERVAL period_ms * 1000 MICROSECOND"
     fair_order = "group_key, priority_rank, process_at, job_id"
     fair_index_has_all = True  # no partial index; and a scan of the claim index for the
     # jobs without a key would keep a lock on every grouped job it passes over
