@@ -225,11 +225,6 @@ def check_fair(settings: WorkerSettings) -> None:
             "fair=True and batch_size > 1 cannot go together: a fair claim takes one job "
             "of the next group key at a time; use worker_threads for more at once"
         )
-    if settings.max_running is not None:
-        raise ConfigurationError(
-            "fair=True and max_running cannot go together yet: the running slots are taken "
-            "in the plain claim's statement"
-        )
 
 
 def check_pgbouncer(settings: WorkerSettings) -> None:

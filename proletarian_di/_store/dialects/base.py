@@ -305,6 +305,11 @@ class Session:
         transaction (none is taken, and nothing claimed, when no job is due)."""
         return self.dialect.claim_in_slot(self.conn, slots, queue, now, limit, start)
 
+    def take_running_slot(self, slots: RunningSlots) -> bool:
+        """Begin the claim's transaction holding one of `slots`, for a claim of its own (a
+        fair one): whether one was free (if not, the transaction is open, holding none)."""
+        return self.dialect.take_running_slot(self.conn, slots)
+
     def release_slot(self) -> None:
         """Give back the slot `claim_in_slot` took, once the job's transaction has ended
         (where the database does not do it with the transaction)."""
@@ -600,6 +605,11 @@ class Dialect:
         start: Any = None,
     ) -> list[JobRow]:
         """`claim` in a transaction that holds one of `slots`; [] when none is free."""
+        raise NotImplementedError
+
+    def take_running_slot(self, conn: Any, slots: RunningSlots) -> bool:
+        """`Session.take_running_slot`: a transaction-level slot, where the database has
+        them."""
         raise NotImplementedError
 
     def archive(

@@ -846,6 +846,10 @@ class MySQLSession(Session):
             return []
         return dialect.claim(self.conn, queue, now, limit, start, read_committed=True)
 
+    def take_running_slot(self, slots: RunningSlots) -> bool:
+        self.slot = self.dialect.take_slot(self.conn, slots, self.read_committed)
+        return self.slot is not None
+
     def keep_slot(self, slots: RunningSlots) -> bool:
         """A GET_LOCK slot belongs to the session: it outlives the COMMIT by itself."""
         return self.slot is not None
