@@ -48,6 +48,7 @@ RATE_LIMIT, RATE_PERIOD_MS = 500, 1_000  # rate_limit: far below a 4-thread drai
 RATE_ROWS = ("drain_rated", "rated_lease")
 FAN_IN = 1_000  # drain_fan_in: the parents of one callback (`depends_on`)
 FAIR_GROUPS = 10  # fair=True: the jobs spread over this many group keys
+FAIR_RATE_LIMIT = 1_000  # by group key, a second: far above a fair drain's pace per key
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
@@ -199,6 +200,25 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             args.jobs,
             DRAIN_INTERVAL,
         )
+    if measure.worker_option("rate_limit") and measure.worker_option("fair"):
+        from proletarian_di import RateLimit  # a revision --compare builds may have none
+
+        results.record(
+            db,
+            "fair_rated",
+            "ours",
+            functools.partial(
+                measure.drain,
+                fair=True,
+                groups=FAIR_GROUPS,
+                rate_limit=RateLimit(FAIR_RATE_LIMIT, 1_000, by="group_key"),
+            ),
+            db,
+            "ours",
+            4,
+            args.jobs,
+            DRAIN_INTERVAL,
+        )
     if measure.has_dependencies():
         results.record(
             db,
@@ -332,6 +352,10 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
         ("drain_fair", f"drain, 4 threads, fair=True over {FAIR_GROUPS} group keys (opt-in)"),
+        (
+            "fair_rated",
+            f"the same, rate_limit {FAIR_RATE_LIMIT}/s by group key, never reached (opt-in)",
+        ),
         ("drain_fan_in", f"drain of {FAN_IN:,} jobs and a callback waiting on them all, 4 threads"),
         ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),
         ("rated_lease", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()}, lease mode"),

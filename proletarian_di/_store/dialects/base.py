@@ -750,22 +750,26 @@ class Dialect:
         return tuple(rows[0]) if rows else None
 
     def _free_group(self, slots: GroupSlots | None) -> tuple[str, tuple[Any, ...]]:
-        """The fair claim's condition that a job's group has a free slot (fewer than its
-        limit started within a period: slots not written yet, or pruned, count as free; a
-        digest for a bucket is left to the caller), and its parameters; nothing without
-        `slots`. A read of the group's slots by their key, a job passed over: no lock."""
+        """The fair claim's condition that a job's group has a free slot, or fewer than its
+        limit written (a group not met yet, or pruned), and its parameters; nothing without
+        `slots` (a digest for a bucket is left to the caller). A read of the group's slots
+        by their key, a job passed over, no lock: the first free slot ends it; a group held
+        back reads its `limit` slots."""
         if slots is None:
             return "", ()
+        table, bucket = self.rate_table, self.group_bucket
         sql = (
-            f" AND (CHAR_LENGTH(group_key) > %s OR (SELECT COUNT(*) FROM {self.rate_table} "
-            f"WHERE bucket = {self.group_bucket} AND slot < %s AND used_at > {self.lease_end}) "
-            "< %s)"
+            f" AND (CHAR_LENGTH(group_key) > %s OR EXISTS (SELECT 1 FROM {table} "
+            f"WHERE bucket = {bucket} AND slot < %s AND used_at <= {self.lease_end}) OR "
+            f"(SELECT COUNT(*) FROM {table} WHERE bucket = {bucket} AND slot < %s) < %s)"
         )
         params = (
             slots.longest,
             slots.prefix,
             slots.limit,
             self.lease_seconds(-slots.period_ms),
+            slots.prefix,
+            slots.limit,
             slots.limit,
         )
         return sql, params
