@@ -46,19 +46,22 @@ class FairTurns:
         """The next group's first due job, locked in the transaction open on `conn` (a
         held-mode `JobRow`, or with `lease` the row `Dialect._lease` takes); [] if none.
 
-        With a rate limit by group key (`gate`), the claim's scan passes over the groups
-        without a free slot, however many; a group whose slot another claim took meanwhile
-        is passed over here (its row stays locked until the transaction ends, unrun) and
-        the next one tried. When none is left the gate learns when to wake the threads."""
+        With a rate limit by group key (`gate`), a group without a free slot is passed over
+        (its row stays locked until the transaction ends, unrun), and the turn's next scans
+        read each group's slots beside its jobs, so they pass over the groups without one,
+        however many: a claim whose group has a free slot reads no slot more than before.
+        When none is left the gate learns when to wake the threads."""
         limited = gate if gate is not None and gate.by_group else None
-        slots = None if limited is None else limited.group_slots
+        slots = None
         after: str | None = self.after
         ungrouped_tried, restarted = False, after == ""
         for _ in range(MAX_TRIES):
             row = dialect.fair_claim(conn, self.queue, after, now, lease, slots)
             if row is None or (limited is not None and not limited.take(conn, dialect, row[-1])):
                 if row is not None and after is not None:
-                    after = row[-1]  # that group's slot was taken meanwhile: on to the next
+                    assert limited is not None
+                    slots = limited.group_slots  # from here on, held groups are passed over
+                    after = row[-1]
                     continue
                 if after is None:  # the jobs without a key had their turn
                     if row is None and not dialect.fair_index_has_all:
