@@ -21,12 +21,12 @@ running job) only makes the thread that met it wait as an idle thread does, unti
 its next poll: that claim may roll back.
 
 Limited by group key (`by="group_key"`, which implies `fair=True`), a group without a free
-slot is passed over in the fair claim's own scan (`Dialect.fair_claim` reads each group's
-slots beside its jobs), however many groups are held back: the claim goes on to the next
-group key with a free slot. When no due group has one, the threads go idle as when no job
-is due (a new job wakes them, or their next poll), and the worker also wakes when the first
-slot of the queue's groups is a period old. A group's slots are written the first time the
-worker meets it, on a connection of its own.
+slot is passed over; once a turn has met one, its next scans read each group's slots beside
+its jobs (`Dialect.fair_claim`), so they pass over every held group, however many: the claim
+goes on to the next group key with a free slot. When no due group has one, the threads go
+idle as when no job is due (a new job wakes them, or their next poll), and the worker also
+wakes when the first slot of the queue's groups is a period old. A group's slots are written
+the first time the worker meets it, on a connection of its own.
 """
 
 from __future__ import annotations
