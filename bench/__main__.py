@@ -52,6 +52,7 @@ FAN_IN = 1_000  # drain_fan_in: the parents of one callback (`depends_on`)
 FAN_OUT = 10_000  # fan_out: the dependents one parent's end releases
 WORKFLOW_JOBS = 10_000  # workflow_enqueue: a fan-in Workflow of this many jobs
 FAIR_GROUPS = 10  # fair=True: the jobs spread over this many group keys
+FAIR_RATE_LIMIT = 1_000  # by group key, a second: far above a fair drain's pace per key
 PROCESSES, PROCESS_THREADS = 2, 4
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
@@ -197,6 +198,25 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             "drain_fair",
             "ours",
             functools.partial(measure.drain, fair=True, groups=FAIR_GROUPS),
+            db,
+            "ours",
+            4,
+            args.jobs,
+            DRAIN_INTERVAL,
+        )
+    if measure.worker_option("rate_limit") and measure.worker_option("fair"):
+        from proletarian_di import RateLimit  # a revision --compare builds may have none
+
+        results.record(
+            db,
+            "fair_rated",
+            "ours",
+            functools.partial(
+                measure.drain,
+                fair=True,
+                groups=FAIR_GROUPS,
+                rate_limit=RateLimit(FAIR_RATE_LIMIT, 1_000, by="group_key"),
+            ),
             db,
             "ours",
             4,
@@ -352,6 +372,10 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_lease", f"drain, 4 threads, lease mode (lease_ms={LEASE_MS:,}, opt-in)"),
         ("drain_capped", f"drain, 4 threads, max_running={MAX_RUNNING} (opt-in)"),
         ("drain_fair", f"drain, 4 threads, fair=True over {FAIR_GROUPS} group keys (opt-in)"),
+        (
+            "fair_rated",
+            f"the same, rate_limit {FAIR_RATE_LIMIT}/s by group key, never reached (opt-in)",
+        ),
         ("workflow_enqueue", f"Workflow.enqueue, a fan-in of {WORKFLOW_JOBS:,} jobs"),
         ("drain_fan_in", f"drain of {FAN_IN:,} jobs and a callback waiting on them all, 4 threads"),
         ("fan_out", f"one parent's end releasing {FAN_OUT:,} dependents: dependents/s"),

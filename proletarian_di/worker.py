@@ -92,6 +92,8 @@ class QueueWorker:
             handler, options, self.stats, frontier, self._pauses, self._wakeup.busy
         )
         self._runner.on_reschedule = lambda at, p: self._wakeup.due_at(at.timestamp(), p)
+        if self._runner.rates is not None:
+            self._runner.rates.free_at = self._wakeup.due_at
         self._runner.recording_connection = self._recording_connection
         self._cond = threading.Condition(threading.RLock())
         self._stopping = threading.Event()
@@ -235,6 +237,9 @@ class QueueWorker:
                 self._cpu = shared_cpu(self.options.worker_threads)
             registration = self._registered()
             registration.chore = self._runner.watch_dependencies
+            rates = self._runner.rates
+            if rates is not None and rates.by_group:
+                registration.prune_rates = rates.prune
             self._runner.watched = True
             self._helpers.append(registration)
             self._progress_reported = registration.wake

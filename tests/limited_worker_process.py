@@ -1,9 +1,10 @@
 """A worker with `max_running` or `rate_limit` in its own process, for the limits' tests.
 
 Usage: python limited_worker_process.py EVENTS MAX_RUNNING THREADS HOLD [LIMIT PERIOD_MS
-LEASE_MS]; the database comes from the environment (see backends.Backend.env). MAX_RUNNING
+LEASE_MS [FAIR]]; the database comes from the environment (see backends.Backend.env). MAX_RUNNING
 "-" is none; LIMIT and PERIOD_MS make a `rate_limit` (and the worker polls only every 5
-seconds: held back, it must not wait for its next poll); LEASE_MS, lease mode. Runs the
+seconds: held back, it must not wait for its next poll); LEASE_MS, lease mode; FAIR
+"fair", fair claims. Runs the
 default queue until it is empty; each job appends "start <ns>" and "end <ns>" lines to the
 file EVENTS, and holds its slot for HOLD seconds in between ("forever": until the process is
 killed). Prints how many it ran.
@@ -29,6 +30,7 @@ def main(
     limit: str = "",
     period_ms: str = "",
     lease_ms: str = "0",
+    fair: str = "",
 ) -> None:
     backend = backend_from_env()
     ran = []
@@ -50,6 +52,7 @@ def main(
         max_running=None if max_running == "-" else int(max_running),
         rate_limit=RateLimit(int(limit), int(period_ms)) if limit else None,
         lease_ms=int(lease_ms) or None,
+        fair=fair == "fair",
         polling_interval_ms=5_000 if limit else 20,
         log=lambda event, data: None,
     )

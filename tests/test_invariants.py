@@ -1,15 +1,14 @@
 """The engine's promises, checked where its options meet.
 
-The matrix is {held, lease} x {batch 1, batch 5} x {default, advanced handler} x {no timeout,
-a 300 ms job timeout} x {no cap, max_running=1} x {no rate limit, 50 starts a second} x
-{plain, fair claims}. Lease mode refuses advanced handlers and max_running, a rate limit
-and fair claims refuse batches, fair claims refuse max_running (tested below,
-test_rate_limits and test_fair); of the rest, `COMBINATIONS` is a sample that covers every
-pair of values. Every job has its type as its group key. Each combination is driven
-through the events that can befall a job (it succeeds, raises, times out, its process is
-SIGKILLed, `stop()` abandons it, the database drops every connection, it snoozes or
-cancels itself), on both databases, and
-`Ledger.check` then asserts:
+The matrix is {held, lease} x {batch 1, batch 5} x {default, advanced handler} x {no
+timeout, a 300 ms job timeout} x {no cap, max_running=1} x {no rate limit, 50 starts a
+second} x {plain, fair claims}. Lease mode refuses advanced handlers and max_running, a rate
+limit and fair claims refuse batches (tested below, test_rate_limits and test_fair); of the
+rest, `COMBINATIONS` is a sample that covers every pair of values. Every job has its type as
+its group key. Each combination is driven through the events that can befall a job (it
+succeeds, raises, times out, its process is SIGKILLed, `stop()` abandons it, the database
+drops every connection, it snoozes or cancels itself), on both databases, and `Ledger.check`
+then asserts:
 
 - no job lost: each is waiting or archived, never both, never neither;
 - no job runs more often than its retry spec allows, outside a crash;
@@ -127,6 +126,8 @@ COMBINATIONS = [
     Combination(advanced=True, timeout=True, cap=True, rate=True),
     Combination(advanced=True, timeout=True, fair=True),
     Combination(lease=True, rate=True, fair=True),
+    Combination(timeout=True, cap=True, fair=True),
+    Combination(advanced=True, cap=True, rate=True, fair=True),
 ]
 ALL = [pytest.param(c, id=c.id) for c in COMBINATIONS]
 # The events that need a process of their own or a proxy: a sample still meeting each value.
@@ -140,6 +141,7 @@ SAMPLE = [
         COMBINATIONS[9],
         COMBINATIONS[10],
         COMBINATIONS[12],
+        COMBINATIONS[13],
     )
 ]
 

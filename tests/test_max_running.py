@@ -76,6 +76,23 @@ def test_three_processes_of_four_threads_run_at_most_two_jobs_at_once(
     assert most_at_once(events) == 2, "never more than two, and two at times"
 
 
+def test_fair_workers_of_three_processes_run_at_most_two_jobs_at_once(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """`fair=True` with `max_running`: the fair claim takes a running slot first, so the cap
+    holds over every process while the claims take turns across six group keys."""
+    for group in range(6):
+        enqueue_committed(backend, *[("t", n) for n in range(10)], group_key=f"g{group}")
+    events = tmp_path / "events"
+    processes = start_workers(backend, events, 3, 2, 4, "0.03", "", "", "0", "fair")
+    outputs = [p.communicate(timeout=120) for p in processes]
+    for process, (_, errors) in zip(processes, outputs, strict=True):
+        assert process.returncode == 0, errors
+    assert sum(int(out) for out, _ in outputs) == 60
+    assert events.read_text().count("start") == 60
+    assert most_at_once(events) == 2, "never more than two, and two at times"
+
+
 def test_a_crashed_process_gives_its_slot_back(backend: Backend, tmp_path: Path) -> None:
     """A process killed while running a job holds no slot: the lock went with its connection,
     so the only slot is free again, and the job it was running runs again elsewhere."""

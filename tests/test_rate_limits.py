@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
+from proletarian_di._engine.rates import prune_slots
+from proletarian_di._store.dialects import dialect_for
 
 from backends import Backend, Events, connection, enqueue_committed, wait_until
 
@@ -237,9 +239,25 @@ def test_each_group_key_starts_at_most_its_limit_and_a_held_group_holds_no_other
     assert max(ran["b"] + ran["c"]) < ran["a"][-1], "b and c were not held behind a"
 
 
-def test_a_rate_limit_by_group_key_needs_fair_claims(backend: Backend) -> None:
-    with pytest.raises(ConfigurationError, match="by='group_key' needs fair=True"):
-        create_queue_worker(backend.pool(1), print, rate_limit=RateLimit(1, 100, by="group_key"))
+def test_a_rate_limit_by_group_key_implies_fair_claims(backend: Backend) -> None:
+    """Without `fair=True`, a limit by group key takes turns across the groups all the same:
+    group a's first job, held back for an hour after a's first start, does not hold b's
+    job back behind it."""
+    with connection(backend) as conn:
+        for group in ("a", "a", "b"):
+            enqueue(conn, "work", group, group_key=group)
+        conn.commit()
+    ran: list[str] = []
+    worker = create_queue_worker(
+        backend.pool(2),
+        lambda job_type, payload: ran.append(payload),
+        polling_interval_ms=50,
+        rate_limit=RateLimit(1, 3_600_000, by="group_key"),
+    )
+    assert worker.options.fair is True
+    with worker_running(worker):
+        wait_until(lambda: sorted(ran) == ["a", "b"], timeout=15, description="a and b ran")
+    assert backend.query(f"SELECT group_key FROM {backend.job_table}") == [("a",)]
 
 
 @pytest.mark.parametrize(
@@ -293,3 +311,206 @@ def test_a_period_changed_between_restarts_governs_the_next_start(backend, pool,
     with worker_running(secondly):
         wait_until(lambda: ran == [1, 2], timeout=15, description="a start a second")
     assert backend.query(f"SELECT period_ms FROM {table} WHERE bucket = 'p'") == [(1_000,)]
+
+
+def hold_back_groups(backend: Backend, groups: list[str], period_ms: int) -> None:
+    """Enqueue two jobs of each group and stamp each group's one slot now, as if a first
+    round had started one job of each: every group is held back for `period_ms`."""
+    now = "UTC_TIMESTAMP(6)" if backend.name == "mysql" else "statement_timestamp()"
+    table = f"{backend.job_table}_rate_slots"
+    with connection(backend) as conn:
+        for group in groups:
+            for n in range(2):
+                enqueue(conn, "work", f"{group}-{n}", group_key=group)
+        cursor = conn.cursor()
+        for start in range(0, len(groups), 500):
+            chunk = groups[start : start + 500]
+            cursor.execute(
+                f"INSERT INTO {table} (bucket, slot, used_at, period_ms) VALUES "
+                + ", ".join([f"(%s, 0, {now}, %s)"] * len(chunk)),
+                [v for group in chunk for v in (f"default\x1f{group}", period_ms)],
+            )
+        conn.commit()
+
+
+def a_free_group_starts_behind_held_ones(backend: Backend, count: int, lease_ms: int) -> None:
+    """`count` groups held back for an hour, then one job of a new group: it starts while
+    they are held, however many they are, and none of theirs does."""
+    groups = [f"g{n:05}" for n in range(count)]
+    hold_back_groups(backend, groups, 3_600_000)
+    ran: list[str] = []
+    worker = create_queue_worker(
+        backend.pool(3),
+        lambda job_type, payload: ran.append(payload),
+        worker_threads=2,
+        polling_interval_ms=200,
+        rate_limit=RateLimit(1, 3_600_000, by="group_key"),
+        lease_ms=lease_ms or None,
+    )
+    with worker_running(worker):
+        time.sleep(0.5)  # the held-back groups are met first
+        with connection(backend) as conn:
+            enqueue(conn, "work", "new-0", group_key="new")
+            conn.commit()
+        wait_until(lambda: ran == ["new-0"], timeout=30, description="the new group's job")
+    held = backend.query(f"SELECT COUNT(*) FROM {backend.job_table} WHERE group_key <> 'new'")
+    assert held == [(2 * count,)], "no held-back group started"
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+@pytest.mark.parametrize("count", [80, 1_000])
+def test_a_group_with_a_free_slot_starts_whatever_the_number_held_back(
+    backend: Backend, lease_ms: int, count: int
+) -> None:
+    a_free_group_starts_behind_held_ones(backend, count, lease_ms)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_group_with_a_free_slot_starts_behind_ten_thousand_held_back(
+    backend: Backend, lease_ms: int
+) -> None:
+    a_free_group_starts_behind_held_ones(backend, 10_000, lease_ms)
+
+
+@pytest.mark.parametrize("by", ["queue", "group_key"])
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_claim_of_a_paused_queue_gives_its_start_back(
+    backend: Backend, lease_ms: int, by: str
+) -> None:
+    """A start an hour, the queue paused: the workers' claims give the job back unrun, and
+    its slot with it (no start counted), so once resumed the job runs at once, not an hour
+    later."""
+    from test_pause import pause, resume
+
+    pause(backend)
+    enqueue_committed(backend, ("t", 1), group_key="tenant" if by == "group_key" else None)
+    bucket = "default\x1ftenant" if by == "group_key" else "default"
+    ran: list[Any] = []
+    worker = create_queue_worker(
+        backend.pool(2),
+        lambda job_type, payload: ran.append(payload),
+        polling_interval_ms=50,
+        rate_limit=RateLimit(1, 3_600_000, by=by),  # type: ignore[arg-type]
+        lease_ms=lease_ms or None,
+    )
+    with counted_starts(backend) as counted, worker_running(worker):
+        wait_until(lambda: worker._pauses.paused, description="a claim read the pause")
+        time.sleep(0.3)  # a few more claims of the paused queue
+        assert counted(bucket) == [], "no start counted while paused"
+        resume(backend)
+        wait_until(lambda: ran == [1], timeout=15, description="the job, once resumed")
+        wait_until(lambda: len(counted(bucket)) == 1, description="its start, committed")
+
+
+def group_slots(backend: Backend) -> list[str]:
+    """The group keys that have rate slots written, in order."""
+    rows = backend.query(f"SELECT DISTINCT bucket FROM {backend.job_table}_rate_slots")
+    return sorted(bucket.partition("\x1f")[2] for (bucket,) in rows if "\x1f" in bucket)
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_a_worker_prunes_the_slots_of_group_keys_idle_for_a_period(
+    backend: Backend, lease_ms: int
+) -> None:
+    """Five tenants' jobs ran under a limit of 200 ms; a worker's first beat (and then one a
+    minute) deletes their slots once they are idle for longer than that, but not a key's
+    whose last start is within its period. The table no longer only grows."""
+    enqueue_committed(backend, *[("t", group) for group in "abcde"])
+    with connection(backend) as conn:
+        for group in "abcde":
+            enqueue(conn, "t", group, group_key=group)
+        conn.commit()
+    ran: list[str] = []
+    options: dict[str, Any] = {
+        "polling_interval_ms": 50,
+        "rate_limit": RateLimit(1, 200, by="group_key"),
+        "lease_ms": lease_ms or None,
+    }
+    with worker_running(
+        create_queue_worker(backend.pool(2), lambda t, p: ran.append(p), **options)
+    ):
+        wait_until(lambda: sorted(ran) == sorted("abcde" * 2), description="every job ran")
+    assert group_slots(backend) == ["", "a", "b", "c", "d", "e"]
+    hold_back_groups(backend, ["busy"], 3_600_000)
+    time.sleep(0.3)
+    with worker_running(create_queue_worker(backend.pool(2), print, **options)):
+        wait_until(lambda: group_slots(backend) == ["busy"], description="the idle keys' slots")
+
+
+@pytest.mark.parametrize("lease_ms", MODES)
+def test_pruning_all_along_never_allows_a_start_more_in_a_window(
+    backend: Backend, lease_ms: int
+) -> None:
+    """One start per 300 ms by group key, three groups whose jobs fall due in bursts, two
+    workers of three threads, and a prune of the idle keys' slots as fast as it can go: the
+    slots are deleted between bursts and written again, and yet no window of 300 ms holds
+    two starts of one group (by the database's clock)."""
+    start = datetime.now(timezone.utc)
+    with connection(backend) as conn:
+        for group in "abc":
+            for offset_s in (0, 0, 0, 0.7, 0.7, 1.4, 1.4, 1.4):
+                due = start + timedelta(seconds=offset_s)
+                enqueue(conn, "t", group, group_key=group, process_at=due)
+        conn.commit()
+    ran: list[str] = []
+    lock, pruning, deleted = threading.Lock(), threading.Event(), [0]
+
+    def prune_all_along() -> None:
+        with connection(backend) as conn:
+            dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+            while not pruning.is_set():
+                deleted[0] += prune_slots(conn, dialect)
+                conn.commit()
+
+    def handler(job_type: str, payload: str) -> None:
+        with lock:
+            ran.append(payload)
+
+    workers = [
+        create_queue_worker(
+            backend.pool(4),
+            handler,
+            worker_threads=3,
+            polling_interval_ms=50,
+            rate_limit=RateLimit(1, 300, by="group_key"),
+            lease_ms=lease_ms or None,
+        )
+        for _ in range(2)
+    ]
+    pruner = threading.Thread(target=prune_all_along)
+    with counted_starts(backend) as counted, worker_running(workers[0]):
+        with worker_running(workers[1]):
+            pruner.start()
+            try:
+                wait_until(lambda: len(ran) == 24, timeout=60, description="every job ran")
+            finally:
+                pruning.set()
+                pruner.join()
+        by_group = {g: [at.timestamp() for at in counted(f"default\x1f{g}")] for g in "abc"}
+    assert deleted[0] > 0, "the prune deleted slots as it went"
+    for group in "abc":
+        assert len(by_group[group]) == 8, group
+        assert most_in_a_window(by_group[group], 0.3) == 1, group
+
+
+def test_a_prune_keeps_a_slot_a_claim_stamps_meanwhile(backend: Backend) -> None:
+    """The prune finds a key idle, but a claim's transaction has just stamped its slot: the
+    prune's delete waits for it, sees the new start, and keeps the slot (deleted, the key
+    would start again on a fresh slot inside the window)."""
+    hold_back_groups(backend, ["x"], 1_000)
+    table = f"{backend.job_table}_rate_slots"
+    backend.execute(f"UPDATE {table} SET used_at = '1970-01-02 00:00:00'")
+    now = "UTC_TIMESTAMP(6)" if backend.name == "mysql" else "statement_timestamp()"
+    deleted: list[int] = []
+    with connection(backend) as claim, connection(backend) as pruner:
+        claim.cursor().execute(f"UPDATE {table} SET used_at = {now}")
+        dialect = dialect_for(pruner, backend.job_table, backend.archived_job_table)
+        thread = threading.Thread(target=lambda: deleted.append(prune_slots(pruner, dialect)))
+        thread.start()
+        time.sleep(0.5)  # the prune has read the slot as idle, and waits on its lock
+        claim.commit()
+        thread.join(10)
+        pruner.commit()
+    assert deleted == [0]
+    assert len(backend.query(f"SELECT slot FROM {table} WHERE bucket = %s", ("default\x1fx",))) == 1

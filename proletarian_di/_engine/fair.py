@@ -46,17 +46,22 @@ class FairTurns:
         """The next group's first due job, locked in the transaction open on `conn` (a
         held-mode `JobRow`, or with `lease` the row `Dialect._lease` takes); [] if none.
 
-        With a rate limit by group key (`gate`), a group without a free slot is passed
-        over (its row stays locked until the transaction ends, unrun) and the next one
-        tried; when none is left the gate makes the threads sleep."""
+        With a rate limit by group key (`gate`), a group without a free slot is passed over
+        (its row stays locked until the transaction ends, unrun), and the turn's next scans
+        read each group's slots beside its jobs, so they pass over the groups without one,
+        however many: a claim whose group has a free slot reads no slot more than before.
+        When none is left the gate learns when to wake the threads."""
         limited = gate if gate is not None and gate.by_group else None
+        slots = None
         after: str | None = self.after
         ungrouped_tried, restarted = False, after == ""
         for _ in range(MAX_TRIES):
-            row = dialect.fair_claim(conn, self.queue, after, now, lease)
-            if row is None or (limited is not None and self._held(conn, dialect, row, limited)):
+            row = dialect.fair_claim(conn, self.queue, after, now, lease, slots)
+            if row is None or (limited is not None and not limited.take(conn, dialect, row[-1])):
                 if row is not None and after is not None:
-                    after = row[-1]  # that group is held back: on to the next
+                    assert limited is not None
+                    slots = limited.group_slots  # from here on, held groups are passed over
+                    after = row[-1]
                     continue
                 if after is None:  # the jobs without a key had their turn
                     if row is None and not dialect.fair_index_has_all:
@@ -75,19 +80,15 @@ class FairTurns:
                 self.after = group
             return [tuple(job)]
         if limited is not None:
-            limited.all_held()
+            limited.all_held(conn, dialect)
         return []
 
     def _ungrouped_due(self, dialect: Dialect) -> bool:
         """Whether the jobs without a key have their turn now (see `_none_ungrouped_until`)."""
         return dialect.fair_index_has_all or time.monotonic() >= self._none_ungrouped_until
 
-    @staticmethod
-    def _held(conn: Any, dialect: Dialect, row: tuple[Any, ...], gate: RateGate) -> bool:
-        """Whether the row's group has no free slot (known already, or found so now)."""
-        group = row[-1]
-        return gate.held(group) or not gate.take(conn, dialect, group)
-
 
 MAX_TRIES = 32
-"""The most claims one fair turn makes, past groups held back by a rate limit."""
+"""The most claims one fair turn makes: past the end of the keys and the jobs without one,
+and past groups whose free slot another claim took between the scan and the take (or whose
+bucket is a digest, which the scan cannot read)."""

@@ -186,7 +186,10 @@ class HeldMode(Steps):
         if rows is not None:
             return rows
         if self.fair is not None:
-            session.dialect.begin(session.conn)
+            if self.running_slots is None:
+                session.dialect.begin(session.conn)
+            elif not session.take_running_slot(self.running_slots):
+                return []  # every running slot is taken: nothing is claimed
             return self.fair.claim(session.conn, session.dialect, self.clock(), gate=self.rates)
         if self.running_slots is None:
             return session.claim(self.options.queue, self.clock(), limit, self.claim_start(slot))

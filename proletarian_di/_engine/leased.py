@@ -53,9 +53,7 @@ class LeaseMode(Steps):
             if self.rates is None and self.fair is None:
                 claimed = dialect.lease_claim(conn, *claim)
             else:
-                rates = self.rates
-                take = None if rates is None or rates.by_group else rates.take
-                claimed = dialect.lease_claim_by(conn, claim, self._fair_select(claim), take)
+                claimed = dialect.lease_claim_by(conn, claim, self._fair_select(claim), self._take)
             rows = self._claimed(conn, dialect, claimed, claim, slot)
             dialect.rollback(conn)
         outcomes: list[bool] = []
@@ -74,6 +72,15 @@ class LeaseMode(Steps):
         return LeaseClaim(
             self.options.queue, self.clock(), limit, start, self.options.lease_ms, lease_token()
         )
+
+    def _take(self, conn: Any, dialect: Dialect) -> bool:
+        """Whether a lease claim under a rate limit or fair turns commits: not on a paused
+        queue, whose rows go back with the slot their start took (in the claim's select, by
+        group key), and only with a slot taken (by queue)."""
+        if self.pauses.check(dialect.session(conn)):
+            return False
+        rates = self.rates
+        return rates is None or rates.by_group or rates.take(conn, dialect)
 
     def _fair_select(self, claim: LeaseClaim) -> Callable[[Any], list[Any]] | None:
         """`fair`: what selects the rows a lease claim takes, the next group's turn."""

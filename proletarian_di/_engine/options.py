@@ -212,24 +212,18 @@ def check_lease_mode(settings: WorkerSettings) -> None:
 
 
 def check_fair(settings: WorkerSettings) -> None:
-    """`fair`: refuse what would claim past the group's turn."""
+    """`fair`: refuse what would claim past the group's turn. A rate limit by group key
+    implies it: a plain claim would wait behind the first job of a group held back, where
+    a fair one goes on to the next group."""
     rate = settings.rate_limit
-    if rate is not None and rate.by == "group_key" and not settings.fair:
-        raise ConfigurationError(
-            "rate_limit by='group_key' needs fair=True: a plain claim would wait behind the "
-            "first job of a group held back, where a fair one goes on to the next group"
-        )
+    if rate is not None and rate.by == "group_key" and settings.fair is False:
+        object.__setattr__(settings, "fair", True)
     if not settings.fair:
         return
     if settings.batch_size > 1:
         raise ConfigurationError(
             "fair=True and batch_size > 1 cannot go together: a fair claim takes one job "
             "of the next group key at a time; use worker_threads for more at once"
-        )
-    if settings.max_running is not None:
-        raise ConfigurationError(
-            "fair=True and max_running cannot go together yet: the running slots are taken "
-            "in the plain claim's statement"
         )
 
 

@@ -20,11 +20,13 @@ can be free before. A slot that is free but held by a claim in flight (or, in he
 running job) only makes the thread that met it wait as an idle thread does, until woken or
 its next poll: that claim may roll back.
 
-Limited by group key (`by="group_key"`, with `fair=True`), a group without a free slot is
-passed over: the fair claim goes on to the next group key, and the worker remembers until
-when that group is held back. Only when every due group is held back do its threads sleep,
-until the first of them is free again. A group's slots are written the first time the
-worker meets it, on a connection of its own.
+Limited by group key (`by="group_key"`, which implies `fair=True`), a group without a free
+slot is passed over; once a turn has met one, its next scans read each group's slots beside
+its jobs (`Dialect.fair_claim`), so they pass over every held group, however many: the claim
+goes on to the next group key with a free slot. When no due group has one, the threads go
+idle as when no job is due (a new job wakes them, or their next poll), and the worker also
+wakes when the first slot of the queue's groups is a period old. A group's slots are written
+the first time the worker meets it, on a connection of its own.
 """
 
 from __future__ import annotations
@@ -38,12 +40,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from .._store.dialects import Dialect, is_transient
+from .._store.dialects import Dialect, GroupSlots, is_transient
 from .._store.tables import UPGRADE_HINT
 from ..errors import ConfigurationError, SchemaError
 
 MAX_RATE_LIMIT = 10_000
 """The most starts a period a limit may allow: one row each."""
+
+PRUNE_MOST = 1_000
+"""The most group keys whose idle slots one prune deletes (a worker prunes once a minute)."""
 
 ENSURE_TRIES = 5
 """Tries of writing a queue's slots at a worker's start (workers started at once may
@@ -53,7 +58,7 @@ deadlock on MySQL: each try but the last that fails so is rolled back and made a
 @dataclasses.dataclass(frozen=True)
 class RateLimit:
     """At most `limit` job starts of the worker's queue (`by="queue"`), or of each of its
-    group keys (`by="group_key"`, with `fair=True`), in any window of `period_ms`
+    group keys (`by="group_key"`, which implies `fair=True`), in any window of `period_ms`
     milliseconds, over every process and thread (`create_queue_worker(rate_limit=...)`).
     A start is counted when its job is claimed, by the database's clock, in the claim's
     transaction: a claim rolled back does not count."""
@@ -75,6 +80,19 @@ class RateLimit:
             raise ConfigurationError(
                 f"RateLimit's by must be 'queue' or 'group_key', got {self.by!r}"
             )
+
+
+def prune_slots(conn: Any, dialect: Dialect, most: int = PRUNE_MOST) -> int:
+    """Delete the slots of the group keys idle for longer than their period, at most `most`
+    keys (the caller commits); how many rows went. A deadlock with the claims (MySQL) is
+    rolled back: the next prune deletes them."""
+    try:
+        return dialect.prune_rate_slots(conn, most)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        dialect.rollback(conn)
+        return 0
 
 
 def check_rate_limit(value: Any) -> RateLimit | None:
@@ -102,8 +120,8 @@ def bucket_of(queue: str, group_key: str | None) -> str:
 
 class RateGate:
     """One worker's side of its queue's rate limit: it makes sure the slots exist, takes one
-    for each claim, and knows how long its threads should sleep when none was free (and,
-    by group key, which groups are held back until when)."""
+    for each claim, and knows how long its threads should sleep when none was free (by
+    group key: when to wake them, the first held group's slot free again)."""
 
     def __init__(self, rate: RateLimit, queue: str, polling_interval_s: float) -> None:
         self.rate, self.queue = rate, queue
@@ -112,8 +130,14 @@ class RateGate:
         self._lock = threading.Lock()
         self._held_back_until = 0.0
         """When (`time.monotonic()`) a slot is expected to be free again."""
-        self._groups_held: dict[str, float] = {}
-        """By group key: until when (`time.monotonic()`) it has no free slot."""
+        prefix = bucket_of(queue, "")
+        self.group_slots = GroupSlots(
+            prefix, BUCKET_LENGTH - len(prefix), rate.limit, rate.period_ms
+        )
+        """By group key: what a fair claim passes over the groups without a free slot with."""
+        self.free_at: Callable[[float], None] = lambda epoch: None
+        """By group key: where the worker learns when (wall-clock seconds) a slot of a held
+        group is free again, to wake then."""
         self._ensured: set[str] = set()
         self.connect: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
         """A connection beside the claim's, where a new group's slots are written."""
@@ -152,15 +176,16 @@ class RateGate:
             self._ensure_elsewhere(bucket)
         if dialect.take_rate_slot(conn, bucket, rate.limit, rate.period_ms):
             return True
+        if self.by_group:
+            if not dialect.rate_slots_short(conn, bucket, rate.limit):
+                return False  # another claim took the free slot: on to the next group
+            self._ensure_elsewhere(bucket)  # pruned since this worker wrote them
+            return dialect.take_rate_slot(conn, bucket, rate.limit, rate.period_ms)
         free_in = dialect.next_rate_slot_s(conn, bucket, rate.limit, rate.period_ms)
         if free_in is None:
             return False  # a slot is free but held by a claim in flight: no wait for all
-        until = time.monotonic() + free_in
         with self._lock:
-            if self.by_group:
-                self._groups_held[group_key or ""] = until
-            else:
-                self._held_back_until = until
+            self._held_back_until = time.monotonic() + free_in
         return False
 
     def _ensure_elsewhere(self, bucket: str) -> None:
@@ -172,25 +197,17 @@ class RateGate:
             self._write_slots(conn, self.dialect_of(conn), bucket)
             conn.commit()
 
-    def held(self, group_key: str) -> bool:
-        """By group key: whether the group is known to have no free slot now."""
-        with self._lock:
-            until = self._groups_held.get(group_key)
-            if until is None:
-                return False
-            if until <= time.monotonic():
-                del self._groups_held[group_key]
-                return False
-            return True
+    def prune(self, conn: Any, dialect: Dialect) -> int:
+        """By group key: `prune_slots`, run by the worker's registry beat."""
+        return prune_slots(conn, dialect)
 
-    def all_held(self) -> None:
-        """By group key: a claim found no due job of a group with a free slot; the threads
-        sleep until the first held group is free again (if any is held)."""
-        with self._lock:
-            now = time.monotonic()
-            waits = [until for until in self._groups_held.values() if until > now]
-            if waits:
-                self._held_back_until = min(waits)
+    def all_held(self, conn: Any, dialect: Dialect) -> None:
+        """By group key: a fair claim found no due job of a group with a free slot; the
+        worker wakes when the first slot of the queue's groups is free again (if any is
+        taken), besides its usual wake-ups: a new group may come any time."""
+        free_in = dialect.next_group_slot_s(conn, self.group_slots)
+        if free_in is not None:
+            self.free_at(time.time() + free_in)
 
     def wait_s(self) -> float:
         """How long a thread should sleep before it claims again (0: claim now)."""

@@ -129,6 +129,9 @@ class Registration(threading.Thread):
         """Run on the registry's connection besides the beat: the worker's watch over jobs
         that wait on others (`Steps.watch_dependencies`). Every `CHORE_EVERY_S` while it
         returns True (it has work), else once a beat."""
+        self.prune_rates: Callable[[Any, Dialect], object] | None = None
+        """Run with the prune of stale rows (a minute apart, and at the first beat): the
+        idle group keys' rate slots (`RateGate.prune`)."""
         self._chored = time.monotonic()
         self._chore_busy = False
         self._chore_failing: str | None = None
@@ -220,6 +223,9 @@ class Registration(threading.Thread):
                 if self.beats % PRUNE_EVERY == 0:  # a statement of its own: brief locks
                     prune(conn, dialect, self.table, PRUNE_AFTER_S)
                     self._commit(conn)
+                    if self.prune_rates is not None:
+                        self.prune_rates(conn, dialect)
+                        self._commit(conn)
                 if time.monotonic() >= self._sums_up_at:
                     self._sum_up(conn, dialect)
                 if time.monotonic() >= self._rechecks_at:

@@ -13,6 +13,7 @@ from ..tables import Tables
 from . import mysql
 from .base import (
     Dialect,
+    GroupSlots,
     JobRow,
     LeaseClaim,
     LeasedRow,
@@ -29,6 +30,7 @@ from .postgresql import NOTIFY_CHANNEL, PostgresDialect, Wake, read_wake_payload
 __all__ = [
     "NOTIFY_CHANNEL",
     "Dialect",
+    "GroupSlots",
     "JobRow",
     "LeaseClaim",
     "LeasedRow",

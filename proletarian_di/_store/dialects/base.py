@@ -69,6 +69,17 @@ def row_extras(rows: Sequence[Sequence[Any]]) -> tuple[bool, bool, bool]:
     )
 
 
+class GroupSlots(NamedTuple):
+    """A rate limit by group key, as a fair claim reads it: a group whose bucket (`prefix`
+    and the key) has all `limit` slots started within `period_ms` is passed over in the
+    claim's SQL. A key longer than `longest` (its bucket is a digest) is left to the caller."""
+
+    prefix: str
+    longest: int
+    limit: int
+    period_ms: int
+
+
 def reserved(token: str) -> str:
     """The lease of a job its claim took but has not started yet."""
     return RESERVED + token
@@ -303,6 +314,11 @@ class Session:
         """`claim`, if one of the queue's running slots is free: it is taken for the job's
         transaction (none is taken, and nothing claimed, when no job is due)."""
         return self.dialect.claim_in_slot(self.conn, slots, queue, now, limit, start)
+
+    def take_running_slot(self, slots: RunningSlots) -> bool:
+        """Begin the claim's transaction holding one of `slots`, for a claim of its own (a
+        fair one): whether one was free (if not, the transaction is open, holding none)."""
+        return self.dialect.take_running_slot(self.conn, slots)
 
     def release_slot(self) -> None:
         """Give back the slot `claim_in_slot` took, once the job's transaction has ended
@@ -622,6 +638,11 @@ class Dialect:
         """`claim` in a transaction that holds one of `slots`; [] when none is free."""
         raise NotImplementedError
 
+    def take_running_slot(self, conn: Any, slots: RunningSlots) -> bool:
+        """`Session.take_running_slot`: a transaction-level slot, where the database has
+        them."""
+        raise NotImplementedError
+
     def archive(
         self,
         conn: Any,
@@ -719,12 +740,22 @@ class Dialect:
         """The job table, as a fair claim reads it (through the fair index)."""
         return self.job_table
 
+    group_bucket = "%s || group_key"
+    """A job's bucket under a rate limit by group key: the prefix (a parameter), then its key."""
+
     def fair_claim(
-        self, conn: Any, queue: str, after: str | None, now: datetime, lease: bool
+        self,
+        conn: Any,
+        queue: str,
+        after: str | None,
+        now: datetime,
+        lease: bool,
+        slots: GroupSlots | None = None,
     ) -> tuple[Any, ...] | None:
         """Lock the first due job of the first group key past `after` (None: the first due
         job without a key), in the caller's transaction: its claim row (a lease claim's,
-        with `lease`) followed by its group key; None if there is none."""
+        with `lease`) followed by its group key; None if there is none. With `slots`, the
+        groups without a free slot are passed over in the same scan, however many."""
         columns = f"{self.columns}, last_error, priority, " + (
             "leased_by, trace_context" if lease else "trace_context"
         )
@@ -733,15 +764,46 @@ class Dialect:
             params = self.claim_params(queue, None, now, 1)
         else:
             group = "group_key = ''" if after is None else "group_key <> '' AND group_key > %s"
+            free, free_params = self._free_group(slots)
             sql = (
                 f"SELECT {columns}, group_key FROM {self.fair_source()} WHERE queue = %s "
-                f"AND {group} AND process_at <= %s "
+                f"AND {group}{free} AND process_at <= %s "
                 f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
                 f"ORDER BY {self.fair_order} LIMIT 1 FOR UPDATE SKIP LOCKED"
             )
-            params = (queue, *(() if after is None else (after,)), self.encode_time(now))
+            params = (
+                queue,
+                *(() if after is None else (after,)),
+                *free_params,
+                self.encode_time(now),
+            )
         rows = self.fetchall(conn, sql, params)
         return tuple(rows[0]) if rows else None
+
+    def _free_group(self, slots: GroupSlots | None) -> tuple[str, tuple[Any, ...]]:
+        """The fair claim's condition that a job's group has a free slot, or fewer than its
+        limit written (a group not met yet, or pruned), and its parameters; nothing without
+        `slots` (a digest for a bucket is left to the caller). A read of the group's slots
+        by their key, a job passed over, no lock: the first free slot ends it; a group held
+        back reads its `limit` slots."""
+        if slots is None:
+            return "", ()
+        table, bucket = self.rate_table, self.group_bucket
+        sql = (
+            f" AND (CHAR_LENGTH(group_key) > %s OR EXISTS (SELECT 1 FROM {table} "
+            f"WHERE bucket = {bucket} AND slot < %s AND used_at <= {self.lease_end}) OR "
+            f"(SELECT COUNT(*) FROM {table} WHERE bucket = {bucket} AND slot < %s) < %s)"
+        )
+        params = (
+            slots.longest,
+            slots.prefix,
+            slots.limit,
+            self.lease_seconds(-slots.period_ms),
+            slots.prefix,
+            slots.limit,
+            slots.limit,
+        )
+        return sql, params
 
     def _lease(
         self, conn: Any, claim: LeaseClaim, claimed: list[Any] | None = None
@@ -929,7 +991,9 @@ class Dialect:
             params,
         )
         self.execute(
-            conn, f"UPDATE {table} SET period_ms = %s WHERE bucket = %s", (period_ms, bucket)
+            conn,
+            f"UPDATE {table} SET period_ms = %s WHERE bucket = %s AND period_ms <> %s",
+            (period_ms, bucket, period_ms),
         )
         self.execute(conn, f"DELETE FROM {table} WHERE bucket = %s AND slot >= %s", (bucket, limit))
 
@@ -975,6 +1039,54 @@ class Dialect:
     def id_text(self, column: str) -> str:
         """A job id column as its canonical text, in SQL (as `str(uuid)` writes it)."""
         return f"CAST({column} AS TEXT)"
+
+    def rate_slots_short(self, conn: Any, bucket: str, limit: int) -> bool:
+        """Whether the bucket has fewer than `limit` slots written (a group met for the first
+        time, or pruned since). A plain read."""
+        sql = f"SELECT COUNT(*) FROM {self.rate_table} WHERE bucket = %s AND slot < %s"
+        [(count,)] = self.fetchall(conn, sql, (bucket, limit))
+        return bool(count < limit)
+
+    rate_idle = "used_at < statement_timestamp() - make_interval(secs => period_ms / 1000.0)"
+    """A slot whose last start is more than its own period old (by the database's clock)."""
+
+    def prune_rate_slots(self, conn: Any, most: int) -> int:
+        """Delete the slots of up to `most` group keys whose every slot is more than its
+        period old, in the caller's transaction: how many rows went. Each row is deleted
+        only if it still is (a claim that stamps one meanwhile keeps it), so a key starts
+        again on free slots only where its last start is a period old: the limit holds. A
+        key met again gets its slots written again."""
+        table = self.rate_table
+        buckets = [
+            bucket
+            for (bucket,) in self.fetchall(
+                conn,
+                f"SELECT bucket FROM {table} WHERE bucket LIKE %s GROUP BY bucket "
+                f"HAVING MIN(CASE WHEN {self.rate_idle} THEN 1 ELSE 0 END) = 1 LIMIT %s",
+                ("%\x1f%", most),
+            )
+        ]
+        if not buckets:
+            return 0
+        marks = ", ".join(["%s"] * len(buckets))
+        sql = f"DELETE FROM {table} WHERE bucket IN ({marks}) AND {self.rate_idle}"
+        return self.execute_count(conn, sql, buckets)
+
+    def next_group_slot_s(self, conn: Any, slots: GroupSlots) -> float | None:
+        """By group key, after a fair claim found no group with a free slot: seconds until
+        the first slot of the queue's groups started within a period is a period old (None:
+        none is). A plain read of the slots' key range."""
+        pattern = slots.prefix.replace("|", "||").replace("%", "|%").replace("_", "|_") + "%"
+        [(oldest, now)] = self.fetchall(
+            conn,
+            f"SELECT MIN(used_at), {self.db_now} FROM {self.rate_table} "
+            f"WHERE bucket LIKE %s ESCAPE '|' AND slot < %s AND used_at > {self.lease_end}",
+            (pattern, slots.limit, self.lease_seconds(-slots.period_ms)),
+        )
+        if oldest is None:
+            return None
+        since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
+        return max(0.0, slots.period_ms / 1000 - since)
 
     def forget_claims(self, conn: Any, table: str, job_ids: Sequence[Any]) -> None:
         """Drop the claim counts of jobs that left the queue, in their own transaction."""

@@ -74,6 +74,8 @@ class MySQLDialect(Dialect):
     db_now = "UTC_TIMESTAMP(6)"
     lease_end = "UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND"
     insert_ignore = ("INSERT IGNORE INTO", "")
+    group_bucket = "CONCAT(%s, group_key)"
+    rate_idle = "used_at < UTC_TIMESTAMP(6) - INTERVAL period_ms * 1000 MICROSECOND"
     fair_order = "group_key, priority_rank, process_at, job_id"
     fair_index_has_all = True  # no partial index; and a scan of the claim index for the
     # jobs without a key would keep a lock on every grouped job it passes over
@@ -878,6 +880,10 @@ class MySQLSession(Session):
         if self.slot is None:
             return []
         return dialect.claim(self.conn, queue, now, limit, start, read_committed=True)
+
+    def take_running_slot(self, slots: RunningSlots) -> bool:
+        self.slot = self.dialect.take_slot(self.conn, slots, self.read_committed)
+        return self.slot is not None
 
     def keep_slot(self, slots: RunningSlots) -> bool:
         """A GET_LOCK slot belongs to the session: it outlives the COMMIT by itself."""

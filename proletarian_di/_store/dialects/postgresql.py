@@ -40,6 +40,12 @@ _PLACEHOLDER = re.compile(r"%[sbt%]")
 """psycopg's placeholders (text, binary, either) and its escaped `%`."""
 
 
+_FREE_SLOT = (
+    "SELECT n FROM generate_series(1, %s) AS n WHERE pg_try_advisory_xact_lock(%s, n) LIMIT 1"
+)
+"""The first free running slot (`max_running`), locked for the transaction."""
+
+
 class PostgresDialect(Dialect):
     """PostgreSQL 9.5+ through psycopg 3."""
 
@@ -79,10 +85,8 @@ class PostgresDialect(Dialect):
         )
         # A transaction-level advisory lock per running job: the first free slot, if any,
         # taken in the claim's own statement and released by its COMMIT or ROLLBACK.
-        self.slot_claim_sql = (
-            "WITH slot AS (SELECT n FROM generate_series(1, %s) AS n "
-            "WHERE pg_try_advisory_xact_lock(%s, n) LIMIT 1) "
-            + self.claim_statement("EXISTS (SELECT 1 FROM slot) AND ")
+        self.slot_claim_sql = f"WITH slot AS ({_FREE_SLOT}) " + self.claim_statement(
+            "EXISTS (SELECT 1 FROM slot) AND "
         )
         tag = hashlib.blake2s(f"{job} {self.archived_job_table}".encode(), digest_size=4)
         self._statements = {
@@ -362,6 +366,12 @@ class PostgresDialect(Dialect):
         if missing:
             conn.execute("; ".join(self._prepare_one[name] for name in missing))
         return self._prepared
+
+    def take_running_slot(self, conn: Any, slots: RunningSlots) -> bool:
+        """The first free slot's transaction-level advisory lock, as the claim in a slot
+        takes it (`slot_claim_sql`), released by the COMMIT or ROLLBACK."""
+        self.begin(conn)
+        return bool(self.fetchall(conn, _FREE_SLOT, (slots.size, slots.key)))
 
     def take_rate_slot(self, conn: Any, bucket: str, limit: int, period_ms: int) -> bool:
         """One statement: the free slot is locked and stamped in the same UPDATE. The slot
