@@ -378,6 +378,7 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ),
         ("workflow_enqueue", f"Workflow.enqueue, a fan-in of {WORKFLOW_JOBS:,} jobs"),
         ("drain_fan_in", f"drain of {FAN_IN:,} jobs and a callback waiting on them all, 4 threads"),
+        ("drain_beside_blocked", f"drain, 4 threads, beside {BLOCKED:,} blocked jobs"),
         ("fan_out", f"one parent's end releasing {FAN_OUT:,} dependents: dependents/s"),
         ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),
         ("rated_lease", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()}, lease mode"),
