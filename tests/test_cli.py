@@ -264,7 +264,9 @@ def test_stats_never_cuts_a_number(db, columns, monkeypatch):
         123456789012,
         43,
     )
-    monkeypatch.setattr(console, "width", columns)
+    monkeypatch.setattr(
+        console, "_width", columns
+    )  # restored to None: the width follows COLUMNS again
     table = run("stats", "-d", db.url)
     assert table.exit_code == 0, table.output
     assert max(len(line) for line in table.stdout.splitlines()) <= columns, table.stdout

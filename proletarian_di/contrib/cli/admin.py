@@ -317,6 +317,8 @@ _STATS_COLUMNS = (
 )
 _STATS_CAPTION = "Due counts the running jobs too; Oldest is the oldest due job's wait."
 _QUEUE_MIN_WIDTH = 8
+_QUEUE_WHOLE_WIDTH = 24
+"""Headers fold onto two lines before a queue name up to this long does."""
 _UNBOUNDED = 10_000
 """A width no table of figures reaches: to measure one as it is, unsqueezed."""
 
@@ -368,8 +370,10 @@ def _stats_table(
         return built
 
     unbounded = console.options.update_width(_UNBOUNDED)
-    for fold in (False, True):
-        if Measurement.get(console, unbounded, table(fold, _QUEUE_MIN_WIDTH)).maximum <= width:
+    label = max([_QUEUE_MIN_WIDTH] + [len(f"{row.queue} (paused)") for row in rows])
+    whole = min(label, _QUEUE_WHOLE_WIDTH)
+    for fold, queue_width in ((False, whole), (True, whole), (True, _QUEUE_MIN_WIDTH)):
+        if Measurement.get(console, unbounded, table(fold, queue_width)).maximum <= width:
             return table(fold, None)
     lines = [_escape(where)]
     for row, values in zip(rows, figures, strict=True):
