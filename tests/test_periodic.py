@@ -455,6 +455,7 @@ def test_a_database_error_is_logged_and_the_tick_enqueued_once_it_is_back(
             finally:
                 rename(schedules, f"{table}_away", table)
             wait_until(lambda: len(enqueued(schedules)) == 1)
+            wait_until(lambda: log.named("periodic_enqueued"))  # logged once it has committed
             assert [e["tick"] for e in log.named("periodic_enqueued")] == [at("2026-05-01 10:01")]
     finally:
         source.close()
