@@ -114,7 +114,10 @@ def test_depending_on_jobs_that_already_ended(pg: Backend, driver: Any) -> None:
     pool = pg.pool(2)
     try:
         with worker_running(create_queue_worker(pool, handler, polling_interval_ms=50)):
-            wait_until(lambda: state(pg, never) == "cancelled", timeout=20)
+            wait_until(
+                lambda: (state(pg, never), state(pg, runs)) == ("cancelled", "succeeded"),
+                timeout=20,
+            )
     finally:
         pool.close()  # type: ignore[attr-defined]
     with connection(pg) as conn:
