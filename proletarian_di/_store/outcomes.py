@@ -272,8 +272,11 @@ def summed_hours(
     conn: Any, dialect: Dialect, since: datetime, now: datetime
 ) -> dict[datetime, datetime | None]:
     """The summed hours from `since` to the current one: when each was last found true
-    (None: never, or a schema without check times)."""
-    column = "checked_at" if _checks(conn, dialect) else "NULL"
+    (None: never, or a schema without check times); none on a schema without the table."""
+    columns = dialect.table_columns(conn, dialect.outcomes_table)
+    if not columns:
+        return {}
+    column = "checked_at" if "checked_at" in columns else "NULL"
     return {
         _utc(dialect.decode_time(hour)): None if at is None else _utc(dialect.decode_time(at))
         for hour, at in dialect.fetchall(

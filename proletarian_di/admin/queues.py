@@ -344,8 +344,6 @@ def hourly_sums(
     rows."""
     dialect = dialect_of(conn, tables)
     now = _utc(now or datetime.now(timezone.utc))
-    if not dialect.table_columns(conn, dialect.outcomes_table):
-        return HourlySums(0, None)
     checks = summed_hours(conn, dialect, first_hour(now), now)
     times = [at for at in checks.values() if at is not None]
     return HourlySums(len(checks), min(times) if len(times) == len(checks) and times else None)
@@ -375,8 +373,6 @@ def recount_hours(
     dialect = dialect_of(conn, tables)
     now = _utc(now or datetime.now(timezone.utc))
     since = first_hour(now) if since is None else _utc(since)
-    if not dialect.table_columns(conn, dialect.outcomes_table):
-        return RecountedHours([], [])
     checked = sorted(summed_hours(conn, dialect, since, now))
     changed = [hour for hour in checked if recount(conn, dialect, hour, now)]
     return RecountedHours(checked, changed)
