@@ -270,3 +270,30 @@ def test_a_claim_in_a_running_slot_rides_on_the_archive_too(pg):
     assert any("PREPARE proletarian_slot_" in s for s in log.statements)
     prepared = [s for s in log.statements if "PREPARE proletarian_slot_" in s]
     assert "pg_try_advisory_xact_lock" in prepared[0]
+
+
+@pytest.mark.parametrize("tricky", ["it's", "back\\slash", "ünï 😀", "x'); DROP TABLE t; --"])
+def test_a_fair_turn_rides_on_the_archive_too(pg, tricky):
+    """`fair=True`: each archive's COMMIT is followed, in the same simple query, by the
+    next turn's scan (a statement prepared once per connection), and the turns still
+    alternate between the groups, whatever their keys hold."""
+    for n in range(3):
+        for group in ("a", tricky):
+            enqueue_committed(pg, ("noop", f"{group}-{n}"), group_key=group)
+    ran: list[str] = []
+    log = StatementLog()
+    with logged_pool(pg.url, log) as pool:
+        worker = create_queue_worker(
+            pool, lambda t, p: ran.append(p), fair=True, polling_interval_ms=10
+        )
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 6)
+    assert ran == [f"{g}-{n}" for n in range(3) for g in ("a", tricky)]
+    archives = [s for s in log.about_jobs() if s.startswith("EXECUTE proletarian_archive_")]
+    assert len(archives) == 6
+    for archive in archives:
+        _, committed, rest = archive.partition("; COMMIT; ")
+        assert committed and rest.startswith("BEGIN; EXECUTE proletarian_fair_"), rest
+    prepared = [s for s in log.statements if "PREPARE proletarian_fair_" in s]
+    assert prepared and "group_key > $2" in prepared[0]
+    assert pg.jobs() == []
