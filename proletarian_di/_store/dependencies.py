@@ -113,13 +113,8 @@ def waited_on(conn: Any, dialect: Dialect, parents: Sequence[Any], alone: bool =
     """Whether a job waits on one of these parents still (its end not written): only then is
     a parent's end more work than a plain job's (`ended`). `alone`: read in no transaction
     where the connection is in none (`Dialect.fetchone_alone`)."""
-    among, params = dialect.any_of("parent_id", parents)
-    return (dialect.fetchone_alone if alone else dialect.fetchone)(
-        conn,
-        f"SELECT 1 FROM {dialect.dependencies_table} WHERE {among} "
-        "AND parent_status IS NULL LIMIT 1",
-        params,
-    ) is not None
+    sql, params = dialect.waited_on(parents)
+    return (dialect.fetchone_alone if alone else dialect.fetchone)(conn, sql, params) is not None
 
 
 def _shown(raw_id: Any) -> str:

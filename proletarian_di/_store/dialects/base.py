@@ -309,6 +309,12 @@ class Session:
         if self.claimed_ahead() is not None:
             self.dialect.rollback(self.conn)
 
+    def waited_on(self, job_ids: Sequence[Any]) -> bool:
+        """Whether a job waits on one of these (held-mode) jobs still, read in their
+        transaction: only then is their success more work than a plain job's."""
+        sql, params = self.dialect.waited_on(job_ids)
+        return self.dialect.fetchone(self.conn, sql, params) is not None
+
     def begin(self) -> None:
         """Open the claim's transaction, where the connection is in autocommit."""
         self.dialect.begin(self.conn)
@@ -1062,6 +1068,19 @@ class Dialect:
         since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
         left = period_ms / 1000 - since
         return left if left > 0 else None
+
+    def waited_on(self, parents: Sequence[Any]) -> tuple[str, list[Any]]:
+        """The read of whether a job waits on one of `parents` still (its end not written),
+        and its parameters: a row if so (`_dependencies.waited_on`)."""
+        among, params = self.any_of("parent_id", parents)
+        return self._waited_sql.format(among=among), params
+
+    @functools.cached_property
+    def _waited_sql(self) -> str:
+        return (
+            f"SELECT 1 FROM {self.dependencies_table} WHERE {{among}} "
+            "AND parent_status IS NULL LIMIT 1"
+        )
 
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """The condition that `column` is one of `values` (not empty), and its parameters:

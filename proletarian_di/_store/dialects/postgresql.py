@@ -84,6 +84,8 @@ class PostgresDialect(Dialect):
             _fill(self.archive_sql, *many) + "; COMMIT",
             "BEGIN; " + _fill(self.fair_turn_sql, "{queue}", "{after}", "{now}"),
         )
+        # Not prepared: a schema before the workflows step lacks its table.
+        self._waited_text = self._waited_sql.format(among="parent_id = ANY({ids}::uuid[])")
         # A transaction-level advisory lock per running job: the first free slot, if any,
         # taken in the claim's own statement and released by its COMMIT or ROLLBACK.
         self.slot_claim_sql = f"WITH slot AS ({_FREE_SLOT}) " + self.claim_statement(
@@ -878,6 +880,13 @@ class PostgresSession(Session):
         self.prepared = self.dialect._inline
         return _run(conn, text_of(self.prepared))
 
+    def waited_on(self, job_ids: Sequence[Any]) -> bool:
+        """A simple query, the ids inlined, on a worker's connection: a cursor's parameters
+        cost the client about as much as the read itself."""
+        if self._templates() is None or not all(type(i) is uuid.UUID for i in job_ids):
+            return super().waited_on(job_ids)
+        return bool(_run(self.conn, self.dialect._waited_text.format(ids=_uuid_array(job_ids))))
+
     def _fair_text(self, hot: _HotPath, queue: str, after: str, now: datetime) -> str:
         text = hot.fair.format(
             queue=self.dialect.quoted(self.conn, queue),
@@ -995,7 +1004,7 @@ class PostgresSession(Session):
         if len(job_ids) == 1:
             template, ids, started = hot.archive_one, f"'{job_ids[0]}'", starts[0]
         else:
-            template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
+            template, ids = hot.archive_many, _uuid_array(job_ids)
             started = f"'{{{','.join(text.strip(chr(39)) for text in starts)}}}'"
         worker = "NULL" if runs.worker is None else self.dialect.quoted(self.conn, runs.worker)
         return template.format(
@@ -1079,6 +1088,11 @@ def keepalives(timeout_ms: int, server_version: int) -> str:
     if server_version >= 120000:
         sets.append(f"tcp_user_timeout = {int(timeout_ms)}")
     return "".join(f"; SET {setting}" for setting in sets)
+
+
+def _uuid_array(job_ids: Sequence[uuid.UUID]) -> str:
+    """An array literal of job ids (their text holds no quote or brace)."""
+    return f"'{{{','.join(map(str, job_ids))}}}'"
 
 
 def _literal(conn: Any, text: str) -> str:
