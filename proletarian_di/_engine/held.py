@@ -96,7 +96,7 @@ class Batch:
             return
         ids, now = [i for i, _ in self.succeeded], runner.clock()
         runs = Runs([job.started_at for _, job in self.succeeded], self.succeeded[0][1].worker)
-        if runner.waited_on(session.conn, session.dialect, ids, session=session):
+        if runner.waited_on(session.conn, session.dialect, ids):
             dialect = session.dialect
             dialect.archive(
                 session.conn, ids, "success", now, started=runs.started, worker=runs.worker

@@ -26,14 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._common.logging import default_log, describe, error_text, safe_log, wanted
 from .._common.types import Handler, LogFn
 from .._store import dependencies as _dependencies
-from .._store.dialects import (
-    Dialect,
-    JobRow,
-    LeasedRow,
-    Session,
-    TransactionLost,
-    dialect_for,
-)
+from .._store.dialects import Dialect, JobRow, LeasedRow, TransactionLost, dialect_for
 from .._store.dialects.base import running_slots
 from ..errors import (
     ArgumentTypeError,
@@ -364,22 +357,14 @@ class Steps:
         return self.graph_active
 
     def waited_on(
-        self,
-        conn: Any,
-        dialect: Dialect,
-        raw_ids: Sequence[Any],
-        alone: bool = False,
-        session: Session | None = None,
+        self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any], alone: bool = False
     ) -> bool:
         """Whether a success of these jobs has an end to write (`writes_ends`, and one of
         them has a job waiting on it): the others are archived as plain jobs are, however
-        many jobs wait elsewhere. `alone`: see `_dependencies.waited_on`; `session`: read
-        through it (a worker's prepared statement)."""
-        if self.graph_active is False or not self.writes_ends(conn, dialect):
-            return False
-        if session is not None:
-            return session.waited_on(raw_ids)
-        return _dependencies.waited_on(conn, dialect, raw_ids, alone)
+        many jobs wait elsewhere. `alone`: see `Dialect.waited_on`."""
+        return self.graph_active is not False and (
+            self.writes_ends(conn, dialect) and dialect.waited_on(conn, raw_ids, alone)
+        )
 
     def _blocked_now(self, conn: Any, dialect: Dialect) -> bool:
         """Read whether some job waits on others now, into `graph_active` (False on a schema

@@ -309,12 +309,6 @@ class Session:
         if self.claimed_ahead() is not None:
             self.dialect.rollback(self.conn)
 
-    def waited_on(self, job_ids: Sequence[Any]) -> bool:
-        """Whether a job waits on one of these (held-mode) jobs still, read in their
-        transaction: only then is their success more work than a plain job's."""
-        sql, params = self.dialect.waited_on(job_ids)
-        return self.dialect.fetchone(self.conn, sql, params) is not None
-
     def begin(self) -> None:
         """Open the claim's transaction, where the connection is in autocommit."""
         self.dialect.begin(self.conn)
@@ -1069,11 +1063,13 @@ class Dialect:
         left = period_ms / 1000 - since
         return left if left > 0 else None
 
-    def waited_on(self, parents: Sequence[Any]) -> tuple[str, list[Any]]:
-        """The read of whether a job waits on one of `parents` still (its end not written),
-        and its parameters: a row if so (`_dependencies.waited_on`)."""
+    def waited_on(self, conn: Any, parents: Sequence[Any], alone: bool = False) -> bool:
+        """Whether a job waits on one of `parents` still (its end not written): only then is
+        a parent's end more work than a plain job's. `alone`: read in no transaction where
+        the connection is in none (`fetchone_alone`)."""
         among, params = self.any_of("parent_id", parents)
-        return self._waited_sql.format(among=among), params
+        sql = self._waited_sql.format(among=among)
+        return (self.fetchone_alone if alone else self.fetchone)(conn, sql, params) is not None
 
     @functools.cached_property
     def _waited_sql(self) -> str:

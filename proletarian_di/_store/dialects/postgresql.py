@@ -426,6 +426,18 @@ class PostgresDialect(Dialect):
         with _single_statement(conn, commit=False):
             return self.fetchone(conn, sql, params)
 
+    def waited_on(self, conn: Any, parents: Sequence[Any], alone: bool = False) -> bool:
+        """A simple query with the ids inlined, where they are UUIDs: a cursor's parameters
+        cost the client about as much as the read (a worker asks before each success while
+        some job is blocked)."""
+        if not all(type(i) is uuid.UUID for i in parents):
+            return super().waited_on(conn, parents, alone)
+        text = self._waited_text.format(ids=_uuid_array(parents))
+        if not alone:
+            return bool(_run(conn, text))
+        with _single_statement(conn, commit=False):
+            return bool(_run(conn, text))
+
     def lease_claim(
         self,
         conn: Any,
@@ -879,13 +891,6 @@ class PostgresSession(Session):
         conn.rollback()
         self.prepared = self.dialect._inline
         return _run(conn, text_of(self.prepared))
-
-    def waited_on(self, job_ids: Sequence[Any]) -> bool:
-        """A simple query, the ids inlined, on a worker's connection: a cursor's parameters
-        cost the client about as much as the read itself."""
-        if self._templates() is None or not all(type(i) is uuid.UUID for i in job_ids):
-            return super().waited_on(job_ids)
-        return bool(_run(self.conn, self.dialect._waited_text.format(ids=_uuid_array(job_ids))))
 
     def _fair_text(self, hot: _HotPath, queue: str, after: str, now: datetime) -> str:
         text = hot.fair.format(
