@@ -297,7 +297,7 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
     expect(page.locator(".flash")).to_contain_text("paused")
     assert set(committed(backend, admin.paused_queues)) == {"billing ", "two\r\nlines"}
 
-    row_of(page, "reports ").get_by_role("link").click()
+    row_of(page, "reports ").get_by_role("rowheader").get_by_role("link").click()
     expect(page.locator("table.jobs tbody tr")).to_have_count(1)
     expect(page.locator(f'tr[data-job-id="{ids["reports "]}"]')).to_be_visible()
     expect(page.get_by_label("Queue", exact=True)).to_have_value("reports ")
@@ -311,7 +311,7 @@ def test_the_page_acts_on_the_queue_it_shows_spaces_and_line_breaks_included(
 
     page.goto(f"{site.url}/admin/")
     lf_job = ids["two\nlines"]
-    row_of(page, "two\nlines").get_by_role("link").click()
+    row_of(page, "two\nlines").get_by_role("rowheader").get_by_role("link").click()
     expect(page.locator("table.jobs tbody tr")).to_have_count(1)
     expect(page.locator(f'tr[data-job-id="{lf_job}"]')).to_be_visible()
     # the text box cannot hold the LF: the form's exact field brings it back

@@ -12,8 +12,9 @@ Every name is importable from here; each module holds one concern:
   `list_jobs` and `list_jobs_page` (and their bounds, `MAX_LIMIT` and `MAX_EXAMINED`), and
   the reading of both tables they share.
 - `queues`: the queues at a glance (`queue_stats`, `overview`, `overview_page`,
-  `throughput`, `recent_failures`, `waiting`), the hourly sums they read (`hourly_sums`,
-  `recount_hours`) and the schema checks (`check`, `missing_columns`).
+  `queue_overview`, `throughput`, `last_hour`, `recent_failures`, `waiting`), the hourly
+  sums they read (`hourly_sums`, `recount_hours`) and the schema checks (`check`,
+  `missing_columns`).
 - `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
 - `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`, `in_batches`,
   and pausing and resuming queues.
@@ -21,7 +22,8 @@ Every name is importable from here; each module holds one concern:
   `delete_archived`, `still_needed`).
 - `search`: `find_jobs` and `failure_groups`.
 - `headline`: an error's first line, which names its group (`error_headline`).
-- `explain`: why a job is not running now (`explain_job`).
+- `explain`: why a job is not running now (`explain_job`), and what holds each queue's
+  due jobs back (`queue_holds`).
 - `workflows`: `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`).
@@ -50,7 +52,7 @@ from .actions import (
 from .actions import pause_queue as pause_queue
 from .actions import paused_queues as paused_queues
 from .actions import resume_queue as resume_queue
-from .explain import Explanation, explain_job
+from .explain import Explanation, Hold, explain_job, queue_holds
 from .headline import HEADLINE_CHARS, error_headline
 from .jobs import (
     MAX_EXAMINED,
@@ -72,9 +74,11 @@ from .queues import (
     ThroughputBucket,
     check,
     hourly_sums,
+    last_hour,
     missing_columns,
     overview,
     overview_page,
+    queue_overview,
     queue_stats,
     recent_failures,
     recount_hours,
@@ -113,6 +117,7 @@ __all__ = [
     "ErrorGroup",
     "ErrorGroups",
     "Explanation",
+    "Hold",
     "HourlyOutcomes",
     "HourlySums",
     "JobInfo",
@@ -144,6 +149,7 @@ __all__ = [
     "hourly_sums",
     "id_fragment",
     "in_batches",
+    "last_hour",
     "list_jobs",
     "list_jobs_page",
     "list_schedules",
@@ -154,6 +160,8 @@ __all__ = [
     "prune_archive",
     "prune_workers",
     "purge_archive",
+    "queue_holds",
+    "queue_overview",
     "queue_stats",
     "recent_failures",
     "recount_hours",

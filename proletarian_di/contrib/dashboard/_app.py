@@ -58,6 +58,12 @@ PAYLOAD_CHARS = 1000
 ID_CHARS = 12
 """The hex digits of a job id a listing shows: its last ones, which tell apart the jobs of one
 millisecond (the first ones are its time); the whole id is the link's title."""
+QUEUE_FAILURES = 10
+"""The latest failures a queue's page lists (its "every failure" link lists them all)."""
+OLDEST_DUE_WARN = timedelta(minutes=1)
+OLDEST_DUE_BAD = timedelta(minutes=5)
+"""How long the oldest due job of a queue may wait before its age is shown as a warning,
+then as bad: a worker that keeps up claims a due job within its polling interval."""
 GROUPS_SHOWN = 200
 """The most error groups the failures page lists."""
 SEARCH_RESULTS = 100
@@ -151,6 +157,23 @@ def dashboard(
 
 
 @dataclasses.dataclass(frozen=True)
+class _Health:
+    """A queue's health at a glance: its last hour by minute (and as a sparkline), and what
+    holds its due jobs back now (`admin.queue_holds`)."""
+
+    minutes: list[admin.ThroughputBucket]
+    sparkline: _chart.Sparkline
+    holds: list[admin.Hold]
+
+    @property
+    def failure_rate(self) -> float | None:
+        """The share of the last hour's finished jobs that failed (None: none finished)."""
+        failed = self.sparkline.failed
+        finished = self.sparkline.succeeded + failed
+        return failed / finished if finished else None
+
+
+@dataclasses.dataclass(frozen=True)
 class _Timings:
     """The timings page's read: a page of queue and job type pairs, each's day with its
     hours, and when."""
@@ -196,6 +219,7 @@ class _Dashboard:
     def routes(self) -> list[Route]:
         return [
             Route("/", self.overview, name="overview"),
+            Route("/queue", self.queue, name="queue"),
             Route("/jobs", self.jobs, name="jobs"),
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
@@ -238,18 +262,7 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
         number = _page(_value(request.query_params, "page"))
-        page, sums = await self.read(
-            lambda conn: (
-                admin.overview_page(
-                    conn,
-                    page=number,
-                    per_page=QUEUES_PER_PAGE,
-                    tables=self.tables,
-                    outcomes=self.outcomes,
-                ),
-                admin.hourly_sums(conn, tables=self.tables),
-            )
-        )
+        page, sums, health = await self.read(lambda conn: self._overview(conn, number))
         here = f"{_base(request)}/"
         return self.render(
             request,
@@ -257,12 +270,82 @@ class _Dashboard:
             "overview.html",
             section="overview",
             queues=page.queues,
+            health=health,
             page=page,
             previous=_url(here, page=number - 1 if number > 2 else None) if number > 1 else None,
             next=_url(here, page=number + 1) if number < page.pages else None,
             chart=_chart.chart(page.last_day if page.total else []),
             sums=sums,
         )
+
+    def _overview(
+        self, conn: Any, number: int
+    ) -> tuple[admin.OverviewPage, admin.HourlySums, dict[str, _Health]]:
+        """A page of the overview, the hourly sums, and each of its queues' health."""
+        page = admin.overview_page(
+            conn, page=number, per_page=QUEUES_PER_PAGE, tables=self.tables, outcomes=self.outcomes
+        )
+        sums = admin.hourly_sums(conn, tables=self.tables)
+        return page, sums, self._health(conn, page.queues)
+
+    def _health(self, conn: Any, queues: list[admin.QueueOverview]) -> dict[str, _Health]:
+        """Each queue's last hour by minute and what holds its due jobs back, in a few reads
+        for all of them."""
+        now = datetime.now(timezone.utc)
+        names = [q.queue for q in queues]
+        minutes = admin.last_hour(conn, names, now=now, tables=self.tables)
+        due = {
+            q.queue: q.queued > 0 or (q.retrying > 0 and q.oldest_due is not None) for q in queues
+        }
+        holds = admin.queue_holds(conn, due, now=now, tables=self.tables)
+        return {
+            q.queue: _Health(minutes[q.queue], _chart.sparkline(minutes[q.queue]), holds[q.queue])
+            for q in queues
+        }
+
+    async def queue(self, request: Request) -> Response:
+        """One queue: its counts, what holds it back, its last hour by minute and its day by
+        hour, its live workers with their options, and its latest failures."""
+        user = await authenticated(self.auth, request)
+        name = _value(request.query_params, "name")
+        if name is None:
+            raise HTTPException(400, "which queue? give its name: /queue?name=…")
+        item, health, workers, failures, missing = await self.read(
+            lambda conn: self._queue(conn, name)
+        )
+        return self.render(
+            request,
+            user,
+            "queue.html",
+            section="overview",
+            q=item,
+            health=health,
+            workers=workers,
+            missing=missing,
+            rows=[(job, self.preview(job)) for job in failures],
+            minutes=_chart.chart(health.minutes, span="hour"),
+            day=_chart.chart(item.last_day),
+        )
+
+    def _queue(self, conn: Any, name: str) -> tuple[Any, ...]:
+        """One queue's overview, health, workers (with why there are none: `missing`), and
+        latest failures."""
+        item = admin.queue_overview(conn, name, tables=self.tables, outcomes=self.outcomes)
+        health = self._health(conn, [item])[name]
+        missing: str | None = None
+        try:
+            workers = admin.list_workers(conn, queue=name, tables=self.tables)
+        except SchemaError as exc:
+            workers, missing = [], str(exc)
+        failures = admin.list_jobs_page(
+            conn,
+            queue=name,
+            state="failed",
+            limit=QUEUE_FAILURES,
+            payload_chars=PAYLOAD_CHARS,
+            tables=self.tables,
+        ).jobs
+        return item, health, workers, failures, missing
 
     async def jobs(self, request: Request) -> Response:
         return await self._listing(request, "jobs")
@@ -1004,11 +1087,42 @@ def _environment() -> jinja2.Environment:
         exact=_exact,
         attr=_attribute,
         short_id=_short_id,
+        age_class=_age_class,
+        percent=_percent,
     )
     env.globals.update(
-        url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
+        url=_url,
+        states=admin.STATES,
+        waiting=WAITING,
+        exact_suffix=EXACT,
+        needs_exact=_needs_exact,
+        oldest_warn=OLDEST_DUE_WARN,
+        oldest_bad=OLDEST_DUE_BAD,
     )
     return env
+
+
+def _age_class(oldest_due: timedelta | None) -> str:
+    """The class of an oldest due job's age: "age-ok" under `OLDEST_DUE_WARN`, "age-warn"
+    under `OLDEST_DUE_BAD`, else "age-bad" ("age-none" when nothing is due)."""
+    if oldest_due is None:
+        return "age-none"
+    if oldest_due < OLDEST_DUE_WARN:
+        return "age-ok"
+    return "age-warn" if oldest_due < OLDEST_DUE_BAD else "age-bad"
+
+
+def _percent(share: float | None) -> str:
+    """A share as a percentage to one decimal, never rounded to 0 % or 100 % when it is
+    not ("-" for none)."""
+    if share is None:
+        return "-"
+    value = share * 100
+    if 0 < value < 0.1:
+        return "<0.1%"
+    if 99.9 < value < 100:
+        return ">99.9%"
+    return f"{value:.1f}%" if 0 < value < 100 else f"{value:.0f}%"
 
 
 def _short_id(job_id: uuid.UUID) -> str:
