@@ -196,11 +196,13 @@ def test_selected_failures_are_retried_after_a_counted_confirmation(site: Site, 
     assert job_state(site.backend, other) == "failed"
 
     page.goto(f"{site.url}/admin/failed/errors")
-    group = page.locator("table.errors tbody tr")
+    group = page.locator("table.errors tbody tr[data-error]")
     expect(group).to_have_count(1)
     expect(group.locator('[data-count="failures"]')).to_have_text("1")
-    group.get_by_role("button", name="Discard all…").click()
-    expect(page.locator("h1.question")).to_contain_text("Discard 1 failed job with the error")
+    cause = page.locator("table.errors tbody tr.cause")
+    expect(cause.locator('[data-count="cause"]')).to_have_text("1")
+    cause.get_by_role("button", name="Discard all…").click()
+    expect(page.locator("h1.question")).to_contain_text("Discard 1 failed job with the cause")
     page.get_by_role("link", name="No, go back").click()
     expect(page).to_have_url(f"{site.url}/admin/failed/errors")
     assert job_state(site.backend, other) == "failed"

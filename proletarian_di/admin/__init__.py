@@ -20,8 +20,9 @@ Every name is importable from here; each module holds one concern:
   and pausing and resuming queues.
 - `retention`: what the archive keeps (`prune_archive`, `purge_archive`,
   `delete_archived`, `still_needed`).
-- `search`: `find_jobs` and `failure_groups`.
-- `headline`: an error's first line, which names its group (`error_headline`).
+- `search`: `find_jobs`, `failure_groups` and `failure_causes`.
+- `headline`: an error's first line, which names its group (`error_headline`), and its
+  cause, the line with its variable parts taken out (`error_cause`).
 - `explain`: why a job is not running now (`explain_job`), and what holds each queue's
   due jobs back (`queue_holds`).
 - `workflows`: `get_workflow` and `get_result`.
@@ -53,7 +54,7 @@ from .actions import pause_queue as pause_queue
 from .actions import paused_queues as paused_queues
 from .actions import resume_queue as resume_queue
 from .explain import Explanation, Hold, explain_job, queue_holds
-from .headline import HEADLINE_CHARS, error_headline
+from .headline import HEADLINE_CHARS, MAX_ERRORS, error_cause, error_headline
 from .jobs import (
     MAX_EXAMINED,
     MAX_LIMIT,
@@ -93,7 +94,10 @@ from .search import (
     SEARCH_ROWS,
     ErrorGroup,
     ErrorGroups,
+    FailureCause,
+    FailureCauses,
     JobSearch,
+    failure_causes,
     failure_groups,
     find_jobs,
     id_fragment,
@@ -107,6 +111,7 @@ __all__ = [
     "BATCH_SIZE",
     "DEFAULT_TABLES",
     "HEADLINE_CHARS",
+    "MAX_ERRORS",
     "MAX_EXAMINED",
     "MAX_LIMIT",
     "SEARCH_FIELDS",
@@ -117,6 +122,8 @@ __all__ = [
     "ErrorGroup",
     "ErrorGroups",
     "Explanation",
+    "FailureCause",
+    "FailureCauses",
     "Hold",
     "HourlyOutcomes",
     "HourlySums",
@@ -139,8 +146,10 @@ __all__ = [
     "check",
     "delete_archived",
     "discard_failed",
+    "error_cause",
     "error_headline",
     "explain_job",
+    "failure_causes",
     "failure_groups",
     "find_jobs",
     "get_job",

@@ -65,7 +65,7 @@ OLDEST_DUE_BAD = timedelta(minutes=5)
 """How long the oldest due job of a queue may wait before its age is shown as a warning,
 then as bad: a worker that keeps up claims a due job within its polling interval."""
 GROUPS_SHOWN = 200
-"""The most error groups the failures page lists."""
+"""The most exact errors the failures page lists, under their causes."""
 SEARCH_RESULTS = 100
 """The most jobs the search page lists."""
 EXACT = "_exact"
@@ -402,15 +402,23 @@ class _Dashboard:
         )
 
     async def errors(self, request: Request) -> Response:
-        """The failures grouped by their error's first line, each group a link to its jobs."""
+        """The failures by cause (`admin.failure_causes`), each with its exact first lines
+        under it, each a link to its jobs; with actions, each cause retried or discarded."""
         user = await authenticated(self.auth, request)
         params = request.query_params
         filters = {"queue": _value(params, "queue"), "job_type": _value(params, "job_type")}
         found = await self.read(
-            lambda conn: admin.failure_groups(
+            lambda conn: admin.failure_causes(
                 conn, queue=filters["queue"], job_type=filters["job_type"], tables=self.tables
             )
         )
+        shown, left = [], GROUPS_SHOWN
+        for cause in found.causes:
+            if left <= 0:
+                break
+            errors = cause.errors[:left]
+            shown.append((cause, errors, len(cause.errors) - len(errors)))
+            left -= len(errors)
         return self.render(
             request,
             user,
@@ -418,8 +426,8 @@ class _Dashboard:
             section="failed",
             filters=filters,
             found=found,
-            groups=found.groups[:GROUPS_SHOWN],
-            hidden_groups=max(0, len(found.groups) - GROUPS_SHOWN),
+            causes=shown,
+            hidden_causes=len(found.causes) - len(shown),
         )
 
     async def search(self, request: Request) -> Response:
@@ -937,7 +945,8 @@ class _Chosen:
     queue: str | None
     job_type: str | None
     state: str | None
-    error: str | None
+    error: str | tuple[str, ...] | None
+    """One error's first line, or those of one cause (the form's `errors`, a JSON list)."""
 
     @classmethod
     def of(cls, form: FormData, action: str) -> _Chosen:
@@ -955,9 +964,13 @@ class _Chosen:
             )
         if action != "cancel" and state not in (None, "failed"):
             raise HTTPException(400, f"{action} acts on failed jobs, not {state}")
-        return cls(
-            ids, _value(form, "queue"), _value(form, "job_type"), state, _value(form, "error")
-        )
+        error: str | tuple[str, ...] | None = _value(form, "error")
+        errors = _errors(_value(form, "errors"))
+        if errors is not None:
+            if error is not None:
+                raise HTTPException(400, "give error or errors, not both")
+            error = errors
+        return cls(ids, _value(form, "queue"), _value(form, "job_type"), state, error)
 
     def at_once(self, action: str) -> bool:
         """Whether to act without a confirmation: a retry or cancel of one job by its id."""
@@ -977,12 +990,16 @@ class _Chosen:
         return {**options, "until": until}
 
     def fields(self) -> dict[str, str | None]:
-        """The filters as form fields (the ids go apart, one field each)."""
+        """The filters as form fields (the ids go apart, one field each; a cause's errors
+        as one JSON list)."""
+        one = self.error if isinstance(self.error, str) else None
+        many = _exact(list(self.error)) if isinstance(self.error, tuple) else None
         return {
             "queue": self.queue,
             "job_type": self.job_type,
             "state": self.state,
-            "error": self.error,
+            "error": one,
+            "errors": many,
         }
 
     def question(self, action: str, count: int) -> str:
@@ -992,7 +1009,7 @@ class _Chosen:
         scope = [
             f"of queue {self.queue}" if self.queue is not None else "",
             f"of type {self.job_type}" if self.job_type is not None else "",
-            f"with the error “{self.error}”" if self.error is not None else "",
+            self._errors_said(),
         ]
         if self.ids is not None:
             scope.append(f"(of the {len(self.ids):,} selected)")
@@ -1001,6 +1018,19 @@ class _Chosen:
             return f"There are no {kind} jobs{said} to {action} now."
         return f"{_ACTIONS[action].verb} {count:,} {noun}{said}?"
 
+    def _errors_said(self) -> str:
+        """The errors chosen, in words: one, or a cause's (named when they share one)."""
+        if self.error is None:
+            return ""
+        if isinstance(self.error, str):
+            return f"with the error “{self.error}”"
+        causes = {admin.error_cause(error) for error in self.error}
+        n = len(self.error)
+        errors = f"{n} error{'' if n == 1 else 's'}"
+        if len(causes) == 1:
+            return f"with the cause “{causes.pop()}” ({errors})"
+        return f"with one of {errors}"
+
     def logged(self, expected: int | None) -> dict[str, Any]:
         """What the action log says of the jobs (the filters set, and the count confirmed)."""
         data: dict[str, Any] = {
@@ -1008,8 +1038,28 @@ class _Chosen:
             "queue": self.queue,
             "job_type": self.job_type,
         }
-        extra = {"state": self.state, "error": self.error, "confirmed": expected}
+        error = list(self.error) if isinstance(self.error, tuple) else self.error
+        extra = {"state": self.state, "error": error, "confirmed": expected}
         return {**data, **{key: value for key, value in extra.items() if value is not None}}
+
+
+def _errors(text: str | None) -> tuple[str, ...] | None:
+    """The `errors` field: a JSON list of 1 to `admin.MAX_ERRORS` first lines (None: none)."""
+    if text is None:
+        return None
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        decoded = None
+    if (
+        not isinstance(decoded, list)
+        or not 1 <= len(decoded) <= admin.MAX_ERRORS
+        or not all(isinstance(each, str) and each for each in decoded)
+    ):
+        raise HTTPException(
+            400, f"errors must be a JSON list of 1 to {admin.MAX_ERRORS} first lines of errors"
+        )
+    return tuple(decoded)
 
 
 def _confirmed(form: FormData) -> tuple[int | None, datetime | None]:
