@@ -16,7 +16,8 @@ Every name is importable from here; each module holds one concern:
   sums they read (`hourly_sums`, `recount_hours`) and the schema checks (`check`,
   `missing_columns`).
 - `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
-- `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`, `in_batches`,
+- `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`,
+  `reschedule_jobs`, `in_batches`,
   and pausing and resuming queues.
 - `retention`: what the archive keeps (`prune_archive`, `purge_archive`,
   `delete_archived`, `still_needed`).
@@ -44,9 +45,11 @@ from .._store.outcomes import HourlyOutcomes
 from .._store.tables import DEFAULT_TABLES, Tables
 from .actions import (
     BATCH_SIZE,
+    RESCHEDULABLE,
     cancel_jobs,
     discard_failed,
     in_batches,
+    reschedule_jobs,
     retry_failed,
     retry_jobs,
 )
@@ -114,6 +117,7 @@ __all__ = [
     "MAX_ERRORS",
     "MAX_EXAMINED",
     "MAX_LIMIT",
+    "RESCHEDULABLE",
     "SEARCH_FIELDS",
     "SEARCH_ROWS",
     "STALE_AFTER",
@@ -174,6 +178,7 @@ __all__ = [
     "queue_stats",
     "recent_failures",
     "recount_hours",
+    "reschedule_jobs",
     "retry_failed",
     "retry_jobs",
     "still_needed",
