@@ -26,7 +26,7 @@ Every name is importable from here; each module holds one concern:
   cause, the line with its variable parts taken out (`error_cause`).
 - `explain`: why a job is not running now (`explain_job`), and what holds each queue's
   due jobs back (`queue_holds`).
-- `workflows`: `get_workflow` and `get_result`.
+- `workflows`: `list_workflows`, `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`).
 - `_checks` and `_sql`: the argument checks and the SQL pieces the others share.
@@ -108,7 +108,15 @@ from .search import (
 from .timings import MAX_HOURS as MAX_HOURS
 from .timings import Timing, TimingsPage, timings, timings_page
 from .workers import STALE_AFTER, WorkerInfo, WorkerThread, list_workers, prune_workers
-from .workflows import WorkflowInfo, get_result, get_workflow
+from .workflows import (
+    MAX_WORKFLOW_JOBS,
+    WorkflowInfo,
+    WorkflowPage,
+    WorkflowSummary,
+    get_result,
+    get_workflow,
+    list_workflows,
+)
 
 __all__ = [
     "BATCH_SIZE",
@@ -117,6 +125,7 @@ __all__ = [
     "MAX_ERRORS",
     "MAX_EXAMINED",
     "MAX_LIMIT",
+    "MAX_WORKFLOW_JOBS",
     "RESCHEDULABLE",
     "SEARCH_FIELDS",
     "SEARCH_ROWS",
@@ -146,6 +155,8 @@ __all__ = [
     "WorkerInfo",
     "WorkerThread",
     "WorkflowInfo",
+    "WorkflowPage",
+    "WorkflowSummary",
     "cancel_jobs",
     "check",
     "delete_archived",
@@ -167,6 +178,7 @@ __all__ = [
     "list_jobs_page",
     "list_schedules",
     "list_workers",
+    "list_workflows",
     "missing_columns",
     "overview",
     "overview_page",
