@@ -27,6 +27,9 @@ class WorkflowInfo:
     workflow_id: uuid.UUID
     name: str
     jobs: tuple[JobInfo, ...]
+    size: int | None = None
+    """How many jobs it has, when `get_workflow(max_jobs=...)` read none of them (more than
+    that); None when `jobs` are all of them."""
 
     @property
     def finished(self) -> bool:
@@ -214,9 +217,12 @@ def get_workflow(
     *,
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | None = None,
+    max_jobs: int | None = None,
 ) -> WorkflowInfo | None:
     """The workflow with this id, its jobs and their states; None if there is none (or its
-    jobs were purged). A few statements, however many jobs it has."""
+    jobs were purged). A few statements, however many jobs it has. With `max_jobs`, a
+    workflow of more jobs than that is read no further than its size: its `jobs` are empty
+    and `size` says how many it has."""
     dialect = dialect_of(conn, tables)
     codec = check_serializer(serializer)
     key = dialect.default_id_strategy.encode(_job_id(workflow_id))
@@ -230,6 +236,8 @@ def get_workflow(
         )
         if not row[0]:
             return None
+        if max_jobs is not None and int(row[0]) > max_jobs:
+            return WorkflowInfo(_job_id(workflow_id), row[1], (), int(row[0]))
         members = f"SELECT job_id FROM {dialect.workflows_table} WHERE workflow_id = %s"
         query = _Query(condition=(f"job_id IN ({members})", (key,)))
         found = _collect(conn, dialect, tables, query, int(row[0]), None, codec).jobs

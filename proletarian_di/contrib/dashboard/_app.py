@@ -224,6 +224,8 @@ class _Dashboard:
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
             Route("/failed/errors", self.errors, name="errors"),
+            Route("/workflows", self.workflows, name="workflows"),
+            Route("/workflows/{workflow_id}", self.workflow, name="workflow"),
             Route("/search", self.search, name="search"),
             Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
@@ -540,6 +542,56 @@ class _Dashboard:
                 after_job_type=following[1],
             ),
             first_page=_url(here, queue=queue, job_type=job_type) if after else None,
+        )
+
+    async def workflows(self, request: Request) -> Response:
+        """The newest workflows, `WORKFLOWS_PER_PAGE` a page, with their jobs' states
+        (`admin.list_workflows`, bounded)."""
+        user = await authenticated(self.auth, request)
+        before = request.query_params.get("before") or None  # a bad one: a 400
+        found = await self.read(
+            lambda conn: admin.list_workflows(
+                conn,
+                limit=WORKFLOWS_PER_PAGE,
+                before=before,
+                max_jobs=WORKFLOW_LIST_JOBS,
+                tables=self.tables,
+            )
+        )
+        older = None
+        if found.next_before is not None:
+            older = _url(_base(request) + "/workflows", before=found.next_before)
+        return self.render(
+            request,
+            user,
+            "workflows.html",
+            section="workflows",
+            page=found,
+            older=older,
+            first_page=before is not None,
+        )
+
+    async def workflow(self, request: Request) -> Response:
+        """A workflow's jobs by level, each with its state (`admin.get_workflow`), when it
+        has at most `WORKFLOW_PAGE_JOBS`."""
+        user = await authenticated(self.auth, request)
+        workflow_id = _job_id(request.path_params["workflow_id"])
+        info = await self.read(
+            lambda conn: admin.get_workflow(
+                conn, workflow_id, tables=self.tables, max_jobs=WORKFLOW_PAGE_JOBS
+            )
+        )
+        if info is None:
+            raise HTTPException(404, f"no workflow {workflow_id}: it never existed, or was purged")
+        return self.render(
+            request,
+            user,
+            "workflow.html",
+            section="workflows",
+            info=info,
+            levels=info.levels(),
+            states=info.states,
+            limit=WORKFLOW_PAGE_JOBS,
         )
 
     async def schedules(self, request: Request) -> Response:
@@ -943,6 +995,11 @@ STEP_SECONDS = 20.0
 """The most seconds one request of a confirmed action acts, well within a proxy's usual
 60 s: a larger action goes on in further requests, its progress shown between them."""
 MAX_SELECTED = admin.MAX_LIMIT
+WORKFLOWS_PER_PAGE = 20
+WORKFLOW_LIST_JOBS = admin.MAX_WORKFLOW_JOBS
+"""The most rows the workflows' page reads of the workflows' table, and of their jobs."""
+WORKFLOW_PAGE_JOBS = 1000
+"""The most jobs a workflow's page shows: a bigger one shows its size only."""
 
 
 @dataclasses.dataclass(frozen=True)
