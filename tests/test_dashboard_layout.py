@@ -80,7 +80,8 @@ def test_a_page_fits_a_phone(
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"{name} is {width} px wide"
     # Every link of the navigation, and the search box, on the screen.
-    boxes = page.eval_on_selector_all(
+    boxes = every(
+        page,
         "header nav a, header input[name=q]",
         "els => els.map(e => { const b = e.getBoundingClientRect();"
         " return [e.textContent || e.name, b.left, b.right, b.width]; })",
@@ -89,7 +90,8 @@ def test_a_page_fits_a_phone(
     off = [b for b in boxes if b[1] < 0 or b[2] > PHONE["width"] or b[3] < 1]
     assert off == [], off
     # A table wider than the screen scrolls in its own box, which stays within the page.
-    tables = page.eval_on_selector_all(
+    tables = every(
+        page,
         "main table",
         "els => els.map(t => { const box = t.closest('.scroll');"
         " return [t.className, box !== null, box ? box.getBoundingClientRect().right : null]; })",
@@ -98,11 +100,17 @@ def test_a_page_fits_a_phone(
     assert [t for t in tables if not t[1] and t[0] != "threads"] == []
     assert all(t[2] is None or t[2] <= PHONE["width"] for t in tables), tables
     # A shortened id link on a line of its own.
-    lines = page.eval_on_selector_all("td.id a", "els => els.map(a => a.getClientRects().length)")
+    lines = every(page, "td.id a", "els => els.map(a => a.getClientRects().length)")
     assert all(n == 1 for n in lines), lines
     page.screenshot(
         path=screenshots / f"{site.backend.name}-{name}-390-{scheme}.png", full_page=True
     )
+
+
+def every(page: Page, selector: str, function: str) -> Any:
+    """`function` of the elements `selector` finds, in one evaluation: the page refreshes
+    its <main> every half second, which would detach elements found beforehand."""
+    return page.evaluate(f"({function})([...document.querySelectorAll({selector!r})])")
 
 
 def background(page: Page, selector: str) -> Any:
