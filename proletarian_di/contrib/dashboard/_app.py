@@ -598,7 +598,8 @@ class _Dashboard:
         return await self._table_page(request, "schedules", admin.list_schedules)
 
     async def processes(self, request: Request) -> Response:
-        """The worker processes connected now: each worker's threads and the jobs they run."""
+        """The worker processes connected now, by host and process, the stale ones apart:
+        each worker's threads and the jobs they run."""
         return await self._table_page(request, "processes", admin.list_workers)
 
     async def _table_page(
@@ -612,8 +613,22 @@ class _Dashboard:
             found = await self.read(lambda conn: query(conn, tables=self.tables))
         except SchemaError as exc:
             found, missing = [], str(exc)
+        extra: dict[str, Any] = {}
+        if section == "processes":
+            live = [w for w in found if w.state != "stale"]
+            hosts: dict[str, list[_Process]] = {}
+            for process in _processes(live):
+                hosts.setdefault(process.host, []).append(process)
+            extra["hosts"] = [_Host(name, tuple(procs)) for name, procs in hosts.items()]
+            extra["stale"] = _processes([w for w in found if w.state == "stale"])
         return self.render(
-            request, user, f"{section}.html", section=section, rows=found, missing=missing
+            request,
+            user,
+            f"{section}.html",
+            section=section,
+            rows=found,
+            missing=missing,
+            **extra,
         )
 
     async def static(self, request: Request) -> Response:
@@ -1146,6 +1161,38 @@ class _Chosen:
             "confirmed": expected,
         }
         return {**data, **{key: value for key, value in extra.items() if value is not None}}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Process:
+    """A worker process of the Processes page: its host and pid, and its workers."""
+
+    host: str
+    pid: int
+    workers: tuple[admin.WorkerInfo, ...]
+
+    @property
+    def busy(self) -> int:
+        return sum(w.busy for w in self.workers)
+
+    @property
+    def threads(self) -> int:
+        return sum(w.worker_threads for w in self.workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Host:
+    name: str
+    processes: tuple[_Process, ...]
+
+
+def _processes(workers: list[admin.WorkerInfo]) -> list[_Process]:
+    """The workers by process (host and pid), by host then pid, each process's workers in
+    the order read."""
+    by: dict[tuple[str, int], list[admin.WorkerInfo]] = {}
+    for worker in workers:
+        by.setdefault((worker.host, worker.pid), []).append(worker)
+    return [_Process(host, pid, tuple(by[host, pid])) for host, pid in sorted(by)]
 
 
 def _errors(text: str | None) -> tuple[str, ...] | None:
