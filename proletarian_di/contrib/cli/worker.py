@@ -344,16 +344,17 @@ def _metrics_observer() -> Any:
 
 
 def _serve_metrics(workers: list[QueueWorker], port: int, host: str) -> Any:
-    from ..prometheus import register_queue_depth, serve_metrics
+    from ..prometheus import register_queue_depth, register_queue_health, serve_metrics
 
     by_source: dict[int, tuple[Any, list[admin.Tables]]] = {}
     for worker in workers:
         pair = admin.Tables(worker.options.job_table, worker.options.archived_job_table)
         by_source.setdefault(id(worker.data_source), (worker.data_source, []))[1].append(pair)
     (first, tables), *others = by_source.values()
-    collector = register_queue_depth(first, tables)
+    depth, health = register_queue_depth(first, tables), register_queue_health(first, tables)
     for data_source, more in others:
-        collector.add(data_source, more)
+        depth.add(data_source, more)
+        health.add(data_source, more)
     try:
         server, _ = serve_metrics(port, host)
     except OSError as exc:
