@@ -229,3 +229,27 @@ def test_health_is_ready_only_while_every_child_is(db, tmp_path):
         )
         worker.signal(signal.SIGTERM)
         assert worker.finish() == 0, worker.output
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie that no one has reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def test_the_children_of_a_killed_supervisor_drain_and_exit(db, tmp_path):
+    db.enqueue(*[("sleep", {"n": n, "seconds": 0.5}) for n in range(20)])
+    with supervisor_process(db, tmp_path) as worker:
+        worker.wait_for(lambda: len(runners(tmp_path)) == 2, "both processes to run a job")
+        worker.proc.kill()
+        worker.proc.wait(10)
+        deadline = time.monotonic() + 20
+        while any(alive(pid) for pid in child_pids(worker)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in child_pids(worker)), worker.output
+    assert worker.output.count("stopped cleanly") == 2, worker.output
+    archived = sorted(p["n"] for p in db.payloads(ARCHIVE))
+    assert {int(p.name.split(".")[0]) for p in tmp_path.glob("*.started")} <= set(archived)
+    assert sorted(archived + [p["n"] for p in db.payloads(JOB)]) == list(range(20))
