@@ -92,6 +92,14 @@ def test_auto_is_one_process_per_usable_cpu():
     assert supervisor.parse_processes(" 3 ") == 3
 
 
+@pytest.mark.parametrize(
+    ("codes", "code"),
+    [([0, 0], 0), ([0, 7], 7), ([7, 1, 0], 1), ([1, 3], 3), ([3, 130], 130), ([], 0)],
+)
+def test_the_supervisor_exits_with_the_worst_of_its_childrens_codes(codes, code):
+    assert supervisor.worst(codes) == code
+
+
 def test_a_start_error_in_the_children_is_the_supervisors_exit_code_without_restarts():
     result = runner.invoke(
         app, ["worker", "no_such_app:Container", "--path", str(FIXTURES), *TWO], env=ENV
@@ -131,6 +139,7 @@ def test_sigterm_drains_every_child_and_loses_nothing(db, tmp_path):
         worker.signal(signal.SIGTERM)
         assert worker.finish() == 0, worker.output
     assert "SIGTERM received: draining every worker process" in worker.output
+    assert "every worker process has stopped (exit codes 0, 0): exiting 0" in worker.output
     assert worker.output.count("stopped cleanly") == 2, worker.output
     assert runners(tmp_path) == set(child_pids(worker))
     archived = sorted(p["n"] for p in db.payloads(ARCHIVE))
@@ -171,6 +180,7 @@ def test_a_second_signal_hard_stops_every_child_and_the_job_runs_again_later(db,
         worker.signal(signal.SIGINT)
         assert worker.finish(timeout=30) == 128 + signal.SIGINT, worker.output
         assert "second SIGINT: passed to every worker process" in worker.output
+        assert "(exit codes 130, 130): exiting 130" in worker.output
         for pid in child_pids(worker):
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)

@@ -192,11 +192,14 @@ class Supervisor:
                 servers.close()
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+        code = worst(codes)
         if self.hard_stop is not None:
-            return 128 + self.hard_stop
-        if self.failure is not None:
-            return self.failure
-        return worst(codes)
+            code = 128 + self.hard_stop
+        elif self.failure is not None:
+            code = self.failure
+        ended = ", ".join(str(c) for c in codes)
+        err.print(f"every worker process has stopped (exit codes {ended}): exiting {code}")
+        return code
 
     def _serve(self, servers: contextlib.ExitStack) -> None:
         if self.metrics_port is not None:
@@ -296,7 +299,9 @@ class Supervisor:
                             child.proc.kill()
             time.sleep(POLL_S)
         codes = [c.proc.returncode for c in draining if c.proc is not None]
-        return [0 if code == -signal.SIGTERM else code for code in codes]
+        return [
+            0 if code == -signal.SIGTERM else 128 - code if code < 0 else code for code in codes
+        ]
 
     def _second(self, signum: int, frame: FrameType | None) -> None:
         """A second signal: pass it to every child (each exits at once), then exit."""
@@ -351,10 +356,9 @@ class Supervisor:
 
 
 def worst(codes: Sequence[int]) -> int:
-    """The children's exit codes as one: a hard stop over a start error over an error over
-    an abandoned job over a clean stop (a child killed by signal N counts as 128+N)."""
-    ranked = [128 - code if code < 0 else code for code in codes]
-    return max(ranked, key=_severity, default=ExitCode.OK)
+    """The children's exit codes as one: a hard stop (128+N) over a start error over an error
+    over an abandoned job over a clean stop."""
+    return max(codes, key=_severity, default=ExitCode.OK)
 
 
 def _severity(code: int) -> int:

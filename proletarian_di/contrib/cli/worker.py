@@ -291,7 +291,8 @@ def worker(
             servers.enter_context(_observing(workers, metrics_port, health_port, host))
             if supervised is not None:
                 servers.enter_context(supervised.reporting(workers, _serve_metrics))
-            err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
+            else:
+                err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
             while signals.wait(0.2) is None:
                 stopped_alone = [w for w in workers if not w.running]
                 if stopped_alone:
