@@ -228,8 +228,6 @@ class Supervisor:
         env[PARENT_ENV] = str(os.getpid())
         if self.metrics_port is not None:
             env[MULTIPROC_ENV] = str(self.folder)
-        else:
-            env.pop(MULTIPROC_ENV, None)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / f"{child.number}.json").unlink()
         # A session of its own: a terminal's Ctrl-C reaches the supervisor only, which forwards
@@ -456,7 +454,7 @@ class Supervised:
         parent = os.environ.pop(PARENT_ENV, None)
         if not folder or not number or not parent:
             return None
-        metrics = bool(os.environ.get(MULTIPROC_ENV))
+        metrics = os.environ.get(MULTIPROC_ENV) == folder
         return cls(Path(folder), int(number), int(parent), metrics)
 
     @contextlib.contextmanager
