@@ -387,8 +387,11 @@ class HealthServer:
         *,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_clients: int = MAX_CLIENTS,
+        check: Callable[[bool], Health] | None = None,
         **options: Any,
     ) -> None:
+        """`check(database)`, when given, answers instead of `check_health(workers, ...)`
+        (a supervisor's answer for the worker processes it runs)."""
         if (
             isinstance(request_timeout_s, bool)
             or not isinstance(request_timeout_s, (int, float))
@@ -399,7 +402,9 @@ class HealthServer:
             )
         if isinstance(max_clients, bool) or not isinstance(max_clients, int) or max_clients < 1:
             raise ArgumentTypeError(f"max_clients must be a positive integer, got {max_clients!r}")
-        check = lambda database: check_health(workers, database=database, **options)  # noqa: E731
+        answer: Callable[[bool], Health] = check or (
+            lambda database: check_health(workers, database=database, **options)
+        )
 
         class Handler(_Handler):
             timeout = request_timeout_s  # each write of the answer
@@ -409,7 +414,7 @@ class HealthServer:
                 if path not in ("/livez", "/readyz", "/healthz"):
                     self._answer(404, {"error": f"no such check: {path}; try /livez or /readyz"})
                     return
-                health = check(database=path != "/livez")
+                health = answer(path != "/livez")
                 ok = health.alive if path == "/livez" else health.alive and bool(health.ready)
                 self._answer(200 if ok else 503, health.as_dict())
 
