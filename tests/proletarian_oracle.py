@@ -11,11 +11,13 @@ Each call starts a JVM (3 to 4 s): a test batches its commands into one `run`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import functools
 import importlib.util
 import json
+import math
 import os
 import socket
 import subprocess
@@ -23,6 +25,9 @@ import threading
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,6 +35,7 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from proletarian_di.serializers import URI, Char, Keyword, Symbol, TaggedValue
 from proletarian_di.testing import QueueDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,3 +288,56 @@ def db_ids(db: QueueDatabase) -> Callable[[Any], uuid.UUID]:
     if db.name == "mysql":
         return lambda raw: uuid.UUID(bytes=bytes(raw))
     return lambda raw: raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
+
+
+def edn(value: Any) -> str:
+    """A payload (as `TransitSerializer` reads and writes it) as EDN for the oracle: `str` map
+    keys as keywords, as the serializer writes them; see the oracle's README for the tags."""
+    if isinstance(value, dict):
+        return "{" + " ".join(f"{_edn_key(k)} {edn(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + " ".join(map(edn, value)) + "]"
+    if isinstance(value, (set, frozenset)):
+        return "#{" + " ".join(map(edn, value)) + "}"
+    for types, write in _EDN:
+        if isinstance(value, types):
+            return write(value)
+    raise TypeError(f"no EDN for {value!r}")
+
+
+def _edn_key(key: Any) -> str:
+    return ":" + key if type(key) is str else edn(key)
+
+
+def _edn_int(n: int) -> str:
+    return str(n) if -(2**63) <= n < 2**63 else f"{n}N"
+
+
+def _edn_float(x: float) -> str:
+    if math.isnan(x):
+        return "##NaN"
+    return ("##Inf" if x > 0 else "##-Inf") if math.isinf(x) else repr(x)
+
+
+def _edn_instant(moment: datetime) -> str:
+    utc = moment.astimezone(timezone.utc)
+    return f'#instant "{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"'
+
+
+_EDN: list[tuple[Any, Callable[[Any], str]]] = [
+    (type(None), lambda v: "nil"),
+    (bool, lambda v: "true" if v else "false"),
+    (int, _edn_int),
+    (float, _edn_float),
+    (Char, lambda v: f"\\u{ord(v):04X}"),
+    (URI, lambda v: f"#transit/uri {edn_string(v)}"),
+    (str, edn_string),
+    (Keyword, lambda v: ":" + v.text),
+    (Symbol, lambda v: v.text),
+    (uuid.UUID, lambda v: f'#uuid "{v}"'),
+    (datetime, _edn_instant),
+    (Decimal, lambda v: f"{v}M"),
+    (Fraction, lambda v: f"{v.numerator}/{v.denominator}"),
+    (bytes, lambda v: f'#bytes "{base64.b64encode(v).decode()}"'),
+    (TaggedValue, lambda v: f"#transit/tagged [{edn_string(v.tag)} {edn(v.rep)}]"),
+]
