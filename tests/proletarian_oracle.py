@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from proletarian_di.serializers import URI, Char, Keyword, Symbol, TaggedValue
+from proletarian_di import enqueue, enqueue_many
+from proletarian_di.serializers import URI, Char, Keyword, Symbol, TaggedValue, TransitSerializer
 from proletarian_di.testing import QueueDatabase
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,19 +208,22 @@ class Written:
     ids: dict[str, uuid.UUID]
     records: list[dict[str, Any]]
 
-    def restore(self, db: QueueDatabase, *tags_or_ids: str | uuid.UUID) -> list[uuid.UUID]:
+    def restore(
+        self, db: QueueDatabase, *tags_or_ids: str | uuid.UUID, finished_at: Any = None
+    ) -> list[uuid.UUID]:
         """Write these rows (by tag or id; none named: all of them) into `db`'s tables
-        again, as they were; their ids."""
+        again, as they were (the archived ones with `finished_at`, a value for the driver,
+        if given); their ids."""
         ids = [self.ids[t] if isinstance(t, str) else t for t in tags_or_ids] or [
             *self.jobs,
             *self.archived,
         ]
         for job_id in ids:
-            table, columns, row = (
-                (db.job_table, JOB_COLUMNS, self.jobs[job_id])
-                if job_id in self.jobs
-                else (db.archived_job_table, ARCHIVE_COLUMNS, self.archived[job_id])
-            )
+            if job_id in self.jobs:
+                table, columns, row = db.job_table, JOB_COLUMNS, self.jobs[job_id]
+            else:
+                table, columns, row = db.archived_job_table, ARCHIVE_COLUMNS, self.archived[job_id]
+                row = row if finished_at is None else (*row[:-1], finished_at)
             marks = ", ".join(["%s"] * len(columns))
             db.execute(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", row)
         return ids
@@ -230,20 +234,55 @@ class Written:
 
 _WRITTEN: dict[str, Written] = {}
 
+SENT_AT = datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=timezone.utc)
+PYTHON_PAYLOAD = {
+    "email": "ada@example.com",
+    "user-id": 42,
+    "kind": Keyword("welcome"),
+    "plan": Keyword("plan/pro"),
+    "tags": frozenset({"new"}),
+    "sent-at": SENT_AT,
+    "items": [{"sku": "a-1", "qty": 1}, {"sku": "b-2", "qty": 2}],
+}
+"""The payload of `CLOJURE_JOBS`' "send-email" as a handler gets it, and as Python enqueues it."""
+CLOJURE_EDN = CLOJURE_JOBS[0]["payload"]
 
-def written_by_proletarian(
-    db: QueueDatabase, python_jobs: Callable[[], dict[uuid.UUID, str]]
-) -> Written:
+KEYWORD_TYPES = ["1st", "a/b/c", "a//", "/", "+1", "a'b#c", "é/😀", "a\u00a0b", "nil", "x:y/z"]
+"""Job types that read back as keywords, odd as they look: a Clojure worker runs each."""
+
+
+def python_jobs(db: QueueDatabase) -> dict[uuid.UUID, str]:
+    """Enqueue on `FROM_PYTHON_QUEUE` with Proletarian's options (Transit, keyword job types)
+    PYTHON_PAYLOAD, typed "app.jobs/send-email", and `{:n i}` for each of KEYWORD_TYPES;
+    their ids, each with the EDN its payload must equal."""
+    options: dict[str, Any] = {
+        "serializer": TransitSerializer(),
+        "job_type_style": "keyword",
+        "queue": FROM_PYTHON_QUEUE,
+        "job_table": db.job_table,
+    }
+    conn = db.connect()
+    try:
+        ids = [enqueue(conn, "app.jobs/send-email", PYTHON_PAYLOAD, **options)]
+        jobs = [(job_type, {"n": n}) for n, job_type in enumerate(KEYWORD_TYPES)]
+        ids += enqueue_many(conn, jobs, **options)
+        conn.commit()
+    finally:
+        conn.close()
+    payloads = [CLOJURE_EDN, *(f"{{:n {n}}}" for n in range(len(jobs)))]
+    return dict(zip(ids, payloads, strict=True))
+
+
+def written_by_proletarian(db: QueueDatabase) -> Written:
     """The rows Proletarian writes on `db` (emptied first and after): `CLOJURE_JOBS` enqueued
     by its `enqueue!`, `ARCHIVED_QUEUE`'s run by its worker (`ARCHIVING`), and the jobs
-    `python_jobs()` enqueues on `FROM_PYTHON_QUEUE` (it returns their ids, each with the EDN
-    its payload must equal) run by its worker too. One JVM call per database and test
-    process; later calls get the same rows, for the test to `restore`."""
+    `python_jobs` enqueues on `FROM_PYTHON_QUEUE`, run by its worker too. One JVM call per
+    database and test process; later calls get the same rows, for the test to `restore`."""
     if db.name in _WRITTEN:
         return _WRITTEN[db.name]
     the_oracle = oracle()
     db.clear()
-    python_ids = python_jobs()
+    python_ids = python_jobs(db)
     expect = {str(job_id): edn for job_id, edn in python_ids.items()}
     with jdbc_url(db.url) as url:
         records = the_oracle.run(

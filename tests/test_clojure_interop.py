@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from proletarian_oracle import (
     FROM_PYTHON_QUEUE,
+    KEYWORD_TYPES,
     PROLETARIAN_DEFAULT_QUEUE,
+    PYTHON_PAYLOAD,
     Written,
     db_ids,
     oracle,
@@ -49,7 +50,6 @@ CLOJURE = {
 }
 """The worker and enqueue options of a Python side that shares Proletarian's queue."""
 
-SENT_AT = datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=timezone.utc)
 CLOJURE_PAYLOAD = (
     '["^ ","~:email","ada@example.com","~:user-id",42,"~:kind","~:welcome",'
     '"~:plan","~:plan/pro","~:tags",["~#set",["new"]],"~:sent-at","~m1714979289123",'
@@ -57,44 +57,13 @@ CLOJURE_PAYLOAD = (
 )
 """What Proletarian writes for the payload of `CLOJURE_JOBS`' "send-email" (the last two
 keys come from the write cache: `^:` and `^;` are its 11th and 12th codes)."""
-CLOJURE_EDN = (
-    '{:email "ada@example.com" :user-id 42 :kind :welcome :plan :plan/pro :tags #{"new"} '
-    ':sent-at #instant "2024-05-06T07:08:09.123Z" :items [{:sku "a-1" :qty 1} {:sku "b-2" :qty 2}]}'
-)
-
-PYTHON_PAYLOAD = {
-    "email": "ada@example.com",
-    "user-id": 42,
-    "kind": Keyword("welcome"),
-    "plan": Keyword("plan/pro"),
-    "tags": frozenset({"new"}),
-    "sent-at": SENT_AT,
-    "items": [{"sku": "a-1", "qty": 1}, {"sku": "b-2", "qty": 2}],
-}
-"""The same payload as a handler gets it, and as Python enqueues it."""
-
-KEYWORD_TYPES = ["1st", "a/b/c", "a//", "/", "+1", "a'b#c", "é/😀", "a\u00a0b", "nil", "x:y/z"]
-"""Job types that read back as keywords, odd as they look: a Clojure worker runs each."""
 
 
 @pytest.fixture
 def proletarian(backend: Backend) -> Written:
-    """The rows Proletarian wrote on this database (see `written_by_proletarian`), both
-    tables empty: the jobs Python enqueued for its worker are PYTHON_PAYLOAD's, typed
-    "app.jobs/send-email", and one `{:n i}` for each of KEYWORD_TYPES."""
-
-    def python_jobs() -> dict[uuid.UUID, str]:
-        options = {**CLOJURE, "queue": FROM_PYTHON_QUEUE}
-        with connection(backend) as conn:
-            ids = [enqueue(conn, "app.jobs/send-email", PYTHON_PAYLOAD, **options)]  # type: ignore[arg-type]
-            jobs = [(job_type, {"n": n}) for n, job_type in enumerate(KEYWORD_TYPES)]
-            ids += enqueue_many(conn, jobs, **options)  # type: ignore[arg-type]
-            conn.commit()
-        return dict(
-            zip(ids, [CLOJURE_EDN, *(f"{{:n {n}}}" for n in range(len(jobs)))], strict=True)
-        )
-
-    return written_by_proletarian(backend, python_jobs)
+    """The rows Proletarian wrote on this database (see `written_by_proletarian`); both
+    tables empty."""
+    return written_by_proletarian(backend)
 
 
 def archived_rows(backend: Backend) -> list[tuple[Any, ...]]:
