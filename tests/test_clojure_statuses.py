@@ -10,6 +10,7 @@ worker again (one more JVM call per database).
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -33,6 +34,10 @@ from proletarian_di.cli import app
 from proletarian_di.serializers import TransitSerializer
 
 from backends import Backend, connection
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from starlette.testclient import TestClient
 
 pytestmark = pytest.mark.xdist_group("clojure")
 """With the other tests of the oracle: its rows are written once per database."""
@@ -157,8 +162,6 @@ def test_the_cli_shows_them_in_their_states(backend: Backend, proletarian: Writt
 
 
 def test_the_dashboard_shows_them_in_their_states(backend: Backend, proletarian: Written) -> None:
-    from starlette.testclient import TestClient
-
     from proletarian_di.contrib.dashboard import dashboard
 
     proletarian.restore(backend, *ARCHIVED)

@@ -138,6 +138,13 @@ def keyword_job_type(job_type: str) -> str:
     return check_name(":" + job_type, "job_type")
 
 
+def job_type_as_stored(job_type: str, style: str) -> str:
+    """The text rows hold for a job type named in `style` (to look for it): with "keyword",
+    the keyword's, colon added unless it is there already; else as given."""
+    keyword = check_job_type_style(style) == "keyword" and not job_type.startswith(":")
+    return ":" + job_type if keyword else job_type
+
+
 def job_type_from_keyword(stored: str) -> str:
     """The job type a keyword-style worker hands its handler: the row's text without the
     keyword's leading colon; text without one (a job enqueued in the plain style, or a

@@ -19,7 +19,7 @@ from .._store.dialects.base import HeldRows
 from .._store.statuses import SUCCESS, status_in
 from .._store.tables import DEFAULT_TABLES, Tables, attempt_table, workers_table
 from ..errors import ConfigurationError
-from ..serializers import Serializer, check_serializer
+from ..serializers import Serializer, SerializerName, check_serializer, jsonable
 from ._checks import _check_positive, _job_id, _moment, _utc
 from ._sql import _ARCHIVED, _CLAIMABLE, _LEASED, _STATE_OF_STORED, _WAITING, _Where
 from .headline import _check_error, error_headline
@@ -168,9 +168,11 @@ class JobInfo:
         return f"{(self.enqueued_at - _EPOCH) // timedelta(microseconds=1)}.{self.job_id}"
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields for JSON, the id and the times (ISO 8601) as strings."""
+        """The fields for JSON, the id and the times (ISO 8601) as strings, the payload as
+        plain JSON values (a Transit payload's keywords, sets and times too: `jsonable`)."""
         data = dataclasses.asdict(self)
         data["job_id"] = str(self.job_id)
+        data["payload"] = jsonable(self.payload)
         for name in ("enqueued_at", "process_at", "finished_at"):
             data[name] = data[name] and data[name].isoformat()
         if self.never_due:
@@ -233,7 +235,7 @@ def list_jobs(
     before: JobInfo | str | None = None,
     error: str | None = None,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> list[JobInfo]:
     """Jobs, waiting and archived, newest first (by enqueued_at, then job_id): at most
     `limit` (1 to `MAX_LIMIT`), of one `state` if given (see `STATES`).
@@ -277,7 +279,7 @@ def list_jobs_page(
     payload_chars: int | None = None,
     error: str | None = None,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> JobPage:
     """One page of `list_jobs` whose work is bounded, for pages anyone may load (a dashboard):
     it reads at most `max_examined` rows (at least `limit`) in a few statements, however
@@ -314,7 +316,7 @@ def get_job(
     job_id: uuid.UUID | str,
     *,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> JobInfo | None:
     """The job with this id, waiting or archived, with its history, or None if there is
     none."""
