@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 from proletarian_oracle import (
+    CLOJURE_EDN,
     FROM_PYTHON_QUEUE,
     KEYWORD_TYPES,
     PROLETARIAN_DEFAULT_QUEUE,
     PYTHON_PAYLOAD,
     Written,
     db_ids,
+    jdbc_url,
     oracle,
     written_by_proletarian,
 )
@@ -33,7 +35,7 @@ from proletarian_di._common.checks import job_type_from_keyword, keyword_job_typ
 from proletarian_di._engine.options import worker_settings
 from proletarian_di.errors import ConfigurationError
 from proletarian_di.jobs import Job
-from proletarian_di.schema import LATEST, schema_version
+from proletarian_di.schema import LATEST, schema_version, upgrade_schema
 from proletarian_di.serializers import Keyword, TransitSerializer
 from proletarian_di.testing import run_due_jobs
 
@@ -307,6 +309,43 @@ def test_with_the_clojure_poll_index_two_clojure_polls_take_two_jobs(
         assert run_due_jobs(pool, lambda t, p: None, **CLOJURE) == 3  # type: ignore[arg-type]
     finally:
         backend.execute(drop)
+
+
+def test_proletarians_own_tables_upgrade_with_its_jobs_in_them(backend: Backend) -> None:
+    """Proletarian's own `tables.sql` (the oracle installs it) with a job its `enqueue!`
+    wrote: `upgrade_schema` brings them to the current schema, times converted (MySQL's
+    TIMESTAMP columns), and a Python worker runs the job at once."""
+    schema = "clojure_own"
+    tables = {"job_table": f"{schema}.job", "archived_job_table": f"{schema}.archived_job"}
+    backend.will_create(schema)
+    backend.drop_schema(schema)
+    try:
+        with jdbc_url(backend.url) as url:
+            oracle().run(
+                {"cmd": "install-schema", "url": url, "schema": schema},
+                {
+                    "cmd": "enqueue",
+                    "url": url,
+                    "job_table": tables["job_table"],
+                    "jobs": [{"job_type": ":app.jobs/send-email", "payload": CLOJURE_EDN}],
+                },
+            )
+        with connection(backend) as conn:
+            before = schema_version(conn, **tables)
+            upgrade_schema(conn, **tables)
+            conn.commit()
+            after = schema_version(conn, **tables)
+        jobs: list[Job] = []
+        ran = run_due_jobs(
+            backend.connect, jobs.append, handler_fn_mode="advanced", **tables, **CLOJURE
+        )  # type: ignore[arg-type]
+
+        assert (before, after) == (1, LATEST[backend.name])
+        assert ran == 1 and jobs[0].payload == PYTHON_PAYLOAD
+        assert jobs[0].job_type == "app.jobs/send-email"
+        assert abs(datetime.now(timezone.utc) - jobs[0].enqueued_at) < timedelta(minutes=1)
+    finally:
+        backend.drop_schema(schema)
 
 
 # The option and its checks ---------------------------------------------------------------
