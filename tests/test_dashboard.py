@@ -164,7 +164,11 @@ def test_every_page_shows_the_databases_jobs(backend, pool, jobs, reader):
     }
     assert 'data-queue="reports"' in overview.text
     assert "1 succeeded and 1 failed jobs in the last 24 hours" in overview.text
-    assert overview.text.count('class="ok"') == 1 and overview.text.count('class="fail"') == 1
+    chart = chart_of(overview.text)
+    assert chart.count('class="ok"') == 1 and chart.count('class="fail"') == 1
+    # the last hour's sparkline of mail: its one success and one failure
+    assert row.group().count('<path class="ok"') == 1
+    assert row.group().count('<path class="fail"') == 1
 
     listing = reader.get("/jobs")
     assert listing.status_code == 200

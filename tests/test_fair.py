@@ -92,8 +92,10 @@ def test_jobs_without_a_group_key_take_one_turn_per_round(backend: Backend, pool
 
 
 def test_two_fair_workers_share_between_groups(backend: Backend, pool: Any) -> None:
-    """Two workers of two threads: however their turns interleave, group b's 20 jobs are
-    all done while most of a's 300 still wait."""
+    """Two workers of two threads: however their turns interleave, group b's jobs take
+    about every other start until they are done, while most of a's 300 still wait. (A
+    thread the machine starves holds the job it claimed ahead meanwhile: the count is of
+    the first 40 starts, not of the a's run before b's last.)"""
     enqueue_groups(backend, ("a", 300), ("b", 20))
     ran: list[str] = []
     lock = threading.Lock()
@@ -109,8 +111,9 @@ def test_two_fair_workers_share_between_groups(backend: Backend, pool: Any) -> N
     with worker_running(*workers):
         wait_until(lambda: sum(p.startswith("b-") for p in ran) == 20, timeout=60)
         with lock:
-            a_done = sum(p.startswith("a-") for p in ran)
-    assert a_done < 80, f"{a_done} of a's jobs ran before b's 20 were done"
+            first = ran[:40]
+    b_first = sum(p.startswith("b-") for p in first)
+    assert b_first >= 15, f"only {b_first} of the first 40 jobs were b's: {first}"
 
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -270,3 +271,56 @@ def test_a_claim_in_a_running_slot_rides_on_the_archive_too(pg):
     assert any("PREPARE proletarian_slot_" in s for s in log.statements)
     prepared = [s for s in log.statements if "PREPARE proletarian_slot_" in s]
     assert "pg_try_advisory_xact_lock" in prepared[0]
+
+
+@pytest.mark.parametrize("tricky", ["it's", "back\\slash", "ünï 😀", "x'); DROP TABLE t; --"])
+def test_a_fair_turn_rides_on_the_archive_too(pg, tricky):
+    """`fair=True`: each archive's COMMIT is followed, in the same simple query, by the
+    next turn's scan (a statement prepared once per connection), and the turns still
+    alternate between the groups, whatever their keys hold."""
+    for n in range(3):
+        for group in ("a", tricky):
+            enqueue_committed(pg, ("noop", f"{group}-{n}"), group_key=group)
+    ran: list[str] = []
+    log = StatementLog()
+    with logged_pool(pg.url, log) as pool:
+        worker = create_queue_worker(
+            pool, lambda t, p: ran.append(p), fair=True, polling_interval_ms=10
+        )
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 6)
+    assert ran == [f"{g}-{n}" for n in range(3) for g in ("a", tricky)]
+    archives = [s for s in log.about_jobs() if s.startswith("EXECUTE proletarian_archive_")]
+    assert len(archives) == 6
+    for archive in archives:
+        _, committed, rest = archive.partition("; COMMIT; ")
+        assert committed and rest.startswith("BEGIN; EXECUTE proletarian_fair_"), rest
+    prepared = [s for s in log.statements if "PREPARE proletarian_fair_" in s]
+    assert prepared and "group_key > $2" in prepared[0]
+    assert pg.jobs() == []
+
+
+@pytest.mark.parametrize("lease", [False, True], ids=["held", "lease"])
+def test_beside_a_blocked_job_a_plain_success_reads_its_dependents_in_a_simple_query(pg, lease):
+    """While some job is blocked, a success first reads whether a job waits on it: one
+    simple query with the id inlined (a cursor's parameters cost the client as much as the
+    read), then (held mode) its archive with the next claim, as without blocked jobs; a
+    parent with a dependent still releases it."""
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    [waited] = enqueue_committed(pg, ("later", 0), process_at=later)
+    enqueue_committed(pg, ("blocked", 0), depends_on=[waited])
+    [parent] = enqueue_committed(pg, ("parent", 0))
+    enqueue_committed(pg, ("child", 0), depends_on=[parent])
+    plain = enqueue_committed(pg, *[("plain", i) for i in range(3)])
+    log = StatementLog()
+    with logged_pool(pg.url, log) as pool:
+        options = {"lease_ms": 30_000} if lease else {}
+        worker = create_queue_worker(pool, lambda t, p: None, polling_interval_ms=10, **options)
+        with worker:
+            wait_until(lambda: worker.summary()["succeeded"] == 5)
+    reads = [s for s in log.statements if s.startswith("SELECT 1 FROM ") and "parent_id" in s]
+    assert {str(job_id) for job_id in plain} <= {r.split("'{")[1].split("}'")[0] for r in reads}
+    assert not [s for s in log.executed if "parent_status IS NULL LIMIT 1" in s]
+    archives = [s for s in log.about_jobs() if s.startswith("EXECUTE proletarian_archive_")]
+    assert len(archives) == (0 if lease else 4)  # held: the plain jobs and the child
+    assert sorted(t for t, *_ in pg.archived()) == ["child", "parent", "plain", "plain", "plain"]

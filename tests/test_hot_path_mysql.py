@@ -277,3 +277,26 @@ def test_a_job_claimed_ahead_of_a_stop_goes_back_unrun(my):
     ) as again:
         wait_until(lambda: again.summary()["succeeded"] == 1)
     assert ran == ["first", "second"]
+
+
+def test_a_fair_turn_rides_on_the_archive_too(my):
+    """`fair=True`: each archive's query ends with the next turn's scan past the group
+    served, and the turns alternate between the groups, quotes in their keys and all."""
+    for n in range(3):
+        for group in ("a", "it's"):
+            enqueue_committed(my, ("noop", f"{group}-{n}"), group_key=group)
+    ran: list[str] = []
+    connections = CountedConnections(my)
+    worker = create_queue_worker(
+        connections, lambda t, p: ran.append(p), fair=True, polling_interval_ms=10
+    )
+    with worker:
+        wait_until(lambda: worker.summary()["succeeded"] == 6)
+    assert ran == [f"{g}-{n}" for n in range(3) for g in ("a", "it's")]
+    archives = [
+        q for q in connections.queries if q.startswith(f"INSERT INTO {my.archived_job_table}")
+    ]
+    assert len(archives) == 6
+    for query in archives:
+        assert "; COMMIT; START TRANSACTION; SELECT " in query and "group_key > " in query
+    assert my.jobs() == []

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._store.dialects import Dialect
 from .rates import RateGate
@@ -42,6 +42,7 @@ class FairTurns:
         now: datetime,
         lease: bool = False,
         gate: RateGate | None = None,
+        first: FirstTry | None = None,
     ) -> list[Any]:
         """The next group's first due job, locked in the transaction open on `conn` (a
         held-mode `JobRow`, or with `lease` the row `Dialect._lease` takes); [] if none.
@@ -50,13 +51,19 @@ class FairTurns:
         (its row stays locked until the transaction ends, unrun), and the turn's next scans
         read each group's slots beside its jobs, so they pass over the groups without one,
         however many: a claim whose group has a free slot reads no slot more than before.
-        When none is left the gate learns when to wake the threads."""
+        When none is left the gate learns when to wake the threads.
+
+        `first`: the turn's first scan, made already (in the round trip of the last
+        commit, or with the BEGIN: `Session.fair_claim`)."""
         limited = gate if gate is not None and gate.by_group else None
         slots = None
-        after: str | None = self.after
+        after: str | None = self.after if first is None else first.after
         ungrouped_tried, restarted = False, after == ""
         for _ in range(MAX_TRIES):
-            row = dialect.fair_claim(conn, self.queue, after, now, lease, slots)
+            if first is not None:
+                row, first = (first.rows[0] if first.rows else None), None
+            else:
+                row = dialect.fair_claim(conn, self.queue, after, now, lease, slots)
             if row is None or (limited is not None and not limited.take(conn, dialect, row[-1])):
                 if row is not None and after is not None:
                     assert limited is not None
@@ -86,6 +93,14 @@ class FairTurns:
     def _ungrouped_due(self, dialect: Dialect) -> bool:
         """Whether the jobs without a key have their turn now (see `_none_ungrouped_until`)."""
         return dialect.fair_index_has_all or time.monotonic() >= self._none_ungrouped_until
+
+
+class FirstTry(NamedTuple):
+    """A turn's first scan, made before `FairTurns.claim`: the group key it started past,
+    and the rows it locked (none or one, its group key last)."""
+
+    after: str
+    rows: list[Any]
 
 
 MAX_TRIES = 32

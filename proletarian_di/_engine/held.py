@@ -22,6 +22,7 @@ from .._store.datasource import ConnectionFactory
 from .._store.dialects import Dialect, Runs, Session, TransactionLost
 from ..errors import CrashLoop, JobTimedOut, PayloadError, TransactionAborted
 from ..jobs import Job, Signal
+from .fair import FairTurns, FirstTry
 from .slot import Slot
 from .steps import LOST_WAIT_S, Steps
 
@@ -113,8 +114,9 @@ class Batch:
             session.archive_and_commit(ids, now, runs)
             return
         start, queue = runner.claim_start(ahead.slot), runner.options.queue
+        fair_after = None if runner.fair is None else runner.fair.after
         session.archive_commit_and_claim(
-            ids, now, queue, ahead.limit, start, runner.running_slots, runs
+            ids, now, queue, ahead.limit, start, runner.running_slots, runs, fair_after
         )
 
     def count(self, runner: Steps) -> None:
@@ -169,7 +171,7 @@ class HeldMode(Steps):
         if self.claims is not None:
             limit = 1
         ahead = None
-        if going_on is not None and self.fair is None:  # a fair claim takes its own turn
+        if going_on is not None and (self.fair is None or self.running_slots is None):
             ahead = Ahead(slot, limit, going_on)
         try:
             return self._claim_and_run(session, slot, limit, ahead)
@@ -182,21 +184,34 @@ class HeldMode(Steps):
 
     def _claim(self, session: Session, slot: Slot | None, limit: int) -> list[Any]:
         """The rows claimed ahead, else a claim now (in a running slot with `max_running`)."""
+        if self.fair is not None:
+            return self._fair_claim(session, self.fair)
         rows = session.claimed_ahead()
         if rows is not None:
             return rows
-        if self.fair is not None:
-            if self.running_slots is None:
-                session.dialect.begin(session.conn)
-            elif not session.take_running_slot(self.running_slots):
-                return []  # every running slot is taken: nothing is claimed
-            return self.fair.claim(session.conn, session.dialect, self.clock(), gate=self.rates)
         if self.running_slots is None:
             return session.claim(self.options.queue, self.clock(), limit, self.claim_start(slot))
         start = self.claim_start(slot)
         return session.claim_in_slot(
             self.running_slots, self.options.queue, self.clock(), limit, start
         )
+
+    def _fair_claim(self, session: Session, fair: FairTurns) -> list[Any]:
+        """A fair turn, its first scan made in the last commit's round trip where it could
+        be, else with the BEGIN (in a running slot with `max_running`: in the turn)."""
+        now, after = self.clock(), session.ahead_after
+        rows = session.claimed_ahead()
+        if rows is not None:
+            assert after is not None
+            first: FirstTry | None = FirstTry(after, rows)
+        elif self.running_slots is None:
+            after = fair.after
+            first = FirstTry(after, session.fair_claim(self.options.queue, after, now))
+        elif session.take_running_slot(self.running_slots):
+            first = None
+        else:
+            return []  # every running slot is taken: nothing is claimed
+        return fair.claim(session.conn, session.dialect, now, gate=self.rates, first=first)
 
     def _claim_and_run(
         self, session: Session, slot: Slot | None, limit: int, ahead: Ahead | None = None

@@ -33,7 +33,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -469,10 +469,18 @@ _COLUMNS = "worker_id, queue_worker_id, queue, host, pid, state, threads, starte
 
 
 def read_workers(
-    conn: Any, dialect: Dialect, table: str, queue: str | None, stale_after: timedelta
+    conn: Any,
+    dialect: Dialect,
+    table: str,
+    queue: str | Sequence[str] | None,
+    stale_after: timedelta,
 ) -> list[WorkerInfo]:
-    """The workers registered in `table` (of `queue`), by queue, host, pid and start."""
-    where, params = ("WHERE queue = %s", (queue,)) if queue is not None else ("", ())
+    """The workers registered in `table` (of `queue`, or of these queues), by queue, host,
+    pid and start."""
+    queues = (queue,) if isinstance(queue, str) else tuple(queue or ())
+    where, params = "", queues
+    if queue is not None:
+        where = f"WHERE queue IN ({', '.join(['%s'] * len(queues))})" if queues else "WHERE 1 = 0"
     rows = dialect.fetchall(
         conn,
         f"SELECT {_COLUMNS}, activity, {dialect.db_now} FROM {table} {where} "

@@ -361,10 +361,9 @@ class Steps:
     ) -> bool:
         """Whether a success of these jobs has an end to write (`writes_ends`, and one of
         them has a job waiting on it): the others are archived as plain jobs are, however
-        many jobs wait elsewhere. `alone`: see `_dependencies.waited_on`."""
+        many jobs wait elsewhere. `alone`: see `Dialect.waited_on`."""
         return self.graph_active is not False and (
-            self.writes_ends(conn, dialect)
-            and _dependencies.waited_on(conn, dialect, raw_ids, alone)
+            self.writes_ends(conn, dialect) and dialect.waited_on(conn, raw_ids, alone)
         )
 
     def _blocked_now(self, conn: Any, dialect: Dialect) -> bool:

@@ -110,19 +110,6 @@ def blocked_now(conn: Any, dialect: Dialect) -> bool:
     return dialect.fetchone(conn, f"SELECT 1 FROM {dialect.blocked_table} LIMIT 1") is not None
 
 
-def waited_on(conn: Any, dialect: Dialect, parents: Sequence[Any], alone: bool = False) -> bool:
-    """Whether a job waits on one of these parents still (its end not written): only then is
-    a parent's end more work than a plain job's (`ended`). `alone`: read in no transaction
-    where the connection is in none (`Dialect.fetchone_alone`)."""
-    among, params = dialect.any_of("parent_id", parents)
-    return (dialect.fetchone_alone if alone else dialect.fetchone)(
-        conn,
-        f"SELECT 1 FROM {dialect.dependencies_table} WHERE {among} "
-        "AND parent_status IS NULL LIMIT 1",
-        params,
-    ) is not None
-
-
 def _shown(raw_id: Any) -> str:
     return (
         str(uuid.UUID(bytes=bytes(raw_id)))

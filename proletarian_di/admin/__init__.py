@@ -12,19 +12,24 @@ Every name is importable from here; each module holds one concern:
   `list_jobs` and `list_jobs_page` (and their bounds, `MAX_LIMIT` and `MAX_EXAMINED`), and
   the reading of both tables they share.
 - `queues`: the queues at a glance (`queue_stats`, `overview`, `overview_page`,
-  `throughput`, `recent_failures`, `waiting`), the hourly sums they read (`hourly_sums`,
-  `recount_hours`) and the schema checks (`check`, `missing_columns`).
+  `queue_overview`, `throughput`, `last_hour`, `recent_failures`, `waiting`), the hourly
+  sums they read (`hourly_sums`, `recount_hours`) and the schema checks (`check`,
+  `missing_columns`).
 - `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
 - `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`, `in_batches`,
   and pausing and resuming queues.
 - `retention`: what the archive keeps (`prune_archive`, `purge_archive`,
   `delete_archived`, `still_needed`).
-- `search`: `find_jobs` and `failure_groups`.
-- `headline`: an error's first line, which names its group (`error_headline`).
-- `explain`: why a job is not running now (`explain_job`).
+- `search`: `find_jobs`, `failure_groups` and `failure_causes`.
+- `headline`: an error's first line, which names its group (`error_headline`), and its
+  cause, the line with its variable parts taken out (`error_cause`).
+- `explain`: why a job is not running now (`explain_job`), and what holds each queue's
+  due jobs back (`queue_holds`).
 - `workflows`: `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`).
+- `doctor`: the queue's own health, read from the database's statistics (`diagnose`,
+  `Thresholds`, `Finding`, `degraded`).
 - `_checks` and `_sql`: the argument checks and the SQL pieces the others share.
 
 They stand in layers, each importing only those below it, never this package:
@@ -50,8 +55,9 @@ from .actions import (
 from .actions import pause_queue as pause_queue
 from .actions import paused_queues as paused_queues
 from .actions import resume_queue as resume_queue
-from .explain import Explanation, explain_job
-from .headline import HEADLINE_CHARS, error_headline
+from .doctor import Finding, Thresholds, degraded, diagnose
+from .explain import Explanation, Hold, explain_job, queue_holds
+from .headline import HEADLINE_CHARS, MAX_ERRORS, error_cause, error_headline
 from .jobs import (
     MAX_EXAMINED,
     MAX_LIMIT,
@@ -72,9 +78,11 @@ from .queues import (
     ThroughputBucket,
     check,
     hourly_sums,
+    last_hour,
     missing_columns,
     overview,
     overview_page,
+    queue_overview,
     queue_stats,
     recent_failures,
     recount_hours,
@@ -89,7 +97,10 @@ from .search import (
     SEARCH_ROWS,
     ErrorGroup,
     ErrorGroups,
+    FailureCause,
+    FailureCauses,
     JobSearch,
+    failure_causes,
     failure_groups,
     find_jobs,
     id_fragment,
@@ -103,6 +114,7 @@ __all__ = [
     "BATCH_SIZE",
     "DEFAULT_TABLES",
     "HEADLINE_CHARS",
+    "MAX_ERRORS",
     "MAX_EXAMINED",
     "MAX_LIMIT",
     "SEARCH_FIELDS",
@@ -113,6 +125,10 @@ __all__ = [
     "ErrorGroup",
     "ErrorGroups",
     "Explanation",
+    "FailureCause",
+    "FailureCauses",
+    "Finding",
+    "Hold",
     "HourlyOutcomes",
     "HourlySums",
     "JobInfo",
@@ -124,6 +140,7 @@ __all__ = [
     "QueueStats",
     "RecountedHours",
     "Tables",
+    "Thresholds",
     "ThroughputBucket",
     "Timing",
     "TimingsPage",
@@ -132,10 +149,14 @@ __all__ = [
     "WorkflowInfo",
     "cancel_jobs",
     "check",
+    "degraded",
     "delete_archived",
+    "diagnose",
     "discard_failed",
+    "error_cause",
     "error_headline",
     "explain_job",
+    "failure_causes",
     "failure_groups",
     "find_jobs",
     "get_job",
@@ -144,6 +165,7 @@ __all__ = [
     "hourly_sums",
     "id_fragment",
     "in_batches",
+    "last_hour",
     "list_jobs",
     "list_jobs_page",
     "list_schedules",
@@ -154,6 +176,8 @@ __all__ = [
     "prune_archive",
     "prune_workers",
     "purge_archive",
+    "queue_holds",
+    "queue_overview",
     "queue_stats",
     "recent_failures",
     "recount_hours",

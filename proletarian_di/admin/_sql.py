@@ -65,10 +65,13 @@ class _Where:
         spellings = SPELLINGS.get(status, (status,))
         return self.add(f"status IN ({', '.join(['%s'] * len(spellings))})", *spellings)
 
-    def headline(self, dialect: Dialect, error: str | None) -> _Where:
-        """Only jobs whose error's first line is `error` (None: any job)."""
+    def headline(self, dialect: Dialect, error: str | tuple[str, ...] | None) -> _Where:
+        """Only jobs whose error's first line is `error`, or one of them (None: any job)."""
         if error is None:
             return self
+        if isinstance(error, tuple):
+            marks = ", ".join(["%s"] * len(error))
+            return self.add(f"{_headline_sql(dialect)} IN ({marks})", "\n", *error)
         return self.add(f"{_headline_sql(dialect)} = %s", "\n", error)
 
     def copy(self) -> _Where:
@@ -96,7 +99,7 @@ def _failures(
     job_type: str | None,
     since: datetime | None,
     until: datetime | None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
 ) -> _Where:
     """Archived failures, by id and filters (`since` <= finished_at < `until`, the error's
     first line)."""

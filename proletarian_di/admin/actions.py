@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -85,7 +85,7 @@ def _failed_plan(
     job_type: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> _Bulk:
     """Archived failures, to move back into the queue (`requeue`) or to delete."""
@@ -129,7 +129,7 @@ def retry_jobs(
     job_type: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
@@ -206,7 +206,7 @@ def discard_failed(
     job_type: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
@@ -241,7 +241,7 @@ def _cancel_plan(
     queue: str | None = None,
     job_type: str | None = None,
     state: str | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     enqueued_until: datetime | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> _Bulk:
@@ -280,7 +280,7 @@ def cancel_jobs(
     queue: str | None = None,
     job_type: str | None = None,
     state: str | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     enqueued_until: datetime | None = None,
     dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -49,17 +49,30 @@ class Explanation:
         return {**dataclasses.asdict(self), "job_id": str(self.job_id)}
 
 
+@dataclasses.dataclass
+class Shared:
+    """Reads that the `Facts` of several queues share (`queue_holds`), each made once for
+    all of them: the paused queues, whether the rate slots' table is there, and the rate
+    slots of the queues' buckets (None: not read yet, so each `Facts` reads its own)."""
+
+    paused: dict[str, datetime] | None = None
+    rate_table: bool | None = None
+    rate_rows: dict[str, list[Any]] | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class Facts:
     """What the reasons are told from, read once: the job (a waiting `JobInfo`), the time,
     the connection, and the workers registered for its queue (None: the schema has no
-    registry, so nothing is said about workers)."""
+    registry, so nothing is said about workers); `shared` holds the reads that the facts of
+    several queues share."""
 
     conn: Any
     dialect: Dialect
     job: Any
     now: datetime
     workers: list[WorkerInfo] | None
+    shared: Shared = dataclasses.field(default_factory=Shared)
 
     @property
     def due(self) -> bool:
@@ -70,10 +83,40 @@ class Facts:
         wanted = states or ("running", "stopping")
         return [w for w in self.workers or () if w.state in wanted]
 
+    def paused_since(self) -> datetime | None:
+        """When the job's queue was paused (None: it is not), read once for every queue."""
+        if self.shared.paused is None:
+            self.shared.paused = _pauses.paused_queues(self.conn, self.dialect)
+        return self.shared.paused.get(self.job.queue)
+
+    def has_rate_table(self) -> bool:
+        """Whether the rate slots' table is there (read once)."""
+        if self.shared.rate_table is None:
+            rate_table = self.dialect.rate_table
+            self.shared.rate_table = bool(self.dialect.table_columns(self.conn, rate_table))
+        return self.shared.rate_table
+
+    def rate_slots(self, *buckets: str) -> list[Any]:
+        """The rate slots of these buckets: (bucket, slot, used_at, period_ms, db now)."""
+        if self.shared.rate_rows is None:
+            return rate_rows(self.conn, self.dialect, buckets)
+        return [row for bucket in buckets for row in self.shared.rate_rows.get(bucket, ())]
+
+
+def rate_rows(conn: Any, dialect: Dialect, buckets: Sequence[str]) -> list[Any]:
+    """The rate slots of these buckets, each with the database's time now, in one read."""
+    marks = ", ".join(["%s"] * len(buckets))
+    return dialect.fetchall(
+        conn,
+        f"SELECT bucket, slot, used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
+        f"WHERE bucket IN ({marks})",
+        tuple(buckets),
+    )
+
 
 def paused(facts: Facts) -> str | None:
     """Its queue is paused: no worker claims its jobs until it is resumed."""
-    since = _pauses.paused_queues(facts.conn, facts.dialect).get(facts.job.queue)
+    since = facts.paused_since()
     if since is None:
         return None
     return f"its queue {facts.job.queue!r} is paused (since {moment(since)}); resume it to run it"
@@ -136,7 +179,7 @@ def rate_limited(facts: Facts) -> str | None:
     when, from the slots' starts by the database's clock. Slots outlive the limit that wrote
     them, so a limit no live worker has holds nothing back."""
     dialect, job = facts.dialect, facts.job
-    if not facts.due or not dialect.table_columns(facts.conn, dialect.rate_table):
+    if not facts.due:
         return None
     if facts.workers is None:
         limits = None
@@ -144,13 +187,10 @@ def rate_limited(facts: Facts) -> str | None:
         limits = {w.rate_limit for w in facts.live("running") if w.rate_limit is not None}
         if not limits:
             return None
+    if not facts.has_rate_table():
+        return None
     group = bucket_of(job.queue, job.group_key or "")
-    rows = dialect.fetchall(
-        facts.conn,
-        f"SELECT bucket, slot, used_at, period_ms, {dialect.db_now} FROM {dialect.rate_table} "
-        "WHERE bucket IN (%s, %s)",
-        (job.queue, group),
-    )
+    rows = facts.rate_slots(job.queue, group)
     if not rows:
         return None
     now = dialect.decode_time(rows[0][4])
@@ -249,6 +289,97 @@ def explain_job(
         if dialect.table_columns(conn, registry):
             workers = _registry.read_workers(conn, dialect, registry, found[0].queue, STALE_AFTER)
         return explain(Facts(conn, dialect, job, at, workers))
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """Something that holds a queue's due jobs back now, as the dashboard's badges show it:
+    its `kind` ("paused", "max_running", "rate_limited", "no_worker"), the sentence
+    `explain_job` says of it for a job of the queue (`reason`), and until when for a rate
+    limit."""
+
+    kind: str
+    reason: str
+    until: datetime | None = None
+
+
+QUEUE_HOLDS: Sequence[tuple[str, Callable[[Facts], str | None]]] = (
+    ("paused", paused),
+    ("max_running", slots_full),
+    ("rate_limited", rate_limited),
+    ("no_worker", no_live_worker),
+)
+"""The reasons that hold a whole queue back, with their kinds, in the order of `REASONS`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Head:
+    """A stand-in for a queue's due jobs, as the reasons read a job: due now, never tried,
+    no group key."""
+
+    queue: str
+    process_at: datetime
+    job_id: uuid.UUID | None = None
+    group_key: str | None = None
+    state: str = "queued"
+    attempts: int = 0
+
+
+def queue_holds(
+    conn: Connection,
+    queues: Mapping[str, bool],
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> dict[str, list[Hold]]:
+    """What holds each queue's due jobs back now, each said as `explain_job` says it of a
+    due job of the queue without a group key: its queue paused, `max_running` full, rate
+    limited until a time, no live worker polling it. `queues` maps each queue to whether it
+    has due jobs; one without is only said to be paused.
+
+    The paused queues, the queues' live workers and their rate slots are read once for all
+    of them (a few statements, however many queues); each queue with due jobs whose live
+    workers all have a `max_running` reads its slots' locks, as `explain_job` does."""
+    at = _utc(now or datetime.now(timezone.utc))
+    dialect = dialect_of(conn, tables)
+    shared = Shared()
+    due = [queue for queue, has_due in queues.items() if has_due]
+    with dialect.admin_read(conn):
+        registry = workers_table(tables.job_table)
+        workers: dict[str, list[WorkerInfo]] | None = None
+        if dialect.table_columns(conn, registry):
+            workers = {queue: [] for queue in queues}
+            for worker in _registry.read_workers(conn, dialect, registry, due, STALE_AFTER):
+                workers[worker.queues[0]].append(worker)
+        limited = workers is None or any(
+            w.rate_limit is not None and w.state == "running" for q in due for w in workers[q]
+        )
+        first = Facts(conn, dialect, _Head("", at), at, None, shared)
+        if due and limited and first.has_rate_table():
+            shared.rate_rows = {}
+            buckets = [bucket for queue in due for bucket in (queue, bucket_of(queue, ""))]
+            for row in rate_rows(conn, dialect, buckets):
+                shared.rate_rows.setdefault(row[0], []).append(row)
+        holds: dict[str, list[Hold]] = {}
+        for queue, has_due in queues.items():
+            mine = None if workers is None else workers[queue]
+            facts = Facts(conn, dialect, _Head(queue, at), at, mine, shared)
+            checks = QUEUE_HOLDS if has_due else QUEUE_HOLDS[:1]
+            holds[queue] = [
+                Hold(kind, reason, _until(reason) if kind == "rate_limited" else None)
+                for kind, check in checks
+                if (reason := check(facts)) is not None
+            ]
+    return holds
+
+
+def _until(reason: str) -> datetime | None:
+    """The time a rate limit's reason names (`rate limited until <moment>: …`)."""
+    _, _, rest = reason.partition(" until ")
+    try:
+        return datetime.strptime(rest[:23], "%Y-%m-%d %H:%M:%S UTC").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
 
 
 def explain(facts: Facts) -> Explanation:

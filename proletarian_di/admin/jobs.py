@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -207,7 +208,7 @@ class _Query:
     finished_since: datetime | None = None
     finished_until: datetime | None = None
     job_id: uuid.UUID | None = None
-    error: str | None = None
+    error: str | tuple[str, ...] | None = None
     condition: tuple[str, tuple[Any, ...]] | None = None
     """More SQL, with its parameters, that a row must match (a search's)."""
 
@@ -233,7 +234,7 @@ def list_jobs(
     finished_since: datetime | None = None,
     finished_until: datetime | None = None,
     before: JobInfo | str | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | SerializerName | None = None,
 ) -> list[JobInfo]:
@@ -277,7 +278,7 @@ def list_jobs_page(
     before: JobInfo | str | None = None,
     max_examined: int = MAX_EXAMINED,
     payload_chars: int | None = None,
-    error: str | None = None,
+    error: str | Sequence[str] | None = None,
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | SerializerName | None = None,
 ) -> JobPage:

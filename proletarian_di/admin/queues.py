@@ -249,6 +249,21 @@ def overview_page(
     return OverviewPage(shown, page, max(1, -(-total // per_page)), total, summed)
 
 
+def queue_overview(
+    conn: Connection,
+    queue: str,
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+    outcomes: HourlyOutcomes | None = None,
+) -> QueueOverview:
+    """One queue of `overview`, read alone (its rows of the job table only): zeros for a
+    queue with no jobs."""
+    if not isinstance(queue, str):
+        raise ArgumentTypeError(f"queue must be a str, got {queue!r}")
+    return _overview(conn, now, tables, outcomes, None, None, queue)[0][0]
+
+
 def _overview(
     conn: Connection,
     now: datetime | None,
@@ -256,9 +271,11 @@ def _overview(
     outcomes: HourlyOutcomes | None,
     offset: int | None,
     count: int | None,
+    only: str | None = None,
 ) -> tuple[list[QueueOverview], int, list[ThroughputBucket]]:
-    """The queues from `offset` by name, `count` of them (None: all); how many there are in
-    all; the last day's outcomes over all of them. Only the queues shown are probed."""
+    """The queues from `offset` by name, `count` of them (None: all), or the queue `only`;
+    how many there are in all; the last day's outcomes over all of them. Only the queues
+    shown are probed."""
     dialect = dialect_of(conn, tables)
     now = _utc(now or datetime.now(timezone.utc))
     at = dialect.encode_time(now)
@@ -275,8 +292,9 @@ def _overview(
             f"COUNT(CASE WHEN {_NOT_LEASED} AND attempts > 0 THEN 1 END), "
             f"COUNT(CASE WHEN attempts = 0 AND process_at > %s AND leased_by IS NULL "
             f"THEN 1 END), COUNT(CASE WHEN process_at > {BLOCKED_SQL} THEN 1 END)"
-            f"{_oldest_column(dialect)} FROM {tables.job_table} GROUP BY queue",
-            (at,) * (3 + dialect.oldest_in_scan),
+            f"{_oldest_column(dialect)} FROM {tables.job_table} "
+            f"{'' if only is None else 'WHERE queue = %s '}GROUP BY queue",
+            (at,) * (3 + dialect.oldest_in_scan) + (() if only is None else (only,)),
         )
         for queue, total, leased, retrying, later, blocked, *_ in rows:
             item = entry(queue)
@@ -289,7 +307,7 @@ def _overview(
             entry(queue)
         for queue in _pauses.paused_queues(conn, dialect):
             entry(queue).paused = True
-        names = sorted(by_queue)
+        names = sorted(by_queue) if only is None else [entry(only).queue]
         if offset is not None:
             names = names[offset : offset + (count or len(names))]
         shown = [by_queue[name] for name in names]
@@ -489,6 +507,48 @@ def throughput(
         ThroughputBucket(start + width * n, succeeded, failed)
         for n, (succeeded, failed) in enumerate(counts)
     ]
+
+
+MINUTE = timedelta(minutes=1)
+LAST_HOUR_MINUTES = 60
+
+
+def last_hour(
+    conn: Connection,
+    queues: Sequence[str],
+    *,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> dict[str, list[ThroughputBucket]]:
+    """The jobs of these queues archived as succeeded and failed in the last hour, a clock
+    minute per bucket, oldest first: the current minute so far and the 59 before it (a job
+    that finished after `now`, by a clock ahead, in the last). One read of the archive,
+    through its `finished_at` index, at most 120 rows per queue."""
+    dialect = dialect_of(conn, tables)
+    end = _utc(now or datetime.now(timezone.utc))
+    start = end.replace(second=0, microsecond=0) - (LAST_HOUR_MINUTES - 1) * MINUTE
+    counts = {queue: [[0, 0] for _ in range(LAST_HOUR_MINUTES)] for queue in queues}
+    if queues:
+        at = dialect.encode_time(start)
+        marks = ", ".join(["%s"] * len(queues))
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT FLOOR({dialect.seconds_since('finished_at')} / 60), queue, status, "
+            f"COUNT(*) FROM {tables.archived_job_table} WHERE finished_at >= %s "
+            f"AND queue IN ({marks}) AND status IN ('success', 'failure') GROUP BY 1, 2, 3",
+            (at, at, *queues),
+        )
+        for index, queue, status, count in rows:
+            if queue in counts:
+                n = min(max(int(index), 0), LAST_HOUR_MINUTES - 1)
+                counts[queue][n][status == "failure"] += int(count)
+    return {
+        queue: [
+            ThroughputBucket(start + n * MINUTE, succeeded, failed)
+            for n, (succeeded, failed) in enumerate(minutes)
+        ]
+        for queue, minutes in counts.items()
+    }
 
 
 def recent_failures(

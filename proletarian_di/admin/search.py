@@ -17,7 +17,7 @@ from ..errors import ConfigurationError
 from ..serializers import Serializer, SerializerName, check_serializer
 from ._checks import _check_positive, _utc
 from ._sql import _failures, _Where
-from .headline import _headline_sql
+from .headline import _headline_sql, error_cause
 from .jobs import JobInfo, _check_limit, _infos, _Query, _select
 
 SEARCH_ROWS = 10_000
@@ -86,6 +86,64 @@ def failure_groups(
     groups.sort(key=lambda group: (-group.count, -group.newest.timestamp(), group.error or ""))
     examined = sum(group.count for group in groups)
     return ErrorGroups(groups, examined, examined >= max_examined)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureCause:
+    """The failures whose errors differ only in their messages' variable parts: the `cause`
+    (`error_cause` of their first lines; None: no error recorded), how many, the newest's
+    time, and each exact first line under it (`errors`), most failures first."""
+
+    cause: str | None
+    count: int
+    newest: datetime
+    errors: list[ErrorGroup]
+
+    @property
+    def headlines(self) -> tuple[str, ...]:
+        """Its exact first lines, for the `error` filter of the reads and actions."""
+        return tuple(group.error for group in self.errors if group.error is not None)
+
+
+@dataclasses.dataclass(frozen=True)
+class FailureCauses:
+    """What `failure_causes` found: its causes, most failures first; `examined` and
+    `partial` as `failure_groups` says them."""
+
+    causes: list[FailureCause]
+    examined: int
+    partial: bool
+
+
+def failure_causes(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    max_examined: int = SEARCH_ROWS,
+    tables: Tables = DEFAULT_TABLES,
+) -> FailureCauses:
+    """The groups of `failure_groups` gathered by cause: each error's first line with its
+    message's variable parts (numbers, ids, UUIDs, URLs, e-mail addresses, quoted values)
+    taken out (`error_cause`), with its exact first lines under it. The same read as
+    `failure_groups`; `retry_jobs(error=cause.headlines)` and the others act on a cause."""
+    found = failure_groups(
+        conn, queue=queue, job_type=job_type, max_examined=max_examined, tables=tables
+    )
+    gathered: dict[str | None, list[ErrorGroup]] = {}
+    for group in found.groups:
+        gathered.setdefault(error_cause(group.error), []).append(group)
+    causes = [
+        FailureCause(
+            cause,
+            sum(group.count for group in groups),
+            max(group.newest for group in groups),
+            groups,
+        )
+        for cause, groups in gathered.items()
+    ]
+    causes.sort(key=lambda c: (-c.count, -c.newest.timestamp(), c.cause or ""))
+    return FailureCauses(causes, found.examined, found.partial)
 
 
 @dataclasses.dataclass(frozen=True)

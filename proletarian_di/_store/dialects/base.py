@@ -4,6 +4,7 @@ helpers (table names, connection unwrapping, timestamps)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import socket
@@ -249,6 +250,8 @@ class Session:
         self.ahead: list[JobRow] | None = None
         """Rows claimed in the round trip of the last commit (`archive_commit_and_claim`),
         locked in the open transaction that follows it, until `claimed_ahead` takes them."""
+        self.ahead_after: str | None = None
+        """The group key a fair turn's first scan claimed ahead past (`fair_after`)."""
 
     def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
         """Whether `archive_commit_and_claim` can make the next claim in the archive's round
@@ -265,14 +268,17 @@ class Session:
         start: Any = None,
         slots: RunningSlots | None = None,
         runs: Runs = NO_RUNS,
+        fair_after: str | None = None,
     ) -> None:
         """`archive_and_commit`, then `claim` the next jobs (now is `finished_at`; with
-        `slots`, `claim_in_slot`) in the same round trip, keeping their rows in `ahead`:
+        `slots`, `claim_in_slot`; with `fair_after`, a fair turn's first scan past that
+        group key, as `fair_claim`) in the same round trip, keeping their rows in `ahead`:
         one round trip per job instead of two. Only where `can_claim_ahead` said so. The
         archive's errors are raised; a claim that failed after the commit is rolled back,
         for the next claim to make again."""
+        self.ahead_after = fair_after
         self.ahead = self._archive_then_claim(
-            job_ids, finished_at, queue, limit, start, slots, runs
+            job_ids, finished_at, queue, limit, start, slots, runs, fair_after
         )
         if self.ahead is None:
             self.dialect.rollback(self.conn)
@@ -286,6 +292,7 @@ class Session:
         start: Any,
         slots: RunningSlots | None,
         runs: Runs,
+        fair_after: str | None,
     ) -> list[JobRow] | None:
         """The dialect's one round trip of `archive_commit_and_claim`: the claimed rows, or
         None if the claim failed after the commit."""
@@ -301,6 +308,17 @@ class Session:
         """Give the rows claimed ahead back unrun (roll their transaction back)."""
         if self.claimed_ahead() is not None:
             self.dialect.rollback(self.conn)
+
+    def begin(self) -> None:
+        """Open the claim's transaction, where the connection is in autocommit."""
+        self.dialect.begin(self.conn)
+
+    def fair_claim(self, queue: str, after: str, now: datetime) -> list[Any]:
+        """BEGIN, and a held-mode fair turn's first scan (`Dialect.fair_claim` past `after`):
+        its row, group key last, or none."""
+        self.begin()
+        row = self.dialect.fair_claim(self.conn, queue, after, now, lease=False)
+        return [] if row is None else [row]
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         """Lock the first due jobs of `queue` (up to `limit`) in priority order, then by
@@ -756,21 +774,14 @@ class Dialect:
         job without a key), in the caller's transaction: its claim row (a lease claim's,
         with `lease`) followed by its group key; None if there is none. With `slots`, the
         groups without a free slot are passed over in the same scan, however many."""
-        columns = f"{self.columns}, last_error, priority, " + (
-            "leased_by, trace_context" if lease else "trace_context"
-        )
+        columns = self._fair_columns(lease)
         if after is None and not self.fair_index_has_all:
             sql = self.claim_statement("group_key = '' AND ", f"{columns}, group_key")
             params = self.claim_params(queue, None, now, 1)
         else:
             group = "group_key = ''" if after is None else "group_key <> '' AND group_key > %s"
             free, free_params = self._free_group(slots)
-            sql = (
-                f"SELECT {columns}, group_key FROM {self.fair_source()} WHERE queue = %s "
-                f"AND {group}{free} AND process_at <= %s "
-                f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
-                f"ORDER BY {self.fair_order} LIMIT 1 FOR UPDATE SKIP LOCKED"
-            )
+            sql = self._fair_scan(columns, group + free)
             params = (
                 queue,
                 *(() if after is None else (after,)),
@@ -779,6 +790,27 @@ class Dialect:
             )
         rows = self.fetchall(conn, sql, params)
         return tuple(rows[0]) if rows else None
+
+    def _fair_columns(self, lease: bool) -> str:
+        """A fair claim's columns before the group key: a held or a lease claim's row."""
+        more = "leased_by, trace_context" if lease else "trace_context"
+        return f"{self.columns}, last_error, priority, {more}"
+
+    def _fair_scan(self, columns: str, groups: str) -> str:
+        """The first due job of the groups that `groups` admits, in the fair index's order,
+        locked; its parameters: the queue, those of `groups`, then now."""
+        return (
+            f"SELECT {columns}, group_key FROM {self.fair_source()} WHERE queue = %s "
+            f"AND {groups} AND process_at <= %s "
+            f"AND (leased_by IS NULL OR process_at <= {self.db_now}) "
+            f"ORDER BY {self.fair_order} LIMIT 1 FOR UPDATE SKIP LOCKED"
+        )
+
+    @functools.cached_property
+    def fair_turn_sql(self) -> str:
+        """A held-mode fair turn's first scan, the one a worker's session makes with its
+        BEGIN or its last commit: the first due job past a group key (queue, after, now)."""
+        return self._fair_scan(self._fair_columns(False), "group_key <> '' AND group_key > %s")
 
     def _free_group(self, slots: GroupSlots | None) -> tuple[str, tuple[Any, ...]]:
         """The fair claim's condition that a job's group has a free slot, or fewer than its
@@ -1030,6 +1062,21 @@ class Dialect:
         since = (self.decode_time(now) - self.decode_time(oldest)).total_seconds()
         left = period_ms / 1000 - since
         return left if left > 0 else None
+
+    def waited_on(self, conn: Any, parents: Sequence[Any], alone: bool = False) -> bool:
+        """Whether a job waits on one of `parents` still (its end not written): only then is
+        a parent's end more work than a plain job's. `alone`: read in no transaction where
+        the connection is in none (`fetchone_alone`)."""
+        among, params = self.any_of("parent_id", parents)
+        sql = self._waited_sql.format(among=among)
+        return (self.fetchone_alone if alone else self.fetchone)(conn, sql, params) is not None
+
+    @functools.cached_property
+    def _waited_sql(self) -> str:
+        return (
+            f"SELECT 1 FROM {self.dependencies_table} WHERE {{among}} "
+            "AND parent_status IS NULL LIMIT 1"
+        )
 
     def any_of(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """The condition that `column` is one of `values` (not empty), and its parameters:

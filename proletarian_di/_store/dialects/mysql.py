@@ -795,20 +795,26 @@ class MySQLSession(Session):
         start: Any,
         slots: RunningSlots | None,
         runs: Runs,
+        fair_after: str | None,
     ) -> list[JobRow] | None:
-        """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim as
-        one multi-statement query. With `slots`, the running slot the job ran in is kept
-        for the next claim (a GET_LOCK lock outlives the COMMIT); without one, the first
-        free slot is taken before the claim, which claims nothing without it. The server
-        stops at the first statement that fails: an error up to the COMMIT is raised
-        (nothing more ran); a later one is None."""
+        """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim (a
+        fair turn's first scan with `fair_after`) as one multi-statement query. With
+        `slots`, the running slot the job ran in is kept for the next claim (a GET_LOCK
+        lock outlives the COMMIT); without one, the first free slot is taken before the
+        claim, which claims nothing without it. The server stops at the first statement
+        that fails: an error up to the COMMIT is raised (nothing more ran); a later one is
+        None."""
         dialect = self.dialect
         take = slots if self.slot is None else None
         with dialect.cursor(self.conn) as cursor:
-            claim = cursor.mogrify(
-                dialect.claim_sql if take is None else dialect.slot_claim_sql,
-                dialect.claim_params(queue, start, finished_at, limit),
-            )
+            if fair_after is not None:
+                params = (queue, fair_after, dialect.encode_time(finished_at))
+                claim = cursor.mogrify(dialect.fair_turn_sql, params)
+            else:
+                claim = cursor.mogrify(
+                    dialect.claim_sql if take is None else dialect.slot_claim_sql,
+                    dialect.claim_params(queue, start, finished_at, limit),
+                )
             statements = [
                 *dialect.archive_statements(cursor, job_ids, "success", finished_at, runs),
                 "COMMIT",
@@ -871,6 +877,10 @@ class MySQLSession(Session):
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
         return self.dialect.claim(self.conn, queue, now, limit, start, self.read_committed)
+
+    def begin(self) -> None:
+        """At READ COMMITTED, with no SET where it is already the session's level."""
+        self.dialect.begin(self.conn, self.read_committed)
 
     def claim_in_slot(
         self, slots: RunningSlots, queue: str, now: datetime, limit: int = 1, start: Any = None

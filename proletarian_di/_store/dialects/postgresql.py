@@ -82,7 +82,10 @@ class PostgresDialect(Dialect):
             claim,
             _fill(self.archive_one_sql, *one) + "; COMMIT",
             _fill(self.archive_sql, *many) + "; COMMIT",
+            "BEGIN; " + _fill(self.fair_turn_sql, "{queue}", "{after}", "{now}"),
         )
+        # Not prepared: a schema before the workflows step lacks its table.
+        self._waited_text = self._waited_sql.format(among="parent_id = ANY({ids}::uuid[])")
         # A transaction-level advisory lock per running job: the first free slot, if any,
         # taken in the claim's own statement and released by its COMMIT or ROLLBACK.
         self.slot_claim_sql = f"WITH slot AS ({_FREE_SLOT}) " + self.claim_statement(
@@ -109,8 +112,13 @@ class PostgresDialect(Dialect):
                 "integer, integer, text, timestamptz, timestamptz, integer",
                 _fill(self.slot_claim_sql, "$1", "$2", "$3", "$6", "$5", "$4", "1"),
             ),
+            # fair=True: a turn's first scan
+            f"proletarian_fair_{tag.hexdigest()}": (
+                "text, text, timestamptz",
+                _fill(self.fair_turn_sql, "$1", "$2", "$3"),
+            ),
         }
-        claim_one, archive_one, archive_many, slot_one = self._statements
+        claim_one, archive_one, archive_many, slot_one, fair = self._statements
         self._prepared_slot = (
             f"BEGIN; EXECUTE {slot_one}({{size}}, {{key}}, {{queue}}, {{now}}, {{start}}, {{rank}})"
         )
@@ -126,6 +134,7 @@ class PostgresDialect(Dialect):
             claim,
             f"EXECUTE {archive_one}({{ids}}, {{finished}}, {{started}}, {{worker}}); COMMIT",
             f"EXECUTE {archive_many}({{ids}}, {{finished}}, {{started}}, {{worker}}); COMMIT",
+            f"BEGIN; EXECUTE {fair}({{queue}}, {{after}}, {{now}})",
         )
         # Lease mode's claim: one statement, which an autocommit connection commits at once.
         # The first job starts (its attempt counted), and so does one whose earlier run
@@ -416,6 +425,18 @@ class PostgresDialect(Dialect):
     def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         with _single_statement(conn, commit=False):
             return self.fetchone(conn, sql, params)
+
+    def waited_on(self, conn: Any, parents: Sequence[Any], alone: bool = False) -> bool:
+        """A simple query with the ids inlined, where they are UUIDs: a cursor's parameters
+        cost the client about as much as the read (a worker asks before each success while
+        some job is blocked)."""
+        if not all(type(i) is uuid.UUID for i in parents):
+            return super().waited_on(conn, parents, alone)
+        text = self._waited_text.format(ids=_uuid_array(parents))
+        if not alone:
+            return bool(_run(conn, text))
+        with _single_statement(conn, commit=False):
+            return bool(_run(conn, text))
 
     def lease_claim(
         self,
@@ -838,10 +859,21 @@ class PostgresSession(Session):
         return self.prepared
 
     def claim(self, queue: str, now: datetime, limit: int = 1, start: Any = None) -> list[JobRow]:
+        if self._templates() is None:
+            return self.dialect.claim(self.conn, queue, now, limit, start)
+        return self._run_hot(lambda hot: self._claim_text(hot, queue, now, limit, start))
+
+    def fair_claim(self, queue: str, after: str, now: datetime) -> list[Any]:
+        """BEGIN and the scan in one simple query, values inlined, as `claim` does."""
+        if self._templates() is None:
+            return super().fair_claim(queue, after, now)
+        return self._run_hot(lambda hot: self._fair_text(hot, queue, after, now))
+
+    def _run_hot(self, text_of: Callable[[_HotPath], str]) -> list[JobRow]:
+        """Run the hot path's statement that `text_of` writes from the session's templates."""
         hot, conn = self._templates(), self.conn
-        if hot is None:
-            return self.dialect.claim(conn, queue, now, limit, start)
-        text = self._claim_text(hot, queue, now, limit, start)
+        assert hot is not None
+        text = text_of(hot)
         try:
             return _run(conn, text)
         except Exception as exc:
@@ -858,7 +890,15 @@ class PostgresSession(Session):
                 raise
         conn.rollback()
         self.prepared = self.dialect._inline
-        return self.claim(queue, now, limit, start)
+        return _run(conn, text_of(self.prepared))
+
+    def _fair_text(self, hot: _HotPath, queue: str, after: str, now: datetime) -> str:
+        text = hot.fair.format(
+            queue=self.dialect.quoted(self.conn, queue),
+            after=_literal(self.conn, after),
+            now=_timestamp(now),
+        )
+        return self._replanned(text) if hot is self.dialect._prepared else text
 
     def _claim_text(self, hot: _HotPath, queue: str, now: datetime, limit: int, start: Any) -> str:
         template = hot.claim_one if limit == 1 else hot.claim_many
@@ -883,14 +923,18 @@ class PostgresSession(Session):
         start: Any,
         slots: RunningSlots | None,
         runs: Runs,
+        fair_after: str | None,
     ) -> list[JobRow] | None:
         """On a worker's own connection with its statements prepared: the archive, its
         COMMIT, then BEGIN and the next claim (in a running slot with `slots`: the COMMIT
-        gave the last one back), as one simple query."""
+        gave the last one back; a fair turn's first scan with `fair_after`), as one simple
+        query."""
         hot = self.prepared
         assert hot is not None  # can_claim_ahead
         archive = self._archive_text(hot, job_ids, finished_at, runs)
-        if slots is None:
+        if fair_after is not None:
+            claim = self._fair_text(hot, queue, fair_after, finished_at)
+        elif slots is None:
             claim = self._claim_text(hot, queue, finished_at, limit, start)
         else:
             claim = self._slot_claim_text(slots, queue, finished_at, limit, start)
@@ -965,7 +1009,7 @@ class PostgresSession(Session):
         if len(job_ids) == 1:
             template, ids, started = hot.archive_one, f"'{job_ids[0]}'", starts[0]
         else:
-            template, ids = hot.archive_many, f"'{{{','.join(map(str, job_ids))}}}'"
+            template, ids = hot.archive_many, _uuid_array(job_ids)
             started = f"'{{{','.join(text.strip(chr(39)) for text in starts)}}}'"
         worker = "NULL" if runs.worker is None else self.dialect.quoted(self.conn, runs.worker)
         return template.format(
@@ -977,15 +1021,16 @@ class _HotPath(NamedTuple):
     """The worker's per-job statements as simple-query templates, values inlined.
 
     Fields: {queue}, {rank} and {start} (the position claims start from), {now} and
-    {limit} for the claims; {ids}, {finished}, {started} (a time, or an array of them
-    for many jobs) and {worker} for the archives (which COMMIT too: `_ARCHIVE_STATEMENTS`
-    statements).
+    {limit} for the claims, {after} (a group key) for a fair turn's first scan; {ids},
+    {finished}, {started} (a time, or an array of them for many jobs) and {worker} for the
+    archives (which COMMIT too: `_ARCHIVE_STATEMENTS` statements).
     """
 
     claim_one: str
     claim_many: str
     archive_one: str
     archive_many: str
+    fair: str
 
 
 @contextlib.contextmanager
@@ -1048,6 +1093,24 @@ def keepalives(timeout_ms: int, server_version: int) -> str:
     if server_version >= 120000:
         sets.append(f"tcp_user_timeout = {int(timeout_ms)}")
     return "".join(f"; SET {setting}" for setting in sets)
+
+
+def _uuid_array(job_ids: Sequence[uuid.UUID]) -> str:
+    """An array literal of job ids (their text holds no quote or brace)."""
+    return f"'{{{','.join(map(str, job_ids))}}}'"
+
+
+def _literal(conn: Any, text: str) -> str:
+    """`text` as an SQL literal: quoted as is where it is plain ASCII (the usual group key),
+    else by psycopg."""
+    if _PLAIN_TEXT.fullmatch(text):
+        return f"'{text}'"
+    import psycopg.sql
+
+    return str(psycopg.sql.Literal(text).as_string(conn))
+
+
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9 _.:@/+=,-]*")
 
 
 def _timestamp_or_null(value: Any) -> str:

@@ -56,6 +56,7 @@ class ExitCode(enum.IntEnum):
     DATABASE = 5
     SCHEMA = 6
     ABANDONED = 7
+    DEGRADED = 8
 
 
 class CLIError(ProletarianError):
@@ -70,7 +71,8 @@ class CLIError(ProletarianError):
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 module not importable, "
     "4 target not runnable, 5 database unreachable or unsupported, 6 schema missing, "
-    "7 worker stopped but abandoned jobs (they run again)."
+    "7 worker stopped but abandoned jobs (they run again), 8 a health reading past its "
+    "threshold (doctor)."
 )
 
 

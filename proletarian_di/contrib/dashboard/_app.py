@@ -66,8 +66,14 @@ PAYLOAD_CHARS = 1000
 ID_CHARS = 12
 """The hex digits of a job id a listing shows: its last ones, which tell apart the jobs of one
 millisecond (the first ones are its time); the whole id is the link's title."""
+QUEUE_FAILURES = 10
+"""The latest failures a queue's page lists (its "every failure" link lists them all)."""
+OLDEST_DUE_WARN = timedelta(minutes=1)
+OLDEST_DUE_BAD = timedelta(minutes=5)
+"""How long the oldest due job of a queue may wait before its age is shown as a warning,
+then as bad: a worker that keeps up claims a due job within its polling interval."""
 GROUPS_SHOWN = 200
-"""The most error groups the failures page lists."""
+"""The most exact errors the failures page lists, under their causes."""
 SEARCH_RESULTS = 100
 """The most jobs the search page lists."""
 EXACT = "_exact"
@@ -174,6 +180,23 @@ def dashboard(
 
 
 @dataclasses.dataclass(frozen=True)
+class _Health:
+    """A queue's health at a glance: its last hour by minute (and as a sparkline), and what
+    holds its due jobs back now (`admin.queue_holds`)."""
+
+    minutes: list[admin.ThroughputBucket]
+    sparkline: _chart.Sparkline
+    holds: list[admin.Hold]
+
+    @property
+    def failure_rate(self) -> float | None:
+        """The share of the last hour's finished jobs that failed (None: none finished)."""
+        failed = self.sparkline.failed
+        finished = self.sparkline.succeeded + failed
+        return failed / finished if finished else None
+
+
+@dataclasses.dataclass(frozen=True)
 class _Timings:
     """The timings page's read: a page of queue and job type pairs, each's day with its
     hours, and when."""
@@ -228,6 +251,7 @@ class _Dashboard:
     def routes(self) -> list[Route]:
         return [
             Route("/", self.overview, name="overview"),
+            Route("/queue", self.queue, name="queue"),
             Route("/jobs", self.jobs, name="jobs"),
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
@@ -270,18 +294,7 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         user = await authenticated(self.auth, request)
         number = _page(_value(request.query_params, "page"))
-        page, sums = await self.read(
-            lambda conn: (
-                admin.overview_page(
-                    conn,
-                    page=number,
-                    per_page=QUEUES_PER_PAGE,
-                    tables=self.tables,
-                    outcomes=self.outcomes,
-                ),
-                admin.hourly_sums(conn, tables=self.tables),
-            )
-        )
+        page, sums, health = await self.read(lambda conn: self._overview(conn, number))
         here = f"{_base(request)}/"
         return self.render(
             request,
@@ -289,12 +302,82 @@ class _Dashboard:
             "overview.html",
             section="overview",
             queues=page.queues,
+            health=health,
             page=page,
             previous=_url(here, page=number - 1 if number > 2 else None) if number > 1 else None,
             next=_url(here, page=number + 1) if number < page.pages else None,
             chart=_chart.chart(page.last_day if page.total else []),
             sums=sums,
         )
+
+    def _overview(
+        self, conn: Any, number: int
+    ) -> tuple[admin.OverviewPage, admin.HourlySums, dict[str, _Health]]:
+        """A page of the overview, the hourly sums, and each of its queues' health."""
+        page = admin.overview_page(
+            conn, page=number, per_page=QUEUES_PER_PAGE, tables=self.tables, outcomes=self.outcomes
+        )
+        sums = admin.hourly_sums(conn, tables=self.tables)
+        return page, sums, self._health(conn, page.queues)
+
+    def _health(self, conn: Any, queues: list[admin.QueueOverview]) -> dict[str, _Health]:
+        """Each queue's last hour by minute and what holds its due jobs back, in a few reads
+        for all of them."""
+        now = datetime.now(timezone.utc)
+        names = [q.queue for q in queues]
+        minutes = admin.last_hour(conn, names, now=now, tables=self.tables)
+        due = {
+            q.queue: q.queued > 0 or (q.retrying > 0 and q.oldest_due is not None) for q in queues
+        }
+        holds = admin.queue_holds(conn, due, now=now, tables=self.tables)
+        return {
+            q.queue: _Health(minutes[q.queue], _chart.sparkline(minutes[q.queue]), holds[q.queue])
+            for q in queues
+        }
+
+    async def queue(self, request: Request) -> Response:
+        """One queue: its counts, what holds it back, its last hour by minute and its day by
+        hour, its live workers with their options, and its latest failures."""
+        user = await authenticated(self.auth, request)
+        name = _value(request.query_params, "name")
+        if name is None:
+            raise HTTPException(400, "which queue? give its name: /queue?name=…")
+        item, health, workers, failures, missing = await self.read(
+            lambda conn: self._queue(conn, name)
+        )
+        return self.render(
+            request,
+            user,
+            "queue.html",
+            section="overview",
+            q=item,
+            health=health,
+            workers=workers,
+            missing=missing,
+            rows=[(job, self.preview(job)) for job in failures],
+            minutes=_chart.chart(health.minutes, span="hour"),
+            day=_chart.chart(item.last_day),
+        )
+
+    def _queue(self, conn: Any, name: str) -> tuple[Any, ...]:
+        """One queue's overview, health, workers (with why there are none: `missing`), and
+        latest failures."""
+        item = admin.queue_overview(conn, name, tables=self.tables, outcomes=self.outcomes)
+        health = self._health(conn, [item])[name]
+        missing: str | None = None
+        try:
+            workers = admin.list_workers(conn, queue=name, tables=self.tables)
+        except SchemaError as exc:
+            workers, missing = [], str(exc)
+        failures = admin.list_jobs_page(
+            conn,
+            queue=name,
+            state="failed",
+            limit=QUEUE_FAILURES,
+            payload_chars=PAYLOAD_CHARS,
+            tables=self.tables,
+        ).jobs
+        return item, health, workers, failures, missing
 
     async def jobs(self, request: Request) -> Response:
         return await self._listing(request, "jobs")
@@ -352,15 +435,23 @@ class _Dashboard:
         )
 
     async def errors(self, request: Request) -> Response:
-        """The failures grouped by their error's first line, each group a link to its jobs."""
+        """The failures by cause (`admin.failure_causes`), each with its exact first lines
+        under it, each a link to its jobs; with actions, each cause retried or discarded."""
         user = await authenticated(self.auth, request)
         params = request.query_params
         filters = {"queue": _value(params, "queue"), "job_type": self._job_type(params)}
         found = await self.read(
-            lambda conn: admin.failure_groups(
+            lambda conn: admin.failure_causes(
                 conn, queue=filters["queue"], job_type=filters["job_type"], tables=self.tables
             )
         )
+        shown, left = [], GROUPS_SHOWN
+        for cause in found.causes:
+            if left <= 0:
+                break
+            errors = cause.errors[:left]
+            shown.append((cause, errors, len(cause.errors) - len(errors)))
+            left -= len(errors)
         return self.render(
             request,
             user,
@@ -368,8 +459,8 @@ class _Dashboard:
             section="failed",
             filters=filters,
             found=found,
-            groups=found.groups[:GROUPS_SHOWN],
-            hidden_groups=max(0, len(found.groups) - GROUPS_SHOWN),
+            causes=shown,
+            hidden_causes=len(found.causes) - len(shown),
         )
 
     async def search(self, request: Request) -> Response:
@@ -888,7 +979,8 @@ class _Chosen:
     queue: str | None
     job_type: str | None
     state: str | None
-    error: str | None
+    error: str | tuple[str, ...] | None
+    """One error's first line, or those of one cause (the form's `errors`, a JSON list)."""
 
     @classmethod
     def of(cls, form: FormData, action: str, job_type: str | None) -> _Chosen:
@@ -906,7 +998,13 @@ class _Chosen:
             )
         if action != "cancel" and state not in (None, "failed"):
             raise HTTPException(400, f"{action} acts on failed jobs, not {state}")
-        return cls(ids, _value(form, "queue"), job_type, state, _value(form, "error"))
+        error: str | tuple[str, ...] | None = _value(form, "error")
+        errors = _errors(_value(form, "errors"))
+        if errors is not None:
+            if error is not None:
+                raise HTTPException(400, "give error or errors, not both")
+            error = errors
+        return cls(ids, _value(form, "queue"), job_type, state, error)
 
     def at_once(self, action: str) -> bool:
         """Whether to act without a confirmation: a retry or cancel of one job by its id."""
@@ -926,12 +1024,16 @@ class _Chosen:
         return {**options, "until": until}
 
     def fields(self) -> dict[str, str | None]:
-        """The filters as form fields (the ids go apart, one field each)."""
+        """The filters as form fields (the ids go apart, one field each; a cause's errors
+        as one JSON list)."""
+        one = self.error if isinstance(self.error, str) else None
+        many = _exact(list(self.error)) if isinstance(self.error, tuple) else None
         return {
             "queue": self.queue,
             "job_type": self.job_type,
             "state": self.state,
-            "error": self.error,
+            "error": one,
+            "errors": many,
         }
 
     def question(self, action: str, count: int) -> str:
@@ -941,7 +1043,7 @@ class _Chosen:
         scope = [
             f"of queue {self.queue}" if self.queue is not None else "",
             f"of type {self.job_type}" if self.job_type is not None else "",
-            f"with the error “{self.error}”" if self.error is not None else "",
+            self._errors_said(),
         ]
         if self.ids is not None:
             scope.append(f"(of the {len(self.ids):,} selected)")
@@ -950,6 +1052,19 @@ class _Chosen:
             return f"There are no {kind} jobs{said} to {action} now."
         return f"{_ACTIONS[action].verb} {count:,} {noun}{said}?"
 
+    def _errors_said(self) -> str:
+        """The errors chosen, in words: one, or a cause's (named when they share one)."""
+        if self.error is None:
+            return ""
+        if isinstance(self.error, str):
+            return f"with the error “{self.error}”"
+        causes = {admin.error_cause(error) for error in self.error}
+        n = len(self.error)
+        errors = f"{n} error{'' if n == 1 else 's'}"
+        if len(causes) == 1:
+            return f"with the cause “{causes.pop()}” ({errors})"
+        return f"with one of {errors}"
+
     def logged(self, expected: int | None) -> dict[str, Any]:
         """What the action log says of the jobs (the filters set, and the count confirmed)."""
         data: dict[str, Any] = {
@@ -957,8 +1072,28 @@ class _Chosen:
             "queue": self.queue,
             "job_type": self.job_type,
         }
-        extra = {"state": self.state, "error": self.error, "confirmed": expected}
+        error = list(self.error) if isinstance(self.error, tuple) else self.error
+        extra = {"state": self.state, "error": error, "confirmed": expected}
         return {**data, **{key: value for key, value in extra.items() if value is not None}}
+
+
+def _errors(text: str | None) -> tuple[str, ...] | None:
+    """The `errors` field: a JSON list of 1 to `admin.MAX_ERRORS` first lines (None: none)."""
+    if text is None:
+        return None
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        decoded = None
+    if (
+        not isinstance(decoded, list)
+        or not 1 <= len(decoded) <= admin.MAX_ERRORS
+        or not all(isinstance(each, str) and each for each in decoded)
+    ):
+        raise HTTPException(
+            400, f"errors must be a JSON list of 1 to {admin.MAX_ERRORS} first lines of errors"
+        )
+    return tuple(decoded)
 
 
 def _confirmed(form: FormData) -> tuple[int | None, datetime | None]:
@@ -1036,11 +1171,42 @@ def _environment() -> jinja2.Environment:
         exact=_exact,
         attr=_attribute,
         short_id=_short_id,
+        age_class=_age_class,
+        percent=_percent,
     )
     env.globals.update(
-        url=_url, states=admin.STATES, waiting=WAITING, exact_suffix=EXACT, needs_exact=_needs_exact
+        url=_url,
+        states=admin.STATES,
+        waiting=WAITING,
+        exact_suffix=EXACT,
+        needs_exact=_needs_exact,
+        oldest_warn=OLDEST_DUE_WARN,
+        oldest_bad=OLDEST_DUE_BAD,
     )
     return env
+
+
+def _age_class(oldest_due: timedelta | None) -> str:
+    """The class of an oldest due job's age: "age-ok" under `OLDEST_DUE_WARN`, "age-warn"
+    under `OLDEST_DUE_BAD`, else "age-bad" ("age-none" when nothing is due)."""
+    if oldest_due is None:
+        return "age-none"
+    if oldest_due < OLDEST_DUE_WARN:
+        return "age-ok"
+    return "age-warn" if oldest_due < OLDEST_DUE_BAD else "age-bad"
+
+
+def _percent(share: float | None) -> str:
+    """A share as a percentage to one decimal, never rounded to 0 % or 100 % when it is
+    not ("-" for none)."""
+    if share is None:
+        return "-"
+    value = share * 100
+    if 0 < value < 0.1:
+        return "<0.1%"
+    if 99.9 < value < 100:
+        return ">99.9%"
+    return f"{value:.1f}%" if 0 < value < 100 else f"{value:.0f}%"
 
 
 def _short_id(job_id: uuid.UUID) -> str:

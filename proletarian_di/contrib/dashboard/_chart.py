@@ -1,6 +1,7 @@
-"""The throughput chart's geometry: one stacked bar (succeeded below, failed above) per bucket,
-with a scale of round numbers on the left and a tick at every hour below, for a
-server-rendered SVG."""
+"""The throughput charts' geometry, for server-rendered SVG: the chart, one stacked bar
+(succeeded below, failed above) per bucket (an hour or a minute), with a scale of round
+numbers on the left and a tick at every bucket below; and a queue's sparkline of its last
+hour, a bar a minute."""
 
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ class Chart:
     start: str
     succeeded: int
     failed: int
+    unit: str = "hour"
+    """What a bar covers: "hour" or "minute"."""
+    span: str = "24 hours"
+    """The time the chart covers, in words ("24 hours", "hour")."""
     y_ticks: list[Tick] = dataclasses.field(default_factory=list)
     x_ticks: list[Tick] = dataclasses.field(default_factory=list)
     width: int = WIDTH
@@ -83,10 +88,11 @@ def nice_step(peak: int, steps: int = Y_TICKS) -> int:
     return 10 * power  # pragma: no cover - the loop always returns
 
 
-def chart(buckets: Sequence[ThroughputBucket]) -> Chart:
-    """The chart of throughput buckets (oldest first), as `summed` or `admin.throughput`
-    gives them."""
+def chart(buckets: Sequence[ThroughputBucket], span: str = "24 hours") -> Chart:
+    """The chart of throughput buckets (oldest first), as `summed`, `admin.throughput` or
+    `admin.last_hour` gives them, covering `span` (in words)."""
     step = buckets[1].start - buckets[0].start if len(buckets) > 1 else timedelta(hours=1)
+    per = "minute" if step < timedelta(hours=1) else "hour"
     peak = max((b.succeeded + b.failed for b in buckets), default=0)
     unit = nice_step(peak)
     top = unit * max(1, math.ceil(peak / unit))
@@ -123,9 +129,62 @@ def chart(buckets: Sequence[ThroughputBucket]) -> Chart:
         start=_hm(buckets[0].start) if buckets else "",
         succeeded=sum(b.succeeded for b in buckets),
         failed=sum(b.failed for b in buckets),
+        unit=per,
+        span=span,
         y_ticks=y_ticks,
         x_ticks=x_ticks,
     )
+
+
+SPARK_WIDTH, SPARK_HEIGHT = 120, 24
+"""A sparkline's area, in SVG units: a bar of 2 units per minute of the last hour."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Sparkline:
+    """A queue's last hour in a table's row: a bar per minute, succeeded below and failed
+    above, each outcome's bars one SVG path, scaled to the busiest minute (a minute with
+    any job at least one unit high, so that none is lost)."""
+
+    succeeded_path: str
+    failed_path: str
+    succeeded: int
+    failed: int
+    peak: int
+    start: str
+    width: int = SPARK_WIDTH
+    height: int = SPARK_HEIGHT
+
+
+def sparkline(buckets: Sequence[ThroughputBucket]) -> Sparkline:
+    """The sparkline of a queue's minutes (oldest first), as `admin.last_hour` gives them."""
+    peak = max((b.succeeded + b.failed for b in buckets), default=0)
+    scale = SPARK_HEIGHT / peak if peak else 0.0
+    slot = SPARK_WIDTH / max(len(buckets), 1)
+    width = round(max(slot - 0.4, 0.4), 2)
+    succeeded: list[str] = []
+    failed: list[str] = []
+    for n, bucket in enumerate(buckets):
+        x = round(n * slot, 2)
+        ok = max(bucket.succeeded * scale, 1.0) if bucket.succeeded else 0.0
+        bad = max(bucket.failed * scale, 1.0) if bucket.failed else 0.0
+        if ok:
+            succeeded.append(_bar(x, max(SPARK_HEIGHT - ok, 0.0), width, ok))
+        if bad:
+            failed.append(_bar(x, max(SPARK_HEIGHT - ok - bad, 0.0), width, bad))
+    return Sparkline(
+        succeeded_path="".join(succeeded),
+        failed_path="".join(failed),
+        succeeded=sum(b.succeeded for b in buckets),
+        failed=sum(b.failed for b in buckets),
+        peak=peak,
+        start=_hm(buckets[0].start) if buckets else "",
+    )
+
+
+def _bar(x: float, y: float, width: float, height: float) -> str:
+    """A bar as a closed SVG path: from its top left corner, across, down, back."""
+    return f"M{x} {round(y, 2)}h{width}v{round(height, 2)}h-{width}z"
 
 
 def _count(value: int) -> str:
