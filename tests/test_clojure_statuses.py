@@ -98,6 +98,7 @@ def test_the_counts_take_them_for_successes_and_failures(
         [stats] = admin.queue_stats(conn)
         [view] = admin.overview(conn)
         [bucket] = admin.throughput(conn, hours=1, buckets=1)
+        minutes = admin.last_hour(conn, [ARCHIVED_QUEUE])[ARCHIVED_QUEUE]
         recent = admin.recent_failures(conn)
         groups = admin.failure_groups(conn)
         retried = admin.retry_failed(conn, dry_run=True)
@@ -114,6 +115,7 @@ def test_the_counts_take_them_for_successes_and_failures(
     assert (stats.succeeded_last_day, stats.failed_last_day) == (2, 2)
     assert (view.succeeded_last_day, view.failed_last_day) == (2, 2)
     assert (bucket.succeeded, bucket.failed) == (2, 2)
+    assert (sum(m.succeeded for m in minutes), sum(m.failed for m in minutes)) == (2, 2)
     assert {row[0] for row in recent} == failures
     assert sum(group.count for group in groups.groups) == 2
     assert (retried, discarded, purged) == (2, 2, 2)

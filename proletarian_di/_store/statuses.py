@@ -26,8 +26,8 @@ def outcome(status: str) -> str:
     return CLOJURE_STATUSES.get(status, status)
 
 
-def status_in(column: str, status: str) -> str:
-    """A condition on `column` true for every spelling of the outcome `status`, one of
+def status_in(column: str, *statuses: str) -> str:
+    """A condition on `column` true for every spelling of these outcomes, each one of
     `SPELLINGS` (constant SQL, no parameter): `status IN ('success', ':success')`."""
-    listed = ", ".join(f"'{spelling}'" for spelling in SPELLINGS[status])
+    listed = ", ".join(f"'{spelling}'" for status in statuses for spelling in SPELLINGS[status])
     return f"{column} IN ({listed})"

@@ -535,13 +535,14 @@ def last_hour(
             conn,
             f"SELECT FLOOR({dialect.seconds_since('finished_at')} / 60), queue, status, "
             f"COUNT(*) FROM {tables.archived_job_table} WHERE finished_at >= %s "
-            f"AND queue IN ({marks}) AND status IN ('success', 'failure') GROUP BY 1, 2, 3",
+            f"AND queue IN ({marks}) AND {status_in('status', SUCCESS, FAILURE)} "
+            "GROUP BY 1, 2, 3",
             (at, at, *queues),
         )
         for index, queue, status, count in rows:
             if queue in counts:
                 n = min(max(int(index), 0), LAST_HOUR_MINUTES - 1)
-                counts[queue][n][status == "failure"] += int(count)
+                counts[queue][n][outcome(status) == FAILURE] += int(count)
     return {
         queue: [
             ThroughputBucket(start + n * MINUTE, succeeded, failed)
