@@ -129,6 +129,11 @@ def plain_worker(**options: Any) -> Any:
     )
 
 
+def json_worker() -> Any:
+    """A worker whose code says its payloads are JSON."""
+    return plain_worker(serializer="json")
+
+
 def impatient_worker() -> Any:
     """Abandons a job still running 100 ms after the stop signal."""
     return plain_worker(await_termination_timeout_ms=100)

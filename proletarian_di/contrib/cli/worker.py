@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -19,6 +20,7 @@ import typer
 
 from ... import admin
 from ..._common.logging import describe
+from ..._engine.options import storage_defaults
 from ..._engine.signals import Signals, total_summary
 from ..._engine.signals import exit_now as _exit_now
 from ..._engine.signals import stop_all as _stop_all
@@ -35,6 +37,8 @@ from ...observers import observing_all
 from ...worker import QueueWorker
 from ._app import (
     EXIT_CODES_HELP,
+    JOB_TYPE_STYLE_OPTION,
+    SERIALIZER_OPTION,
     CLIError,
     ExitCode,
     _classify,
@@ -237,6 +241,8 @@ def worker(
             help="Address the metrics and health ports listen on.",
         ),
     ] = "127.0.0.1",
+    serializer: Annotated[str | None, SERIALIZER_OPTION] = None,
+    job_type_style: Annotated[str | None, JOB_TYPE_STYLE_OPTION] = None,
     processes: Annotated[
         str,
         typer.Option(
@@ -254,6 +260,8 @@ def worker(
     shutdown_resources(). The first signal drains in-flight jobs (up to each
     worker's await timeout) and exits 0; a second one exits at once, and the
     jobs still running are rolled back by the database and run again later.
+    --serializer and --job-type-style apply to every worker and periodic scheduler
+    the target creates without one; one created with another value is an error.
     With --processes N, a supervisor runs N such processes and serves one
     metrics port and one health port for all of them.
     """
@@ -266,11 +274,14 @@ def worker(
         sys.path.insert(0, str(folder.resolve()))
     servers = contextlib.ExitStack()
     with _log_level(log_level.value), Signals(on_second=_exit_now) as signals:
-        loaded = load_target(target)
+        storage = functools.partial(storage_defaults, serializer, job_type_style)
+        with storage():
+            loaded = load_target(target)
         if metrics_port is not None or (supervised is not None and supervised.metrics):
             servers.enter_context(observing_all(_metrics_observer()))
         try:
-            workers = _start(loaded)
+            with storage():
+                workers = _start(loaded)
         except CLIError:
             raise
         except Exception as exc:
