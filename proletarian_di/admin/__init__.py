@@ -16,7 +16,8 @@ Every name is importable from here; each module holds one concern:
   sums they read (`hourly_sums`, `recount_hours`) and the schema checks (`check`,
   `missing_columns`).
 - `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
-- `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`, `in_batches`,
+- `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`,
+  `reschedule_jobs`, `in_batches`,
   and pausing and resuming queues.
 - `retention`: what the archive keeps (`prune_archive`, `purge_archive`,
   `delete_archived`, `still_needed`).
@@ -25,7 +26,7 @@ Every name is importable from here; each module holds one concern:
   cause, the line with its variable parts taken out (`error_cause`).
 - `explain`: why a job is not running now (`explain_job`), and what holds each queue's
   due jobs back (`queue_holds`).
-- `workflows`: `get_workflow` and `get_result`.
+- `workflows`: `list_workflows`, `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`).
 - `doctor`: the queue's own health, read from the database's statistics (`diagnose`,
@@ -46,9 +47,11 @@ from .._store.outcomes import HourlyOutcomes
 from .._store.tables import DEFAULT_TABLES, Tables
 from .actions import (
     BATCH_SIZE,
+    RESCHEDULABLE,
     cancel_jobs,
     discard_failed,
     in_batches,
+    reschedule_jobs,
     retry_failed,
     retry_jobs,
 )
@@ -108,7 +111,15 @@ from .search import (
 from .timings import MAX_HOURS as MAX_HOURS
 from .timings import Timing, TimingsPage, timings, timings_page
 from .workers import STALE_AFTER, WorkerInfo, WorkerThread, list_workers, prune_workers
-from .workflows import WorkflowInfo, get_result, get_workflow
+from .workflows import (
+    MAX_WORKFLOW_JOBS,
+    WorkflowInfo,
+    WorkflowPage,
+    WorkflowSummary,
+    get_result,
+    get_workflow,
+    list_workflows,
+)
 
 __all__ = [
     "BATCH_SIZE",
@@ -117,6 +128,8 @@ __all__ = [
     "MAX_ERRORS",
     "MAX_EXAMINED",
     "MAX_LIMIT",
+    "MAX_WORKFLOW_JOBS",
+    "RESCHEDULABLE",
     "SEARCH_FIELDS",
     "SEARCH_ROWS",
     "STALE_AFTER",
@@ -147,6 +160,8 @@ __all__ = [
     "WorkerInfo",
     "WorkerThread",
     "WorkflowInfo",
+    "WorkflowPage",
+    "WorkflowSummary",
     "cancel_jobs",
     "check",
     "degraded",
@@ -170,6 +185,7 @@ __all__ = [
     "list_jobs_page",
     "list_schedules",
     "list_workers",
+    "list_workflows",
     "missing_columns",
     "overview",
     "overview_page",
@@ -181,6 +197,7 @@ __all__ = [
     "queue_stats",
     "recent_failures",
     "recount_hours",
+    "reschedule_jobs",
     "retry_failed",
     "retry_jobs",
     "still_needed",

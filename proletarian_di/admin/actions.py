@@ -1,6 +1,7 @@
 """What an operator does to jobs and queues: retry or discard failed jobs (`retry_jobs`,
-`retry_failed`, `discard_failed`), cancel waiting ones (`cancel_jobs`), each in one go or
-`in_batches`, and pause and resume queues.
+`retry_failed`, `discard_failed`), cancel waiting ones (`cancel_jobs`) or make them due at
+another time (`reschedule_jobs`), each in one go or `in_batches`, and pause and resume
+queues.
 
 Each bulk action is a plan (`_Bulk`: the rows it acts on and how it moves them), which
 counts them (`dry_run`), moves them all, or moves them a batch at a time."""
@@ -16,6 +17,7 @@ from typing import Any
 
 from .._common.types import Connection
 from .._engine import pauses as _pauses
+from .._store.dependencies import BLOCKED_SQL, LATEST_DUE
 from .._store.dialects import Dialect, dialect_of
 from .._store.tables import DEFAULT_TABLES, Tables
 from ..errors import ConfigurationError
@@ -86,21 +88,32 @@ def _failed_plan(
     since: datetime | None = None,
     until: datetime | None = None,
     error: str | Sequence[str] | None = None,
+    at: datetime | None = None,
     tables: Tables = DEFAULT_TABLES,
 ) -> _Bulk:
-    """Archived failures, to move back into the queue (`requeue`) or to delete."""
+    """Archived failures, to move back into the queue (`requeue`), due `at` (None: now), or
+    to delete."""
     dialect = dialect_of(conn, tables)
     where = _failures(dialect, job_ids, queue, job_type, since, until, error)
     if not requeue:
         return _Bulk(dialect, tables.archived_job_table, where, dialect.purge_archived, True)
-    now = datetime.now(timezone.utc)
+    due = _due(at)
     return _Bulk(
         dialect,
         tables.archived_job_table,
         where,
-        lambda c, sql, params: dialect.requeue(c, sql, params, now),
+        lambda c, sql, params: dialect.requeue(c, sql, params, due),
         True,
     )
+
+
+def _due(at: datetime | None) -> datetime:
+    """When a retried or rescheduled job falls due: `at` in UTC (None: now); refused at or
+    past `LATEST_DUE`, where a job would look blocked."""
+    due = _moment(at, "at") or datetime.now(timezone.utc)
+    if due >= LATEST_DUE:
+        raise ConfigurationError(f"at must be before {LATEST_DUE:%Y-%m-%d}, got {due}")
+    return due
 
 
 def _act(
@@ -130,12 +143,13 @@ def retry_jobs(
     since: datetime | None = None,
     until: datetime | None = None,
     error: str | Sequence[str] | None = None,
+    at: datetime | None = None,
     dry_run: bool = False,
     tables: Tables = DEFAULT_TABLES,
 ) -> int:
     """Move failed jobs (archived as `failure`) back into the queue: same id and payload,
-    attempts reset to 0, last error kept, due now. Returns how many moved (or would move,
-    with `dry_run`).
+    attempts reset to 0, last error kept, due now (or `at`, an aware datetime or a naive
+    one in UTC). Returns how many moved (or would move, with `dry_run`).
 
     By ids, by filters (queue, job type, `since` <= failed at < `until`, the `error`'s first
     line as `error_headline` gives it), or both; with neither, every failure. Only archived
@@ -152,6 +166,7 @@ def retry_jobs(
         since=since,
         until=until,
         error=error,
+        at=at,
         tables=tables,
     )
 
@@ -234,6 +249,31 @@ def discard_failed(
     )
 
 
+def _waiting_where(
+    dialect: Dialect,
+    job_ids: list[uuid.UUID] | None,
+    queue: str | None,
+    job_type: str | None,
+    state: str | None,
+    error: str | Sequence[str] | None,
+    enqueued_until: datetime | None,
+    at: Any,
+) -> _Where:
+    """The waiting jobs an action on the queue's table selects (`at`: now, encoded)."""
+    end = _moment(enqueued_until, "enqueued_until")
+    where = (
+        _Where()
+        .ids(dialect, job_ids)
+        .given("queue = %s", queue)
+        .given("job_type = %s", job_type)
+        .headline(dialect, _check_error(error))
+        .given("enqueued_at < %s", end and dialect.encode_time(end))
+    )
+    if state is not None:
+        where.add(_WAITING[state], *[at] * _WAITING[state].count("%s"))
+    return where
+
+
 def _cancel_plan(
     conn: Connection,
     job_ids: list[uuid.UUID] | None,
@@ -253,18 +293,8 @@ def _cancel_plan(
     dialect = dialect_of(conn, tables)
     now = datetime.now(timezone.utc)
     at = dialect.encode_time(now)
-    end = _moment(enqueued_until, "enqueued_until")
-    where = (
-        _Where()
-        .ids(dialect, job_ids)
-        .given("queue = %s", queue)
-        .given("job_type = %s", job_type)
-        .headline(dialect, _check_error(error))
-        .given("enqueued_at < %s", end and dialect.encode_time(end))
-        .add(_NOT_LEASED, at)
-    )
-    if state is not None:
-        where.add(_WAITING[state], *[at] * _WAITING[state].count("%s"))
+    where = _waiting_where(dialect, job_ids, queue, job_type, state, error, enqueued_until, at)
+    where.add(_NOT_LEASED, at)
     return _Bulk(
         dialect,
         tables.job_table,
@@ -315,6 +345,98 @@ def cancel_jobs(
     )
 
 
+RESCHEDULABLE = ("queued", "scheduled", "retrying")
+"""The states of the jobs `reschedule_jobs` moves: waiting, and not on other jobs."""
+
+
+def _reschedule_plan(
+    conn: Connection,
+    job_ids: list[uuid.UUID] | None,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    error: str | Sequence[str] | None = None,
+    enqueued_until: datetime | None = None,
+    at: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> _Bulk:
+    if state not in (None, *RESCHEDULABLE):
+        raise ConfigurationError(
+            "reschedule_jobs moves waiting jobs: state must be queued, scheduled or retrying, "
+            f"got {state!r}"
+        )
+    dialect = dialect_of(conn, tables)
+    due = dialect.encode_time(_due(at))
+    now = dialect.encode_time(datetime.now(timezone.utc))
+    where = _waiting_where(dialect, job_ids, queue, job_type, state, error, enqueued_until, now)
+    # Not leased (an expired lease's row is the rescue's), and not blocked.
+    where.add(f"leased_by IS NULL AND process_at < {BLOCKED_SQL}")
+    table = tables.job_table
+
+    def move(c: Connection, sql: str, params: list[Any]) -> int:
+        # Lock the rows first, passing over those a worker holds (a running job), then
+        # update them by primary key.
+        ids = [
+            row[0]
+            for row in dialect.fetchall(
+                c, f"SELECT job_id FROM {table} WHERE {sql} FOR UPDATE SKIP LOCKED", params
+            )
+        ]
+        for start in range(0, len(ids), BATCH_SIZE):
+            chunk = ids[start : start + BATCH_SIZE]
+            marks = ", ".join(["%s"] * len(chunk))
+            dialect.execute(
+                c, f"UPDATE {table} SET process_at = %s WHERE job_id IN ({marks})", [due, *chunk]
+            )
+        return len(ids)
+
+    return _Bulk(dialect, table, where, move)
+
+
+def reschedule_jobs(
+    conn: Connection,
+    job_ids: Iterable[uuid.UUID | str] | None = None,
+    *,
+    at: datetime | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    state: str | None = None,
+    error: str | Sequence[str] | None = None,
+    enqueued_until: datetime | None = None,
+    dry_run: bool = False,
+    tables: Tables = DEFAULT_TABLES,
+) -> int:
+    """Make waiting jobs (queued, scheduled, retrying) due `at` (an aware datetime, or a
+    naive one in UTC; None: now, to run them now), their attempts and last error as they
+    are. Returns how many moved (with `dry_run`, how many match: a job running under a row
+    lock is counted, though it would be passed over). Commit to keep it. A failed job runs
+    again through `retry_jobs`, whose `at` does the same.
+
+    By ids, by filters (queue, job type, one of the `RESCHEDULABLE` states, the last
+    `error`'s first line, enqueued_at < `enqueued_until`), or both; ids or a queue, job
+    type, state or error at least, so that no call moves every job by accident. A blocked
+    job (waiting on other jobs) is left alone, as is a running one (row locked, or under a
+    lease, even one that ran out, which the rescue takes back); `at` must be before
+    `LATEST_DUE`. Workers see a job made due sooner at their next poll."""
+    ids = _selection(
+        "reschedule_jobs", "reschedule every waiting job", job_ids, queue, job_type, state, error
+    )
+    return _act(
+        conn,
+        _reschedule_plan,
+        ids,
+        dry_run,
+        queue=queue,
+        job_type=job_type,
+        state=state,
+        error=error,
+        enqueued_until=enqueued_until,
+        at=at,
+        tables=tables,
+    )
+
+
 BATCH_SIZE = 500
 """How many jobs one step of `in_batches` acts on by default."""
 
@@ -323,6 +445,7 @@ _PLANS: dict[Callable[..., int], Callable[..., _Bulk]] = {
     retry_jobs: _retry_plan,
     cancel_jobs: _cancel_plan,
     discard_failed: _discard_plan,
+    reschedule_jobs: _reschedule_plan,
 }
 
 
@@ -334,7 +457,8 @@ def in_batches(
     batch_size: int = BATCH_SIZE,
     **filters: Any,
 ) -> Iterator[int]:
-    """`action` (`retry_jobs`, `cancel_jobs` or `discard_failed`, with its ids and filters)
+    """`action` (`retry_jobs`, `cancel_jobs`, `discard_failed` or `reschedule_jobs`, with
+    its ids and filters)
     a batch of at most `batch_size` jobs at a time, in the caller's transaction; yields how
     many each batch moved. Commit after each, so that no transaction holds the locks of
     more than a batch however many jobs match:
@@ -348,7 +472,8 @@ def in_batches(
     plan = _PLANS.get(action)
     if plan is None:
         raise ConfigurationError(
-            f"in_batches runs retry_jobs, cancel_jobs or discard_failed, got {action!r}"
+            "in_batches runs retry_jobs, cancel_jobs, discard_failed or reschedule_jobs, "
+            f"got {action!r}"
         )
     _check_positive(batch_size, "batch_size")
     if action is not retry_jobs:

@@ -256,6 +256,8 @@ class _Dashboard:
             Route("/jobs/{job_id}", self.job, name="job"),
             Route("/failed", self.failed, name="failed"),
             Route("/failed/errors", self.errors, name="errors"),
+            Route("/workflows", self.workflows, name="workflows"),
+            Route("/workflows/{workflow_id}", self.workflow, name="workflow"),
             Route("/search", self.search, name="search"),
             Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
@@ -264,6 +266,7 @@ class _Dashboard:
             Route("/retry", self.retry, methods=["POST"]),
             Route("/cancel", self.cancel, methods=["POST"]),
             Route("/discard", self.discard, methods=["POST"]),
+            Route("/reschedule", self.reschedule, methods=["POST"]),
             Route("/pause", self.pause, methods=["POST"]),
             Route("/resume", self.resume, methods=["POST"]),
         ]
@@ -575,11 +578,62 @@ class _Dashboard:
             first_page=_url(here, queue=queue, job_type=job_type) if after else None,
         )
 
+    async def workflows(self, request: Request) -> Response:
+        """The newest workflows, `WORKFLOWS_PER_PAGE` a page, with their jobs' states
+        (`admin.list_workflows`, bounded)."""
+        user = await authenticated(self.auth, request)
+        before = request.query_params.get("before") or None  # a bad one: a 400
+        found = await self.read(
+            lambda conn: admin.list_workflows(
+                conn,
+                limit=WORKFLOWS_PER_PAGE,
+                before=before,
+                max_jobs=WORKFLOW_LIST_JOBS,
+                tables=self.tables,
+            )
+        )
+        older = None
+        if found.next_before is not None:
+            older = _url(_base(request) + "/workflows", before=found.next_before)
+        return self.render(
+            request,
+            user,
+            "workflows.html",
+            section="workflows",
+            page=found,
+            older=older,
+            first_page=before is not None,
+        )
+
+    async def workflow(self, request: Request) -> Response:
+        """A workflow's jobs by level, each with its state (`admin.get_workflow`), when it
+        has at most `WORKFLOW_PAGE_JOBS`."""
+        user = await authenticated(self.auth, request)
+        workflow_id = _job_id(request.path_params["workflow_id"])
+        info = await self.read(
+            lambda conn: admin.get_workflow(
+                conn, workflow_id, tables=self.tables, max_jobs=WORKFLOW_PAGE_JOBS
+            )
+        )
+        if info is None:
+            raise HTTPException(404, f"no workflow {workflow_id}: it never existed, or was purged")
+        return self.render(
+            request,
+            user,
+            "workflow.html",
+            section="workflows",
+            info=info,
+            levels=info.levels(),
+            states=info.states,
+            limit=WORKFLOW_PAGE_JOBS,
+        )
+
     async def schedules(self, request: Request) -> Response:
         return await self._table_page(request, "schedules", admin.list_schedules)
 
     async def processes(self, request: Request) -> Response:
-        """The worker processes connected now: each worker's threads and the jobs they run."""
+        """The worker processes connected now, by host and process, the stale ones apart:
+        each worker's threads and the jobs they run."""
         return await self._table_page(request, "processes", admin.list_workers)
 
     async def _table_page(
@@ -593,8 +647,22 @@ class _Dashboard:
             found = await self.read(lambda conn: query(conn, tables=self.tables))
         except SchemaError as exc:
             found, missing = [], str(exc)
+        extra: dict[str, Any] = {}
+        if section == "processes":
+            live = [w for w in found if w.state != "stale"]
+            hosts: dict[str, list[_Process]] = {}
+            for process in _processes(live):
+                hosts.setdefault(process.host, []).append(process)
+            extra["hosts"] = [_Host(name, tuple(procs)) for name, procs in hosts.items()]
+            extra["stale"] = _processes([w for w in found if w.state == "stale"])
         return self.render(
-            request, user, f"{section}.html", section=section, rows=found, missing=missing
+            request,
+            user,
+            f"{section}.html",
+            section=section,
+            rows=found,
+            missing=missing,
+            **extra,
         )
 
     async def static(self, request: Request) -> Response:
@@ -647,6 +715,9 @@ class _Dashboard:
 
     async def discard(self, request: Request) -> Response:
         return await self._on_jobs(request, "discard")
+
+    async def reschedule(self, request: Request) -> Response:
+        return await self._on_jobs(request, "reschedule")
 
     async def _on_jobs(self, request: Request, action: str) -> Response:
         """Retry, cancel or discard the jobs the form names: by ids, or by queue, job type,
@@ -963,12 +1034,21 @@ _ACTIONS = {
     "retry": _Action(admin.retry_jobs, "Retry", "back in the queue"),
     "cancel": _Action(admin.cancel_jobs, "Cancel", "cancelled"),
     "discard": _Action(admin.discard_failed, "Discard", "discarded"),
+    "reschedule": _Action(admin.reschedule_jobs, "Reschedule", "rescheduled"),
 }
+DUE_AT = (timedelta(days=1), timedelta(days=3653))
+"""How far before now and after now a time given to retry or reschedule at may be: further
+is taken for a typo (a wrong year), refused."""
 BATCH_SIZE = admin.BATCH_SIZE
 STEP_SECONDS = 20.0
 """The most seconds one request of a confirmed action acts, well within a proxy's usual
 60 s: a larger action goes on in further requests, its progress shown between them."""
 MAX_SELECTED = admin.MAX_LIMIT
+WORKFLOWS_PER_PAGE = 20
+WORKFLOW_LIST_JOBS = admin.MAX_WORKFLOW_JOBS
+"""The most rows the workflows' page reads of the workflows' table, and of their jobs."""
+WORKFLOW_PAGE_JOBS = 1000
+"""The most jobs a workflow's page shows: a bigger one shows its size only."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -981,6 +1061,10 @@ class _Chosen:
     state: str | None
     error: str | tuple[str, ...] | None
     """One error's first line, or those of one cause (the form's `errors`, a JSON list)."""
+    at: datetime | None = None
+    """When a retried or rescheduled job falls due (None: now)."""
+    every: bool = False
+    """Every job of the filters, not only the ones ticked on the page (the form's `all`)."""
 
     @classmethod
     def of(cls, form: FormData, action: str, job_type: str | None) -> _Chosen:
@@ -988,28 +1072,45 @@ class _Chosen:
         if len(texts) > MAX_SELECTED:
             raise HTTPException(400, f"select at most {MAX_SELECTED} jobs, got {len(texts)}")
         ids = list(dict.fromkeys(_job_id(text.strip()) for text in texts)) if texts else None
-        if ids is None and _value(form, "selected") is not None:
+        every = _value(form, "all") is not None
+        ticked = _value(form, "selected") is not None and not every
+        if every:
+            ids = None  # every job of the filters, not only those ticked
+        elif ticked and ids is None:
             raise HTTPException(400, f"no job selected to {action}: tick the jobs first")
+        if ticked:
+            # The ticked jobs alone: the page's filters, in the form for `all`, do not apply.
+            form = _without(form, ("queue", "job_type", "state", "error", "errors"))
         state = _state(_value(form, "state"))
         if action == "cancel" and state not in (None, *WAITING):
             raise HTTPException(
                 400,
                 f"cancel acts on waiting jobs (blocked, queued, scheduled, retrying), not {state}",
             )
-        if action != "cancel" and state not in (None, "failed"):
+        if action == "reschedule" and state not in (None, *admin.RESCHEDULABLE):
+            raise HTTPException(
+                400, f"reschedule acts on queued, scheduled and retrying jobs, not {state}"
+            )
+        if action in ("retry", "discard") and state not in (None, "failed"):
             raise HTTPException(400, f"{action} acts on failed jobs, not {state}")
+        at = _due_at(_value(form, "at"))
+        if at is not None and action not in ("retry", "reschedule"):
+            raise HTTPException(
+                400, f"a time to be due at is for retry and reschedule, not {action}"
+            )
         error: str | tuple[str, ...] | None = _value(form, "error")
         errors = _errors(_value(form, "errors"))
         if errors is not None:
             if error is not None:
                 raise HTTPException(400, "give error or errors, not both")
             error = errors
-        return cls(ids, _value(form, "queue"), job_type, state, error)
+        return cls(ids, _value(form, "queue"), job_type, state, error, at, every)
 
     def at_once(self, action: str) -> bool:
-        """Whether to act without a confirmation: a retry or cancel of one job by its id."""
+        """Whether to act without a confirmation: a retry, cancel or run now of one job by
+        its id."""
         one = self.ids is not None and len(self.ids) == 1
-        filters = (self.queue, self.job_type, self.state, self.error)
+        filters = (self.queue, self.job_type, self.state, self.error, self.at)
         return one and all(value is None for value in filters) and action != "discard"
 
     def options(self, action: str, until: datetime | None) -> dict[str, Any]:
@@ -1021,6 +1122,10 @@ class _Chosen:
         }
         if action == "cancel":
             return {**options, "state": self.state, "enqueued_until": until}
+        if action == "reschedule":
+            return {**options, "state": self.state, "enqueued_until": until, "at": self.at}
+        if action == "retry":
+            return {**options, "until": until, "at": self.at}
         return {**options, "until": until}
 
     def fields(self) -> dict[str, str | None]:
@@ -1034,11 +1139,14 @@ class _Chosen:
             "state": self.state,
             "error": one,
             "errors": many,
+            "at": self.at.isoformat() if self.at is not None else None,
+            "all": "1" if self.every else None,
         }
 
     def question(self, action: str, count: int) -> str:
         """`Retry 1,234 failed jobs of queue email?`"""
-        kind = (self.state or "waiting") if action == "cancel" else "failed"
+        waits = action in ("cancel", "reschedule")
+        kind = (self.state or "waiting") if waits else "failed"
         noun = f"{kind} job{'' if count == 1 else 's'}"
         scope = [
             f"of queue {self.queue}" if self.queue is not None else "",
@@ -1047,10 +1155,16 @@ class _Chosen:
         ]
         if self.ids is not None:
             scope.append(f"(of the {len(self.ids):,} selected)")
+        if self.every:
+            scope.append("(every one of this filter, not only this page)")
         said = "".join(f" {part}" for part in scope if part)
         if not count:
             return f"There are no {kind} jobs{said} to {action} now."
-        return f"{_ACTIONS[action].verb} {count:,} {noun}{said}?"
+        if action == "reschedule":
+            when = "now" if self.at is None else f"at {_utc(self.at)}"
+            return f"Make {count:,} {noun}{said} due {when}?"
+        due = f", due at {_utc(self.at)}" if self.at is not None and action == "retry" else ""
+        return f"{_ACTIONS[action].verb} {count:,} {noun}{said}{due}?"
 
     def _errors_said(self) -> str:
         """The errors chosen, in words: one, or a cause's (named when they share one)."""
@@ -1073,8 +1187,46 @@ class _Chosen:
             "job_type": self.job_type,
         }
         error = list(self.error) if isinstance(self.error, tuple) else self.error
-        extra = {"state": self.state, "error": error, "confirmed": expected}
+        extra = {
+            "state": self.state,
+            "error": error,
+            "at": self.at.isoformat() if self.at is not None else None,
+            "all": self.every or None,
+            "confirmed": expected,
+        }
         return {**data, **{key: value for key, value in extra.items() if value is not None}}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Process:
+    """A worker process of the Processes page: its host and pid, and its workers."""
+
+    host: str
+    pid: int
+    workers: tuple[admin.WorkerInfo, ...]
+
+    @property
+    def busy(self) -> int:
+        return sum(w.busy for w in self.workers)
+
+    @property
+    def threads(self) -> int:
+        return sum(w.worker_threads for w in self.workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Host:
+    name: str
+    processes: tuple[_Process, ...]
+
+
+def _processes(workers: list[admin.WorkerInfo]) -> list[_Process]:
+    """The workers by process (host and pid), by host then pid, each process's workers in
+    the order read."""
+    by: dict[tuple[str, int], list[admin.WorkerInfo]] = {}
+    for worker in workers:
+        by.setdefault((worker.host, worker.pid), []).append(worker)
+    return [_Process(host, pid, tuple(by[host, pid])) for host, pid in sorted(by)]
 
 
 def _errors(text: str | None) -> tuple[str, ...] | None:
@@ -1094,6 +1246,36 @@ def _errors(text: str | None) -> tuple[str, ...] | None:
             400, f"errors must be a JSON list of 1 to {admin.MAX_ERRORS} first lines of errors"
         )
     return tuple(decoded)
+
+
+def _without(form: FormData, names: tuple[str, ...]) -> FormData:
+    """The form without the fields `names` (nor their exact values)."""
+    dropped = {*names, *(name + EXACT for name in names)}
+    return FormData([(key, value) for key, value in form.multi_items() if key not in dropped])
+
+
+def _due_at(text: str | None) -> datetime | None:
+    """The form's `at`: an ISO 8601 date and time, in UTC unless it says its offset (a
+    datetime-local field sends `2026-05-01T09:30`); None when empty. Refused when it does
+    not parse, or lies further than `DUE_AT` from now."""
+    if text is None or not text.strip():
+        return None
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise HTTPException(
+            400, f"at {text!r} is not a date and time: give one as 2026-05-01T09:30 (UTC)"
+        ) from None
+    at = at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    now = datetime.now(timezone.utc)
+    earliest, latest = now - DUE_AT[0], now + DUE_AT[1]
+    if not earliest <= at <= latest:
+        raise HTTPException(
+            400,
+            f"at {_utc(at)} is out of range: give a time between {_utc(earliest)} and "
+            f"{_utc(latest)}",
+        )
+    return at
 
 
 def _confirmed(form: FormData) -> tuple[int | None, datetime | None]:
