@@ -5,6 +5,7 @@ horizon, InnoDB's purge lag, a due job left waiting)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -266,3 +267,31 @@ def test_readyz_says_the_queue_is_degraded_and_why(backend: Backend, pool: Any) 
     assert [r.split(" has waited ")[0] for r in degraded] == [
         r.split(" has waited ")[0] for r in expected
     ]
+
+
+@pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
+def test_the_dashboards_health_page_shows_the_doctors_findings(backend: Backend, pool: Any) -> None:
+    """Each check's row: its status and message as `diagnose` reads them from the database
+    (here with a due job left waiting for three minutes, past the default minute)."""
+    import html
+
+    from starlette.testclient import TestClient
+
+    from proletarian_di.contrib.dashboard import dashboard
+
+    enqueue_committed(backend, ("late", 1), queue="unserved")
+    make_overdue(backend, "unserved", 3)
+    page = TestClient(dashboard(pool)).get("/health")
+    assert page.status_code == 200
+    with connection(backend) as conn:
+        expected = admin.diagnose(conn)
+        conn.rollback()
+    for finding in expected:
+        row = re.search(rf'<tr data-check="{finding.check}">.*?</tr>', page.text, re.S)
+        assert row, finding.check
+        assert f'class="health-{finding.status}"' in row.group(), finding.check
+        if finding.check != "claim_latency":  # its wait grows by the second
+            assert finding.message in html.unescape(row.group())
+    latency = re.search(r'<tr data-check="claim_latency">.*?</tr>', page.text, re.S)
+    assert latency and 'class="health-warn"' in latency.group()
+    assert "queue unserved has waited 0:03:0" in latency.group()

@@ -262,6 +262,7 @@ class _Dashboard:
             Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
             Route("/processes", self.processes, name="processes"),
+            Route("/health", self.health, name="health"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
             Route("/cancel", self.cancel, methods=["POST"]),
@@ -635,6 +636,11 @@ class _Dashboard:
         """The worker processes connected now, by host and process, the stale ones apart:
         each worker's threads and the jobs they run."""
         return await self._table_page(request, "processes", admin.list_workers)
+
+    async def health(self, request: Request) -> Response:
+        """The queue's own health (`admin.diagnose`): a few statements on the database's
+        statistics, whatever the size of the tables."""
+        return await self._table_page(request, "health", admin.diagnose)
 
     async def _table_page(
         self, request: Request, section: str, query: Callable[..., list[Any]]
