@@ -53,7 +53,8 @@ FAN_OUT = 10_000  # fan_out: the dependents one parent's end releases
 WORKFLOW_JOBS = 10_000  # workflow_enqueue: a fan-in Workflow of this many jobs
 FAIR_GROUPS = 10  # fair=True: the jobs spread over this many group keys
 FAIR_RATE_LIMIT = 1_000  # by group key, a second: far above a fair drain's pace per key
-PROCESSES, PROCESS_THREADS = 2, 4
+PROCESS_COUNTS, PROCESS_THREADS = (1, 2, 4), 4
+"""drain_NxT rows: N worker processes of T threads each, beside pgbench at N times T clients."""
 DRAIN_INTERVAL = 0.01
 LATENCY_INTERVAL = 0.1
 MEMORY_THREADS = 4
@@ -278,24 +279,24 @@ def throughput_run(db: Database, args: argparse.Namespace, results: Results, run
             args.jobs,
             DRAIN_INTERVAL,
         )
-    row = f"drain_{PROCESSES}x{PROCESS_THREADS}"
-    for impl in impls:
-        results.record(
-            db,
-            row,
-            impl,
-            measure.drain_processes,
-            db,
-            impl,
-            PROCESSES,
-            PROCESS_THREADS,
-            args.jobs,
-            DRAIN_INTERVAL,
-        )
-    if has_pgbench:
-        results.record(
-            db, row, "pgbench", pgbench.drain, db, PROCESSES * PROCESS_THREADS, args.jobs
-        )
+    for processes in PROCESS_COUNTS:
+        row = f"drain_{processes}x{PROCESS_THREADS}"
+        for impl in impls:
+            results.record(
+                db,
+                row,
+                impl,
+                measure.drain_processes,
+                db,
+                impl,
+                processes,
+                PROCESS_THREADS,
+                args.jobs,
+                DRAIN_INTERVAL,
+            )
+        if has_pgbench:
+            clients = processes * PROCESS_THREADS
+            results.record(db, row, "pgbench", pgbench.drain, db, clients, args.jobs)
 
 
 def latency_and_memory(db: Database, args: argparse.Namespace, results: Results) -> None:
@@ -383,9 +384,13 @@ def rows(args: argparse.Namespace) -> list[tuple[str, str]]:
         ("drain_rated", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()} (opt-in)"),
         ("rated_lease", f"drain of {args.rate_jobs:,}, 4 threads, {rate_limit()}, lease mode"),
         ("drain_unshared", "drain, 4 threads, share_cpu=False"),
-        (
-            f"drain_{PROCESSES}x{PROCESS_THREADS}",
-            f"drain, {PROCESSES} processes \N{MULTIPLICATION SIGN} {PROCESS_THREADS} threads",
+        *(
+            (
+                f"drain_{n}x{PROCESS_THREADS}",
+                f"drain, {n} process{'es' * (n > 1)} \N{MULTIPLICATION SIGN} "
+                f"{PROCESS_THREADS} threads (pgbench: {n * PROCESS_THREADS} clients)",
+            )
+            for n in PROCESS_COUNTS
         ),
         ("latency_p50", f"pickup latency p50 (ms), polling {LATENCY_INTERVAL * 1000:.0f} ms"),
         ("latency_p99", "pickup latency p99 (ms)"),

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import json
+import math
 import selectors
 import socket
 import threading
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from . import admin
 from ._common.logging import describe
 from ._store.probes import Probe, ProbeTimeout
 from ._store.secrets import scrub
@@ -41,6 +44,8 @@ PING_TIMEOUT_S = 2.0
 """How long readiness waits for the database's `SELECT 1`."""
 REQUEST_TIMEOUT_S = 5.0
 """How long the health server waits for a client's request before it cuts the connection."""
+DIAGNOSE_EVERY_S = 30.0
+"""How often readiness reads the queue health (`Health.degraded`); checks between reuse it."""
 MAX_CLIENTS = 8
 """How many requests the health server answers at once (one thread each)."""
 MAX_WAITING = 128
@@ -72,11 +77,15 @@ class WorkerHealth:
 @dataclasses.dataclass(frozen=True)
 class Health:
     """Alive when every worker is; ready when every worker is (and there is one); ready is
-    None when no worker is known not to be but some were not checked (`database=False`)."""
+    None when no worker is known not to be but some were not checked (`database=False`).
+    `degraded`: the queue health warnings of the workers' tables (`admin.diagnose`, read at
+    most every `DIAGNOSE_EVERY_S`): a degraded queue is still ready, as a restart would not
+    mend it, but the reasons say what to do."""
 
     alive: bool
     ready: bool | None
     workers: list[WorkerHealth]
+    degraded: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,7 +114,9 @@ def check_health(
     ready: bool | None = bool(answers) and all(readiness)
     if answers and False not in readiness and None in readiness:
         ready = None
-    return Health(alive=all(answer.alive for answer in answers), ready=ready, workers=answers)
+    degraded = _diagnosed(_workers(workers), ping_timeout_s) if ready else []
+    alive = all(answer.alive for answer in answers)
+    return Health(alive=alive, ready=ready, workers=answers, degraded=degraded)
 
 
 def _workers(workers: Workers) -> list[QueueWorker]:
@@ -175,6 +186,55 @@ def _ping(worker: QueueWorker, timeout: float) -> str | None:
     except Exception as exc:
         return f"the database did not answer: {scrub(describe(exc))}"
     return None
+
+
+@dataclasses.dataclass
+class _Diagnosis:
+    """The last queue health read of one worker's tables, and when it was read."""
+
+    probe: Probe[list[str]]
+    read_at: float = -math.inf
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+_diagnoses: weakref.WeakKeyDictionary[QueueWorker, _Diagnosis] = weakref.WeakKeyDictionary()
+
+
+def _diagnosed(workers: list[QueueWorker], timeout: float) -> list[str]:
+    """The queue health warnings of the workers' tables, each read at most every
+    `DIAGNOSE_EVERY_S` (once per data source and tables), on a short-lived connection as the
+    ping's; a read that fails is said as one warning, and tried again at the next check."""
+    warnings: list[str] = []
+    seen: set[tuple[int, str, str]] = set()
+    for worker in workers:
+        options = worker.options
+        key = (id(worker.data_source), options.job_table, options.archived_job_table)
+        if key in seen:
+            continue
+        seen.add(key)
+        tables = admin.Tables(options.job_table, options.archived_job_table)
+        with _pings_lock:
+            diagnosis = _diagnoses.get(worker)
+            if diagnosis is None:
+                read = functools.partial(_warnings, tables=tables)
+                diagnosis = _diagnoses[worker] = _Diagnosis(
+                    Probe(worker.data_source, read, timeout)
+                )
+        if time.monotonic() - diagnosis.read_at >= DIAGNOSE_EVERY_S:
+            try:
+                diagnosis.warnings = diagnosis.probe.run()
+                diagnosis.read_at = time.monotonic()
+            except Exception as exc:
+                diagnosis.warnings = [f"the queue health was not read: {scrub(describe(exc))}"]
+        warnings += diagnosis.warnings
+    return warnings
+
+
+def _warnings(conn: Any, tables: admin.Tables) -> list[str]:
+    try:
+        return admin.degraded(admin.diagnose(conn, tables=tables))
+    finally:
+        conn.rollback()
 
 
 class _HealthListener:
@@ -327,8 +387,11 @@ class HealthServer:
         *,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_clients: int = MAX_CLIENTS,
+        check: Callable[[bool], Health] | None = None,
         **options: Any,
     ) -> None:
+        """`check(database)`, when given, answers instead of `check_health(workers, ...)`
+        (a supervisor's answer for the worker processes it runs)."""
         if (
             isinstance(request_timeout_s, bool)
             or not isinstance(request_timeout_s, (int, float))
@@ -339,7 +402,9 @@ class HealthServer:
             )
         if isinstance(max_clients, bool) or not isinstance(max_clients, int) or max_clients < 1:
             raise ArgumentTypeError(f"max_clients must be a positive integer, got {max_clients!r}")
-        check = lambda database: check_health(workers, database=database, **options)  # noqa: E731
+        answer: Callable[[bool], Health] = check or (
+            lambda database: check_health(workers, database=database, **options)
+        )
 
         class Handler(_Handler):
             timeout = request_timeout_s  # each write of the answer
@@ -349,7 +414,7 @@ class HealthServer:
                 if path not in ("/livez", "/readyz", "/healthz"):
                     self._answer(404, {"error": f"no such check: {path}; try /livez or /readyz"})
                     return
-                health = check(database=path != "/livez")
+                health = answer(path != "/livez")
                 ok = health.alive if path == "/livez" else health.alive and bool(health.ready)
                 self._answer(200 if ok else 503, health.as_dict())
 

@@ -19,17 +19,21 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from ._common.checks import (
+    JobTypeStyle,
     check_clock,
     check_id_strategy,
+    check_job_type_style,
     check_log,
     check_name,
     check_queue,
     int_at_least,
+    keyword_job_type,
     utc_now,
     validated,
 )
 from ._common.logging import default_log, describe, safe_log
 from ._common.types import Clock, Connection, DataSource, LogFn
+from ._engine.options import with_storage_defaults
 from ._store.datasource import connection_factory
 from ._store.dialects import Dialect, dialect_for
 from ._store.enqueue import enqueue
@@ -129,7 +133,9 @@ class PeriodicJob:
     `cron` has five fields (minute hour day-of-month month day-of-week) or is an alias
     such as `@hourly`; it is read in `timezone` (an IANA name), with Debian cron's rules
     for daylight saving time: a time skipped by the change runs at the change, a
-    repeated one runs once.
+    repeated one runs once. `job_type_style` is `enqueue`'s: "keyword" writes the job type
+    as a Clojure keyword's text, for a Clojure worker (None: the scheduler's, "plain" unless
+    `create_scheduler` is given another).
     """
 
     name: str
@@ -139,6 +145,7 @@ class PeriodicJob:
     _: dataclasses.KW_ONLY
     queue: str = DEFAULT_QUEUE
     timezone: str = "UTC"
+    job_type_style: JobTypeStyle | None = None
 
     def __post_init__(self) -> None:
         self._check()
@@ -149,9 +156,22 @@ class PeriodicJob:
         check_name(self.name, "PeriodicJob name")
         where = f"periodic job {self.name!r}"
         check_name(self.job_type, f"{where}: job_type")
+        if self.job_type_style is not None:
+            self.stored_job_type(self.job_type_style)
         check_queue(self.queue)
         _expression(self.cron, where)
         _zone(self.timezone, where)
+
+    def stored_job_type(self, default_style: str = "plain") -> str:
+        """The job type as its rows hold it, in its `job_type_style` (else `default_style`):
+        a `ConfigurationError` naming the schedule for a style or a keyword job type
+        that is not one."""
+        where = f"periodic job {self.name!r}"
+        try:
+            style = check_job_type_style(self.job_type_style or default_style)
+            return keyword_job_type(self.job_type) if style == "keyword" else self.job_type
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
 
     @functools.cached_property
     def expression(self) -> str:
@@ -228,12 +248,14 @@ class SchedulerSettings:
     job_id_strategy: JobIdStrategy | None = None
     log: LogFn = default_log
     clock: Clock = utc_now
+    job_type_style: JobTypeStyle = "plain"
 
     def __post_init__(self) -> None:
+        check_job_type_style(self.job_type_style)
         if not isinstance(self.catch_up, bool):
             raise ConfigurationError(f"catch_up must be a bool, got {self.catch_up!r}")
         int_at_least(self.polling_interval_ms, "polling_interval_ms", 1)
-        check_serializer(self.serializer)
+        object.__setattr__(self, "serializer", check_serializer(self.serializer))
         check_id_strategy(self.job_id_strategy)
         check_clock(self.clock)
         check_log(self.log)
@@ -347,12 +369,12 @@ class Scheduler:
     def _register(
         self, dialect: Dialect, conn: Connection, job: PeriodicJob, now: datetime
     ) -> Tick | None:
-        encoded_now = dialect.encode_time(now)
+        encoded_now, job_type = dialect.encode_time(now), self._type(job)
         dialect.execute(
             conn,
             f"INSERT INTO {self._table} (name, cron, timezone, job_type, queue, last_tick, "
             f"updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) {dialect.unless_exists('name')}",
-            (job.name, job.cron, job.timezone, job.job_type, job.queue, encoded_now, encoded_now),
+            (job.name, job.cron, job.timezone, job_type, job.queue, encoded_now, encoded_now),
         )
         cron, zone, last = dialect.fetchone(
             conn,
@@ -374,7 +396,7 @@ class Scheduler:
             (
                 job.cron,
                 job.timezone,
-                job.job_type,
+                job_type,
                 job.queue,
                 dialect.encode_time(last),
                 encoded_now,
@@ -446,11 +468,15 @@ class Scheduler:
             )
         return Tick(job.name, tick, job_id)
 
+    def _type(self, job: PeriodicJob) -> str:
+        """The job type its rows (and the schedules' table) hold."""
+        return job.stored_job_type(self.settings.job_type_style)
+
     def _enqueue(self, conn: Connection, job: PeriodicJob) -> Any:
         s = self.settings
         return enqueue(
             conn,
-            job.job_type,
+            self._type(job),
             job.payload,
             queue=job.queue,
             job_table=s.job_table,
@@ -474,10 +500,12 @@ def create_scheduler(
 
     Options: `catch_up` (True: on start, enqueue the newest tick missed while no process
     ran a schedule; False: pass over them), `polling_interval_ms` (1,000: how often the
-    thread looks for due ticks), `job_table`, `archived_job_table`, `serializer`,
-    `job_id_strategy`, `log`, `clock`. Names must be unique, and every payload must
-    serialize: both are checked here.
+    thread looks for due ticks), `job_table`, `archived_job_table`, `serializer` (an object,
+    or "json" or "transit"), `job_id_strategy`, `log`, `clock`, `job_type_style` (for the
+    periodic jobs that give none). Names must be unique, every job type must be one of its
+    style, and every payload must serialize: all are checked here.
     """
+    options = with_storage_defaults(options, "the periodic scheduler")
     settings = validated(SchedulerSettings, "scheduler", options)
     jobs = list(periodic_jobs) if not isinstance(periodic_jobs, PeriodicJob) else [periodic_jobs]
     names: set[str] = set()
@@ -485,6 +513,7 @@ def create_scheduler(
         if not isinstance(job, PeriodicJob):
             raise ConfigurationError(f"periodic_jobs must hold PeriodicJob objects, got {job!r}")
         job._check()
+        job.stored_job_type(settings.job_type_style)
         if job.name in names:
             raise ConfigurationError(f"two periodic jobs are named {job.name!r}; names are unique")
         names.add(job.name)

@@ -36,7 +36,7 @@ from ._store.urls import url_dialect
 from .admin import MAX_LIMIT, JobInfo, list_jobs
 from .errors import ConfigurationError
 from .schema import check_schema, install_schema
-from .serializers import Serializer
+from .serializers import Serializer, SerializerName
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -126,7 +126,7 @@ def enqueued_jobs(
     queue: str | None = None,
     job_type: str | None = None,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> list[JobInfo]:
     """The jobs waiting in the job table as `conn` sees them (its own uncommitted ones too),
     oldest first, of one queue and job type if given: what the code under test enqueued,

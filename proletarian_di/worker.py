@@ -16,7 +16,12 @@ from ._engine.cpu import Pin, shared_cpu
 from ._engine.crashes import ClaimCounter
 from ._engine.frontier import Frontier
 from ._engine.leases import Heartbeat, Leases
-from ._engine.options import WorkerSettings, check_pooled, worker_settings
+from ._engine.options import (
+    WorkerSettings,
+    check_pooled,
+    with_storage_defaults,
+    worker_settings,
+)
 from ._engine.pauses import LISTENING_PAUSE_READ_S, MIN_PAUSE_READ_S, PauseWatch
 from ._engine.registry import TIMEOUT_S as REGISTRY_TIMEOUT_S
 from ._engine.registry import Registration, new_worker_id, thread_activity
@@ -35,7 +40,7 @@ from ._store.dialects.base import reserved
 from ._store.tables import workers_table
 from ._store.urls import connect_postgres
 from .errors import ConfigurationError, JobAbandoned, JobTimedOut, WorkerStateError
-from .jobs import Job
+from .jobs import DEFAULT_QUEUE, Job
 from .observers import observers_everywhere
 from .schema import check_schema
 
@@ -779,7 +784,9 @@ def create_queue_worker(
     psycopg_pool's `ConnectionPool` or `MySQLDataSource`) or a callable returning
     a new connection. Every option is in `WorkerOptions` and the docs' table.
     """
-    return QueueWorker(data_source, handler, worker_settings(**options))
+    queue = options.get("queue") or DEFAULT_QUEUE
+    given = with_storage_defaults(options, f"the queue worker of queue {queue!r}")
+    return QueueWorker(data_source, handler, worker_settings(**given))
 
 
 def process_next_job(

@@ -1,10 +1,12 @@
 """TransitSerializer: Transit JSON as Proletarian (Clojure, transit-clj `:json`) writes it.
 
-Literal Transit texts pin what Proletarian writes and reads. Cognitect's transit-js is the
-oracle for the rest (tests/transit_oracle.js, one node process for the session): what it
-writes, Python reads as meant; what Python writes, it reads as meant. It is installed with
-`npm ci --prefix tests/transit_node`; without node or transit-js the oracle's tests
-skip, saying why, unless CI is set, which makes them fail instead.
+Literal Transit texts pin what Proletarian writes and reads, and the real Proletarian
+(v1.0.109-alpha, tests/proletarian_oracle.py) checks them and many more values in one JVM
+call: for each it writes Python's text byte for byte, and each side reads the other's.
+Cognitect's transit-js is the oracle for the rest (tests/transit_oracle.js, one node process
+for the session): what it writes, Python reads as meant; what Python writes, it reads as
+meant. It is installed with `npm ci --prefix tests/transit_node`; without node or transit-js
+the oracle's tests skip, saying why, unless CI is set, which makes them fail instead.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from proletarian_oracle import edn
+from proletarian_oracle import oracle as clojure
 
 from proletarian_di.errors import PayloadError
 from proletarian_di.serializers import (
@@ -99,6 +103,10 @@ PROLETARIAN_TEXTS = [
     (URI("https://example.com/"), '["~#\'","~rhttps://example.com/"]'),
     (b"\x00\x01\x02", '["~#\'","~bAAEC"]'),
     ('tab\tquote"back\\slash\x01é✓', '["~#\'","tab\\tquote\\"back\\\\slash\\u0001é✓"]'),
+    ("😀", '["~#\'","\\uD83D\\uDE00"]'),
+    ({"s": "a😀b\U0010ffff"}, '["^ ","~:s","a\\uD83D\\uDE00b\\uDBFF\\uDFFF"]'),
+    ([{"😀": 1}, {"😀": 2}], '[["^ ","~:\\uD83D\\uDE00",1],["^ ","^0",2]]'),
+    ([Keyword("😀"), Keyword("😀")], '["~:\\uD83D\\uDE00","^0"]'),
     (TaggedValue("point", [1, 2]), '["~#point",[1,2]]'),
     (TaggedValue("x", "foo"), '["~#\'","~xfoo"]'),
 ]
@@ -139,6 +147,8 @@ READ_ONLY_TEXTS = [
     ('["~:abcd",["^0",["^0"]]]', [Keyword("abcd"), [Keyword("abcd"), [Keyword("abcd")]]]),
     ('[["^ ","~:name",1],["^ ","^0",2],{"^0":3}]', [{"name": 1}, {"name": 2}, {"name": 3}]),
     ('["~#point",["^0",1]]', TaggedValue("point", TaggedValue("point", 1))),
+    ('["^ ","~:s","a😀b"]', {"s": "a😀b"}),
+    ('[["^ ","~:😀",1],["^ ","~:😀",2]]', [{"😀": 1}, {"😀": 2}]),
 ]
 
 
@@ -610,3 +620,67 @@ def test_a_full_cache_hit_transit_js_and_python_each_read_the_others(oracle: Ora
     value = [{key: 0 for key in keys[:1936]}, {keys[0]: 0}, {keys[1936]: 0}, {keys[1936]: 1}]
     assert canonical(oracle.decode(TRANSIT.encode(value))) == canonical(describe(value))
     assert TRANSIT.decode(oracle.encode(describe(value))) == value
+
+
+# The real Proletarian (tests/proletarian_oracle.py)
+
+_ODD_CHARACTERS = (
+    "\x80\x85\xa0\u07ff\u0800\u2028\u2029\ud7ff\ue000\ufeff\ufffe\uffffé✓"
+    "\U00010000\U0001d11e\U0001f600\U0010ffff"
+)
+
+
+def _strings() -> list[Any]:
+    """Every ASCII character and some others in the BMP and beyond it, in strings, keywords
+    and map keys (beyond the BMP a character counts twice for the write cache)."""
+    odd = [chr(i) for i in range(0x80)] + list(_ODD_CHARACTERS)
+    return [
+        *(f"a{c}b" for c in odd),
+        "\U0001f600" * 3,
+        [Keyword("é\U0001f600"), Keyword("é\U0001f600"), Keyword("ab\U0001f600")],
+        [{"\U0001f600": 1}, {"\U0001f600": 2}, {"k\U0001f600": 3}, {"k\U0001f600": 4}],
+        {"s": "\U0001f600", "t": ["\U0010ffff", Symbol("a\U0001f600")]},
+    ]
+
+
+def _ordered(value: Any) -> bool:
+    """Whether Clojure keeps the value's order as EDN gives it (no set of two or more, no
+    map of more than 8 entries), so that it writes it in the same order as Python."""
+    if isinstance(value, (set, frozenset)):
+        return len(value) < 2
+    if isinstance(value, dict):
+        return len(value) <= 8 and all(map(_ordered, [*value, *value.values()]))
+    if isinstance(value, (list, tuple)):
+        return all(map(_ordered, value))
+    return True
+
+
+def test_proletarian_writes_what_python_writes_and_each_reads_the_other() -> None:
+    """Proletarian's own serializer, in one JVM call: given each value (as EDN) it writes
+    exactly Python's text (where Clojure keeps the order), it reads Python's text as that
+    value, and Python reads what it writes as the value."""
+    full = [f"key{i:04d}" for i in range(1937)]
+    values = [
+        *(value for value, _ in PROLETARIAN_TEXTS),
+        *ROUND_TRIPS,
+        *_strings(),
+        _rolling_keys(),
+        [{key: 0 for key in full[:1936]}, {full[0]: 0}, {full[1936]: 0}, {full[1936]: 1}],
+    ]
+    texts = [TRANSIT.encode(value) for value in values]
+
+    records = clojure().run(
+        {
+            "cmd": "transit",
+            "check": [{"edn": edn(v), "transit": t} for v, t in zip(values, texts, strict=True)],
+        }
+    )
+
+    assert len(records) == len(values)
+    for value, text, record in zip(values, texts, records, strict=True):
+        assert "error" not in record, (value, record)
+        assert record["read_equal"] or record["read_edn_equal"], (text, record["read_edn"])
+        assert same(TRANSIT.decode(record["written"]), _as_read(value)), record["written"]
+        if _ordered(value):
+            assert record["written"] == text
+    assert sum(record["write_equal"] for record in records) > len(records) - 5

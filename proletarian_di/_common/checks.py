@@ -65,9 +65,39 @@ Proletarian (Clojure) reads and writes the same rows."""
 
 JOB_TYPE_STYLES = ("plain", "keyword")
 
-_NOT_IN_A_KEYWORD = re.compile(r'[\s,()\[\]{}"\\;@^`~]')
-"""What ends a token in Clojure's reader: whitespace, commas and the terminating macro
-characters. A job type with one would be read back by Clojure as another keyword."""
+_JAVA_WHITESPACE = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2008\u2009\u200a\u2028\u2029\u205f\u3000"
+)
+"""Java's `Character.isWhitespace`: Unicode's space, line and paragraph separators but the
+no-break ones (U+00A0, U+2007, U+202F), and nine ASCII controls. Clojure's reader ends a
+token at any of them."""
+
+_NOT_IN_A_KEYWORD = re.compile("[" + re.escape(_JAVA_WHITESPACE + ',"\\;^()[]{}@`~') + "]")
+"""What Clojure's EDN reader does not read inside a keyword: what ends a token (Java's
+whitespace, commas and the terminating macro characters `"\\;^()[]{}`), which leaves the
+rest of the text unread, and what it refuses outright (`@`, backquote, `~`)."""
+
+_EDN_SYMBOL = re.compile(r"[:]?(?P<ns>[^0-9/][^\n\r\u0085\u2028\u2029]*/)?(?P<name>/|[^0-9/][^/]*)")
+"""`clojure.lang.EdnReader`'s `symbolPat`, `[:]?([\\D&&[^/]].*/)?(/|[\\D&&[^/]][^/]*)`, in
+Python's terms: Java's `\\D` is anything but ASCII digits, and its `.` no line terminator."""
+
+
+def _edn_reads_keyword(text: str) -> bool:
+    """Whether `edn/read-string` reads `text` (`:` and a name) back as the keyword whose
+    `(str k)` it is: one token (`_NOT_IN_A_KEYWORD`) that `EdnReader.matchSymbol` accepts."""
+    if _NOT_IN_A_KEYWORD.search(text):
+        return False
+    match = _EDN_SYMBOL.fullmatch(text)
+    if match is None:
+        return False
+    ns, name = match["ns"], match["name"]
+    return not (
+        (ns is not None and ns.endswith(":/"))
+        or name.endswith(":")
+        or text.find("::", 1) != -1
+        or text.startswith("::")
+    )
 
 
 def check_job_type_style(style: Any) -> JobTypeStyle:
@@ -80,29 +110,39 @@ def check_job_type_style(style: Any) -> JobTypeStyle:
 def keyword_job_type(job_type: str) -> str:
     """The row's text for a job type written with job_type_style="keyword": the keyword
     `:ns/name` that Clojure's `(str k)` gives, refused unless `edn/read-string` reads it
-    back as that keyword (no leading colon: that would be `::`, an auto-resolved keyword)."""
+    back as that keyword, as Proletarian's worker does while it polls (a job type it cannot
+    read stops that worker): no leading colon (that would be `::`, an auto-resolved keyword
+    that EDN refuses), nothing that ends a token or that EDN refuses, no digit right after
+    the last `/`, no misplaced `:` or `/`."""
     if job_type.startswith(":"):
         raise ConfigurationError(
             f"job_type {job_type!r} starts with ':'; with job_type_style='keyword' give it "
             f"without the colon ({job_type.lstrip(':')!r} is stored as "
             f"':{job_type.lstrip(':')}')"
         )
-    bad = _NOT_IN_A_KEYWORD.search(job_type)
-    slash = job_type.rfind("/")
-    if (
-        bad is not None
-        or "::" in job_type
-        or job_type.endswith(":")
-        or ":/" in job_type
-        or (slash == len(job_type) - 1 and job_type != "/")
-    ):
-        found = f"the character {bad.group()!r}" if bad is not None else "a misplaced ':' or '/'"
+    check_name(job_type, "job_type")
+    if not _edn_reads_keyword(":" + job_type):
+        bad = _NOT_IN_A_KEYWORD.search(job_type)
+        if bad is not None:
+            found = f"the character {bad.group()!r}"
+        elif re.search("/[0-9][^/]*$", job_type):
+            found = "a digit right after its last '/'"
+        else:
+            found = "a misplaced ':' or '/'"
         raise ConfigurationError(
             f"job_type {job_type!r} is not the text of a Clojure keyword (it has {found}): "
-            "with job_type_style='keyword' Proletarian reads it back as another keyword or "
-            "not at all; use names like 'app.jobs/send-email'"
+            "with job_type_style='keyword' Proletarian's EDN reader reads it back as another "
+            "keyword or not at all, and a Clojure worker that polls it stops; use names "
+            "like 'app.jobs/send-email'"
         )
     return check_name(":" + job_type, "job_type")
+
+
+def job_type_as_stored(job_type: str, style: str) -> str:
+    """The text rows hold for a job type named in `style` (to look for it): with "keyword",
+    the keyword's, colon added unless it is there already; else as given."""
+    keyword = check_job_type_style(style) == "keyword" and not job_type.startswith(":")
+    return ":" + job_type if keyword else job_type
 
 
 def job_type_from_keyword(stored: str) -> str:

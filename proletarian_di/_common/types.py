@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Union
 from ..job_ids import JobIdStrategy
 from ..jobs import Job
 from ..retry import RetrySpec
-from ..serializers import Serializer
+from ..serializers import Serializer, SerializerName
 
 if TYPE_CHECKING:
     from .._engine.rates import RateLimit
@@ -69,7 +69,7 @@ class EnqueueOptions(TypedDict, total=False):
     depends_on: Iterable[uuid.UUID | str]
     job_table: str
     archived_job_table: str
-    serializer: Serializer | None
+    serializer: Serializer | SerializerName | None
     job_id_strategy: JobIdStrategy | None
     clock: Clock | None
     job_type_style: Literal["plain", "keyword"]
@@ -92,7 +92,7 @@ class WorkerOptions(TypedDict, total=False):
     on_shutdown: ShutdownFn | None
     job_table: str | None
     archived_job_table: str | None
-    serializer: Serializer | None
+    serializer: Serializer | SerializerName | None
     job_id_strategy: JobIdStrategy | None
     log: LogFn | None
     clock: Clock | None

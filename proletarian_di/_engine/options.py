@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from .._common.checks import (
@@ -38,7 +40,7 @@ from ..errors import ConfigurationError
 from ..job_ids import JobIdStrategy
 from ..jobs import DEFAULT_QUEUE
 from ..observers import Observer, check_observers
-from ..serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
+from ..serializers import DEFAULT_SERIALIZER, Serializer, check_serializer, serializer_name
 from .rates import RateLimit, check_rate_limit
 
 HANDLER_MODES = ("default", "advanced")
@@ -135,7 +137,7 @@ class WorkerSettings:
             )
         if not self.queue_worker_id:
             object.__setattr__(self, "queue_worker_id", f"proletarian[{self.queue}]")
-        check_serializer(self.serializer)
+        object.__setattr__(self, "serializer", check_serializer(self.serializer))
         check_id_strategy(self.job_id_strategy)
         check_clock(self.clock)
         check_log(self.log)
@@ -267,3 +269,57 @@ def check_pooled(settings: WorkerSettings, why: str) -> None:
 def worker_settings(**options: Any) -> WorkerSettings:
     """Validate keyword options into `WorkerSettings`, naming any option that does not exist."""
     return validated(WorkerSettings, "worker", options)
+
+
+STORAGE_OPTIONS = ("serializer", "job_type_style")
+"""The options that say how rows are written and read, which the worker command can set for
+every worker and scheduler it runs (`storage_defaults`)."""
+
+_STORAGE_DEFAULTS: ContextVar[Mapping[str, Any] | None] = ContextVar(
+    "storage_defaults", default=None
+)
+
+
+@contextlib.contextmanager
+def storage_defaults(
+    serializer: Serializer | str | None = None, job_type_style: str | None = None
+) -> Iterator[None]:
+    """While the block runs (in this thread), `create_queue_worker` and `create_scheduler`
+    use these options where their caller leaves them out, and refuse another value: how
+    `proletarian-di worker --serializer transit --job-type-style keyword` reaches the workers
+    its target makes. Each value is checked here (a `ConfigurationError` naming it)."""
+    defaults: dict[str, Any] = {}
+    if serializer is not None:
+        defaults["serializer"] = check_serializer(serializer)
+    if job_type_style is not None:
+        defaults["job_type_style"] = check_job_type_style(job_type_style)
+    token = _STORAGE_DEFAULTS.set(defaults)
+    try:
+        yield
+    finally:
+        _STORAGE_DEFAULTS.reset(token)
+
+
+def with_storage_defaults(options: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """`options` with the block's `storage_defaults` for those left out (None); a
+    `ConfigurationError` naming `owner` where the options give another value."""
+    merged = dict(options)
+    for name, default in (_STORAGE_DEFAULTS.get() or {}).items():
+        given = options.get(name)
+        if given is None:
+            merged[name] = default
+        elif _storage_text(name, given) != _storage_text(name, default):
+            raise ConfigurationError(
+                f"{owner} is given {name}={_storage_text(name, given)!r}, but it runs with "
+                f"{name}={_storage_text(name, default)!r} (proletarian-di worker "
+                f"--{name.replace('_', '-')}, or PROLETARIAN_{name.upper()}): leave the "
+                "option out of its code, or run it with the same"
+            )
+    return merged
+
+
+def _storage_text(name: str, value: Any) -> str:
+    """A storage option's value as its name: "transit", "keyword"."""
+    if name == "serializer":
+        return serializer_name(check_serializer(value))
+    return str(check_job_type_style(value))

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import ConfigurationError, SchemaError
 from .dialects import Dialect
+from .statuses import outcome
 from .tables import UPGRADE_HINT
 
 BLOCKED_AT = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
@@ -167,7 +168,10 @@ def known_ends(parents: Sequence[Any], rows: Sequence[tuple[Any, Any]]) -> dict[
     """`known_statement`'s rows as each parent's end (None: it has not ended); a
     `ConfigurationError` naming the first parent that is neither waiting nor archived."""
     found = {
-        bytes(row[0]) if isinstance(row[0], (bytes, bytearray)) else row[0]: row[1] for row in rows
+        bytes(row[0]) if isinstance(row[0], (bytes, bytearray)) else row[0]: (
+            None if row[1] is None else outcome(row[1])
+        )
+        for row in rows
     }
     unknown = [p for p in parents if p not in found]
     if unknown:
@@ -197,7 +201,7 @@ def _settle_gone(conn: Any, dialect: Dialect, children: Sequence[Any]) -> bool:
             conn,
             f"UPDATE {dialect.dependencies_table} SET parent_status = %s "
             "WHERE parent_id = %s AND parent_status IS NULL",
-            (status or "missing", parent),
+            (outcome(status) if status else "missing", parent),
         )
     return bool(gone)
 

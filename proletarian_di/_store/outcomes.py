@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import ArgumentTypeError
 from .dialects import Dialect
+from .statuses import FAILURE, SUCCESS, outcome, status_in
 
 DAY_HOURS = 24
 HOUR = timedelta(hours=1)
@@ -152,9 +153,9 @@ def _read(conn: Any, dialect: Dialect, table: str, start: datetime) -> dict[date
     ):
         hour = start + int(offset) * HOUR
         rows[hour] = rows.get(hour, 0) + int(count)
-        if status in ("success", "failure"):
+        if outcome(status) in (SUCCESS, FAILURE):
             pair = outcomes.setdefault(hour, {}).setdefault(queue, [0, 0])
-            pair[status == "failure"] += int(count)
+            pair[outcome(status) == FAILURE] += int(count)
     return {hour: _Hour(count, outcomes.get(hour, {})) for hour, count in rows.items()}
 
 
@@ -292,8 +293,8 @@ def _count(conn: Any, dialect: Dialect, hour: datetime) -> dict[str, tuple[int, 
     """The archive's rows that finished in the hour, per queue: (succeeded, failed, all)."""
     rows = dialect.fetchall(
         conn,
-        "SELECT queue, SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
-        "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END), COUNT(*) "
+        f"SELECT queue, SUM(CASE WHEN {status_in('status', SUCCESS)} THEN 1 ELSE 0 END), "
+        f"SUM(CASE WHEN {status_in('status', FAILURE)} THEN 1 ELSE 0 END), COUNT(*) "
         f"FROM {dialect.archived_job_table} WHERE finished_at >= %s AND finished_at < %s "
         "GROUP BY queue",
         (dialect.encode_time(hour), dialect.encode_time(hour + HOUR)),

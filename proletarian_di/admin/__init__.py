@@ -29,6 +29,8 @@ Every name is importable from here; each module holds one concern:
 - `workflows`: `list_workflows`, `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`).
+- `doctor`: the queue's own health, read from the database's statistics (`diagnose`,
+  `Thresholds`, `Finding`, `degraded`).
 - `_checks` and `_sql`: the argument checks and the SQL pieces the others share.
 
 They stand in layers, each importing only those below it, never this package:
@@ -56,6 +58,7 @@ from .actions import (
 from .actions import pause_queue as pause_queue
 from .actions import paused_queues as paused_queues
 from .actions import resume_queue as resume_queue
+from .doctor import Finding, Thresholds, degraded, diagnose
 from .explain import Explanation, Hold, explain_job, queue_holds
 from .headline import HEADLINE_CHARS, MAX_ERRORS, error_cause, error_headline
 from .jobs import (
@@ -137,6 +140,7 @@ __all__ = [
     "Explanation",
     "FailureCause",
     "FailureCauses",
+    "Finding",
     "Hold",
     "HourlyOutcomes",
     "HourlySums",
@@ -149,6 +153,7 @@ __all__ = [
     "QueueStats",
     "RecountedHours",
     "Tables",
+    "Thresholds",
     "ThroughputBucket",
     "Timing",
     "TimingsPage",
@@ -159,7 +164,9 @@ __all__ = [
     "WorkflowSummary",
     "cancel_jobs",
     "check",
+    "degraded",
     "delete_archived",
+    "diagnose",
     "discard_failed",
     "error_cause",
     "error_headline",

@@ -12,6 +12,7 @@ from typing import Any
 from .._common.types import Connection
 from .._store.dependencies import BLOCKED_SQL
 from .._store.dialects import Dialect
+from .._store.statuses import CLOJURE_STATUSES, FAILURE, SPELLINGS, status_in
 from ._checks import _moment
 from .headline import _check_error, _headline_sql
 
@@ -32,6 +33,11 @@ _WAITING = {
 }
 _ARCHIVED = {"succeeded": "success", "failed": "failure", "cancelled": "cancelled"}
 _STATE_OF_STATUS = {status: state for state, status in _ARCHIVED.items()}
+_STATE_OF_STORED = {
+    **_STATE_OF_STATUS,
+    **{clojure: _STATE_OF_STATUS[status] for clojure, status in CLOJURE_STATUSES.items()},
+}
+"""The state of each status an archived row may hold, Proletarian's (":failure") too."""
 
 
 class _Where:
@@ -50,6 +56,14 @@ class _Where:
     def given(self, clause: str, value: Any) -> _Where:
         """`clause` with its one parameter, unless the value is None."""
         return self if value is None else self.add(clause, value)
+
+    def status(self, status: str | None) -> _Where:
+        """Only archived rows with the outcome `status` ("success", "failure", "cancelled"),
+        in either side's spelling (None: any)."""
+        if status is None:
+            return self
+        spellings = SPELLINGS.get(status, (status,))
+        return self.add(f"status IN ({', '.join(['%s'] * len(spellings))})", *spellings)
 
     def headline(self, dialect: Dialect, error: str | tuple[str, ...] | None) -> _Where:
         """Only jobs whose error's first line is `error`, or one of them (None: any job)."""
@@ -91,7 +105,7 @@ def _failures(
     first line)."""
     start, end = _moment(since, "since"), _moment(until, "until")
     return (
-        _Where("status = 'failure'")
+        _Where(status_in("status", FAILURE))
         .ids(dialect, job_ids)
         .given("queue = %s", queue)
         .given("job_type = %s", job_type)

@@ -17,11 +17,12 @@ from .._store import dependencies as _dependencies
 from .._store.dependencies import BLOCKED_AT
 from .._store.dialects import Dialect, dialect_of
 from .._store.dialects.base import HeldRows
+from .._store.statuses import SUCCESS, status_in
 from .._store.tables import DEFAULT_TABLES, Tables, attempt_table, workers_table
 from ..errors import ConfigurationError
-from ..serializers import Serializer, check_serializer
+from ..serializers import Serializer, SerializerName, check_serializer, jsonable
 from ._checks import _check_positive, _job_id, _moment, _utc
-from ._sql import _ARCHIVED, _CLAIMABLE, _LEASED, _STATE_OF_STATUS, _WAITING, _Where
+from ._sql import _ARCHIVED, _CLAIMABLE, _LEASED, _STATE_OF_STORED, _WAITING, _Where
 from .headline import _check_error, error_headline
 from .workers import STALE_AFTER
 
@@ -168,9 +169,11 @@ class JobInfo:
         return f"{(self.enqueued_at - _EPOCH) // timedelta(microseconds=1)}.{self.job_id}"
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields for JSON, the id and the times (ISO 8601) as strings."""
+        """The fields for JSON, the id and the times (ISO 8601) as strings, the payload as
+        plain JSON values (a Transit payload's keywords, sets and times too: `jsonable`)."""
         data = dataclasses.asdict(self)
         data["job_id"] = str(self.job_id)
+        data["payload"] = jsonable(self.payload)
         for name in ("enqueued_at", "process_at", "finished_at"):
             data[name] = data[name] and data[name].isoformat()
         if self.never_due:
@@ -233,7 +236,7 @@ def list_jobs(
     before: JobInfo | str | None = None,
     error: str | Sequence[str] | None = None,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> list[JobInfo]:
     """Jobs, waiting and archived, newest first (by enqueued_at, then job_id): at most
     `limit` (1 to `MAX_LIMIT`), of one `state` if given (see `STATES`).
@@ -277,7 +280,7 @@ def list_jobs_page(
     payload_chars: int | None = None,
     error: str | Sequence[str] | None = None,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> JobPage:
     """One page of `list_jobs` whose work is bounded, for pages anyone may load (a dashboard):
     it reads at most `max_examined` rows (at least `limit`) in a few statements, however
@@ -314,7 +317,7 @@ def get_job(
     job_id: uuid.UUID | str,
     *,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> JobInfo | None:
     """The job with this id, waiting or archived, with its history, or None if there is
     none."""
@@ -412,7 +415,7 @@ def _graphs(conn: Connection, dialect: Dialect, among: Among) -> dict[uuid.UUID,
     return graphs
 
 
-_PARENT_STATES = {**_STATE_OF_STATUS, "missing": "missing"}
+_PARENT_STATES = {**_STATE_OF_STORED, "missing": "missing"}
 _GAVE_UP = {"failed": "failed", "cancelled": "was cancelled", "missing": "was deleted"}
 """A parent's ends that cancel a job waiting for its success, in words."""
 
@@ -468,7 +471,8 @@ def _histories(
         f"SELECT job_id, attempt, started_at, finished_at, worker, error, 0 FROM "
         f"{attempt_table(tables.job_table)} WHERE job_id IN ({listed}) UNION ALL "
         "SELECT job_id, attempts, started_at, finished_at, worker, NULL, 1 FROM "
-        f"{tables.archived_job_table} WHERE job_id IN ({listed}) AND status = 'success'",
+        f"{tables.archived_job_table} WHERE job_id IN ({listed}) AND "
+        f"{status_in('status', SUCCESS)}",
         [*params, *params],
     )
     attempts: dict[uuid.UUID, list[tuple[Any, datetime, Attempt]]] = {}
@@ -630,7 +634,7 @@ def _archived_rows(
     encode = dialect.encode_time
     where = (
         _matching(dialect, query, after)
-        .given("status = %s", _ARCHIVED.get(query.state or ""))
+        .status(_ARCHIVED.get(query.state or ""))
         .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
         .given("finished_at < %s", query.finished_until and encode(query.finished_until))
     )
@@ -674,7 +678,7 @@ def _info(
         attempts -= 1  # a live lease's row counts the attempt in progress: finished ones only
     process_at = _utc(dialect.decode_time(due))
     if status is not None:
-        state = _STATE_OF_STATUS.get(status, status)
+        state = _STATE_OF_STORED.get(status, status)
     elif process_at >= BLOCKED_AT:
         state = "blocked"
     elif running:

@@ -18,6 +18,7 @@ from .._store.dialects import Dialect, dialect_of
 from .._store.outcomes import DAY_HOURS as _DAY_HOURS
 from .._store.outcomes import HOUR as _HOUR
 from .._store.outcomes import HourlyOutcomes, first_hour, recount, summed_hours
+from .._store.statuses import FAILURE, SUCCESS, outcome, status_in
 from .._store.tables import DEFAULT_TABLES, Tables
 from ..errors import ArgumentTypeError, ConfigurationError
 from ..schema import check_schema
@@ -121,8 +122,8 @@ def queue_stats(
         )
         last_hour = dialect.fetchall(
             conn,
-            "SELECT queue, SUM(CASE WHEN status = 'success' THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN status = 'failure' THEN 1 ELSE 0 END) "
+            f"SELECT queue, SUM(CASE WHEN {status_in('status', SUCCESS)} THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {status_in('status', FAILURE)} THEN 1 ELSE 0 END) "
             f"FROM {tables.archived_job_table} WHERE finished_at >= %s GROUP BY queue",
             (t_hour,),
         )
@@ -500,8 +501,8 @@ def throughput(
     counts = [[0, 0] for _ in range(buckets)]
     for index, status, count in rows:
         n = min(int(index), buckets - 1)
-        if status in ("success", "failure"):
-            counts[n][status == "failure"] += int(count)
+        if outcome(status) in (SUCCESS, FAILURE):
+            counts[n][outcome(status) == FAILURE] += int(count)
     return [
         ThroughputBucket(start + width * n, succeeded, failed)
         for n, (succeeded, failed) in enumerate(counts)
@@ -534,13 +535,14 @@ def last_hour(
             conn,
             f"SELECT FLOOR({dialect.seconds_since('finished_at')} / 60), queue, status, "
             f"COUNT(*) FROM {tables.archived_job_table} WHERE finished_at >= %s "
-            f"AND queue IN ({marks}) AND status IN ('success', 'failure') GROUP BY 1, 2, 3",
+            f"AND queue IN ({marks}) AND {status_in('status', SUCCESS, FAILURE)} "
+            "GROUP BY 1, 2, 3",
             (at, at, *queues),
         )
         for index, queue, status, count in rows:
             if queue in counts:
                 n = min(max(int(index), 0), LAST_HOUR_MINUTES - 1)
-                counts[queue][n][status == "failure"] += int(count)
+                counts[queue][n][outcome(status) == FAILURE] += int(count)
     return {
         queue: [
             ThroughputBucket(start + n * MINUTE, succeeded, failed)
@@ -561,7 +563,7 @@ def recent_failures(
     rows = dialect.fetchall(
         conn,
         "SELECT job_id, queue, job_type, attempts, finished_at "
-        f"FROM {tables.archived_job_table} WHERE status = 'failure' "
+        f"FROM {tables.archived_job_table} WHERE {status_in('status', FAILURE)} "
         "ORDER BY finished_at DESC LIMIT %s",
         (limit,),
     )

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from .._common.types import Connection
 from .._store.dialects import Dialect, dialect_of
+from .._store.statuses import status_in
 from .._store.tables import DEFAULT_TABLES, Tables
 from ..errors import ConfigurationError
 from ._checks import _check_positive
@@ -30,7 +31,7 @@ def _archive_filter(
     where = _Where()
     if older_than is not None:
         where.add("finished_at < %s", dialect.encode_time(now - older_than))
-    return where.given("status = %s", status).given("queue = %s", queue)
+    return where.status(status).given("queue = %s", queue)
 
 
 def delete_archived(
@@ -172,8 +173,8 @@ def _pruned(
         if keep is None:
             continue
         before = now - keep
-        params = (dialect.encode_time(before), _ARCHIVED[state])
-        due = "finished_at < %s AND status = %s"
+        params = (dialect.encode_time(before),)
+        due = f"finished_at < %s AND {status_in('status', _ARCHIVED[state])}"
         if dry_run:
             where = _Where().add(due, *params)
             count = _count(conn, dialect, archive, where)

@@ -14,7 +14,7 @@ from .._common.types import Connection
 from .._store.dialects import Dialect, dialect_of
 from .._store.tables import DEFAULT_TABLES, Tables
 from ..errors import ConfigurationError
-from ..serializers import Serializer, check_serializer
+from ..serializers import Serializer, SerializerName, check_serializer
 from ._checks import _check_positive, _utc
 from ._sql import _failures, _Where
 from .headline import _headline_sql, error_cause
@@ -177,7 +177,7 @@ def find_jobs(
     max_examined: int = SEARCH_ROWS,
     payload_chars: int | None = None,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
 ) -> JobSearch:
     """Jobs, waiting and archived, found by `text`: at most `limit`, newest first.
 

@@ -13,8 +13,9 @@ from typing import Any
 from .._common.types import Connection
 from .._store import dependencies as _dependencies
 from .._store.dialects import dialect_of
+from .._store.statuses import SUCCESS, status_in
 from .._store.tables import DEFAULT_TABLES, Tables
-from ..serializers import Serializer, check_serializer
+from ..serializers import Serializer, SerializerName, check_serializer
 from ._checks import _check_positive, _job_id
 from .jobs import JobInfo, _collect, _detailed, _Query
 
@@ -216,7 +217,7 @@ def get_workflow(
     workflow_id: uuid.UUID | str,
     *,
     tables: Tables = DEFAULT_TABLES,
-    serializer: Serializer | None = None,
+    serializer: Serializer | SerializerName | None = None,
     max_jobs: int | None = None,
 ) -> WorkflowInfo | None:
     """The workflow with this id, its jobs and their states; None if there is none (or its
@@ -264,7 +265,7 @@ def get_result(
             conn,
             f"SELECT r.return_value FROM {dialect.results_table} r JOIN "
             f"{tables.archived_job_table} a ON a.job_id = r.job_id "
-            "WHERE r.job_id = %s AND a.status = 'success'",
+            f"WHERE r.job_id = %s AND {status_in('a.status', SUCCESS)}",
             (key,),
         )
     return None if row is None or row[0] is None else json.loads(row[0])

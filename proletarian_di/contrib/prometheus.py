@@ -4,6 +4,7 @@ workers run jobs, and queue depths read from the database when Prometheus scrape
     observer = metrics_observer()                 # one per registry, shared by workers
     worker = create_queue_worker(pool, handler, observers=[observer])
     register_queue_depth(pool)                    # gauges, one query set per scrape
+    register_queue_health(pool)                   # `proletarian-di doctor`'s readings
     serve_metrics(port=9100)                      # or mount metrics_app() in FastAPI
 
 Nothing here runs a query per job: the gauges are read by the collector at scrape time, on
@@ -21,7 +22,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import parse_qs
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
@@ -103,15 +104,12 @@ def metrics_observer(registry: CollectorRegistry = REGISTRY) -> PrometheusObserv
         return observer
 
 
-class QueueDepthCollector(Collector):
-    """At each scrape, `admin.overview` of the given tables: jobs per queue and state, the
-    oldest due job's wait, paused queues, and whether the database answered.
-
-    Each read runs on a short-lived connection of its own, beside the pool (the workers'
-    threads may hold all of its connections), with a connect and statement timeout, in a
-    thread, within `timeout_s` for the whole scrape: a hung database is reported as
-    `database_up 0` by then, and ties up one thread per data source, not one per scrape.
-    """
+class _ProbedCollector(Collector, Generic[T]):
+    """Reads the database at each scrape: each data source on a short-lived connection of
+    its own, beside the pool (the workers' threads may hold all of its connections), with a
+    connect and statement timeout, in a thread, within `timeout_s` for the whole scrape: a
+    hung database is reported by then, and ties up one thread per data source, not one per
+    scrape."""
 
     def __init__(
         self,
@@ -122,12 +120,52 @@ class QueueDepthCollector(Collector):
         timeout_s: float = PROBE_TIMEOUT_S,
     ) -> None:
         self.timeout_s = check_timeout("timeout_s", timeout_s)
-        self._probes: list[Probe[list[admin.QueueOverview]]] = []
+        self._probes: list[Probe[list[T]]] = []
         self._namespace = namespace
         self.add(data_source, tables)
 
     def add(self, data_source: DataSource, tables: Sequence[admin.Tables]) -> None:
         """Also read these tables, on this data source (workers on several databases)."""
+        self._probes.append(Probe(data_source, self._reader(tables), self.timeout_s))
+
+    def _reader(self, tables: Sequence[admin.Tables]) -> Callable[[Any], list[T]]:
+        raise NotImplementedError
+
+    def describe(self) -> list[Any]:
+        """Nothing at registration: collecting then would query the database."""
+        return []
+
+    def _scrape(self, up: str, what: str) -> tuple[GaugeMetricFamily, list[T] | None]:
+        """The gauge named `up`, 1 with this scrape's reads, or 0 with None when they failed
+        or were late (said in the log, secrets masked)."""
+        gauge = GaugeMetricFamily(
+            f"{self._namespace}_{up}",
+            f"1 when the {what} answered at this scrape (within {self.timeout_s:g} s).",
+        )
+        try:
+            found = self._read()
+        except Exception as exc:
+            logger.warning("%s scrape failed: %s", what, scrub(describe(exc)))
+            gauge.add_metric([], 0)
+            return gauge, None
+        gauge.add_metric([], 1)
+        return gauge, found
+
+    def _read(self) -> list[T]:
+        deadline = time.monotonic() + self.timeout_s
+        reads = [(probe, probe.start()) for probe in self._probes]
+        found: list[T] = []
+        for probe, future in reads:
+            found += probe.result(future, deadline)
+        return found
+
+
+class QueueDepthCollector(_ProbedCollector[admin.QueueOverview]):
+    """At each scrape, `admin.overview` of the given tables: jobs per queue and state, the
+    oldest due job's wait, paused queues, and whether the database answered
+    (`database_up 0` when it did not within `timeout_s`)."""
+
+    def _reader(self, tables: Sequence[admin.Tables]) -> Callable[[Any], list[admin.QueueOverview]]:
         kept = {pair: admin.HourlyOutcomes() for pair in tables}
 
         def read(conn: Any) -> list[admin.QueueOverview]:
@@ -136,7 +174,7 @@ class QueueDepthCollector(Collector):
                 queues += admin.overview(conn, tables=pair, outcomes=outcomes)
             return queues
 
-        self._probes.append(Probe(data_source, read, self.timeout_s))
+        return read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         name = self._namespace
@@ -153,15 +191,8 @@ class QueueDepthCollector(Collector):
         paused = GaugeMetricFamily(
             f"{name}_queue_paused", "1 while the queue is paused.", labels=["queue"]
         )
-        up = GaugeMetricFamily(
-            f"{name}_database_up",
-            f"1 when the depth query answered at this scrape (within {self.timeout_s:g} s).",
-        )
-        try:
-            queues = self._overview()
-        except Exception as exc:
-            logger.warning("queue depth scrape failed: %s", scrub(describe(exc)))
-            up.add_metric([], 0)
+        up, queues = self._scrape("database_up", "depth query")
+        if queues is None:
             yield up
             return
         totals: dict[tuple[str, str], int] = {}
@@ -174,20 +205,62 @@ class QueueDepthCollector(Collector):
             paused.add_metric([item.queue], int(item.paused))
         for (queue, state), count in totals.items():
             depth.add_metric([queue, state], count)
-        up.add_metric([], 1)
         yield from (depth, oldest, paused, up)
 
-    def describe(self) -> list[Any]:
-        """Nothing at registration: collecting then would query the database."""
-        return []
 
-    def _overview(self) -> list[admin.QueueOverview]:
-        deadline = time.monotonic() + self.timeout_s
-        reads = [(probe, probe.start()) for probe in self._probes]
-        queues: list[admin.QueueOverview] = []
-        for probe, future in reads:
-            queues += probe.result(future, deadline)
-        return queues
+class QueueHealthCollector(_ProbedCollector[tuple[str, admin.Finding]]):
+    """At each scrape, `admin.diagnose` of the given tables: each reading, its threshold and
+    whether it warns, labelled by check and job table (`proletarian-di doctor`'s figures)."""
+
+    def __init__(
+        self,
+        data_source: DataSource,
+        tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
+        namespace: str = "proletarian",
+        *,
+        timeout_s: float = PROBE_TIMEOUT_S,
+        thresholds: admin.Thresholds | None = None,
+    ) -> None:
+        self.thresholds = thresholds or admin.Thresholds()
+        super().__init__(data_source, tables, namespace, timeout_s=timeout_s)
+
+    def _reader(
+        self, tables: Sequence[admin.Tables]
+    ) -> Callable[[Any], list[tuple[str, admin.Finding]]]:
+        def read(conn: Any) -> list[tuple[str, admin.Finding]]:
+            return [
+                (pair.job_table, finding)
+                for pair in tables
+                for finding in admin.diagnose(conn, tables=pair, thresholds=self.thresholds)
+            ]
+
+        return read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        name, labels = self._namespace, ["check", "job_table"]
+        value = GaugeMetricFamily(
+            f"{name}_health_value", "A health reading (proletarian-di doctor).", labels=labels
+        )
+        threshold = GaugeMetricFamily(
+            f"{name}_health_threshold", "Where the reading turns to a warning.", labels=labels
+        )
+        warning = GaugeMetricFamily(
+            f"{name}_health_warning",
+            "1 while the reading is past its threshold, 0 while it is not (absent: unknown).",
+            labels=labels,
+        )
+        up, found = self._scrape("health_up", "health readings")
+        if found is None:
+            yield up
+            return
+        for table, finding in found:
+            key = [finding.check, table]
+            threshold.add_metric(key, finding.threshold)
+            if finding.value is not None:
+                value.add_metric(key, finding.value)
+            if finding.status != "unknown":
+                warning.add_metric(key, int(finding.status == "warn"))
+        yield from (value, threshold, warning, up)
 
 
 def register_queue_depth(
@@ -200,6 +273,23 @@ def register_queue_depth(
     """Add the queue depth gauges of these tables to `registry`, read at each scrape on a
     connection of their own within `timeout_s` (`database_up 0` when the database is late)."""
     collector = QueueDepthCollector(data_source, tables, timeout_s=timeout_s)
+    registry.register(collector)
+    return collector
+
+
+def register_queue_health(
+    data_source: DataSource,
+    tables: Sequence[admin.Tables] = (admin.DEFAULT_TABLES,),
+    registry: CollectorRegistry = REGISTRY,
+    *,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    thresholds: admin.Thresholds | None = None,
+) -> QueueHealthCollector:
+    """Add the queue health gauges of these tables to `registry` (`admin.diagnose` at each
+    scrape, on a connection of their own within `timeout_s`)."""
+    collector = QueueHealthCollector(
+        data_source, tables, timeout_s=timeout_s, thresholds=thresholds
+    )
     registry.register(collector)
     return collector
 

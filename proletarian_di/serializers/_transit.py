@@ -1,8 +1,8 @@
 """Transit JSON, written by hand, as Proletarian (Clojure) stores job payloads.
 
-Matched against Proletarian's `src/proletarian/transit.clj` at commit
-2ee188f3ffb1d96cbd5776ae184dce79d5d73b26 (the 1.0.x line; its deps.edn pins
-com.cognitect/transit-clj 1.0.329). Proletarian writes with
+Matched against Proletarian v1.0.109-alpha (commit 1384d7b57ae82083954e7be455a88f6a3029253a;
+its deps.edn pins com.cognitect/transit-clj 1.0.329, on transit-java 1.0.362), which the
+test suite runs as its oracle. Proletarian writes with
 `(transit/writer out :json {:handlers {Instant instant-writer}})`, so:
 
 * the non-verbose `:json` mode, with the write cache on (`^0`, `^1`, ... for map
@@ -16,7 +16,10 @@ com.cognitect/transit-clj 1.0.329). Proletarian writes with
   and a top-level scalar quoted as `["~#'", value]`.
 
 The write cache follows transit-java: a miss when 44*44 = 1936 codes are in use
-empties the cache and starts again from `^0` (a hit is still written as its code).
+empties the cache and starts again from `^0` (a hit is still written as its code), and a
+string's length is Java's (UTF-16 units). Strings are written as transit-java's Jackson
+UTF-8 generator writes them: control characters escaped, characters beyond the BMP as
+surrogate pair escapes (`\\uD83D\\uDE00`), the rest as UTF-8.
 Doubles are written as Java's `Double.toString` (JDK 19+) writes them.
 """
 
@@ -26,6 +29,7 @@ import base64
 import json
 import math
 import re
+import struct
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -198,9 +202,24 @@ _JSON_ESCAPES.update(
 )
 
 
+_BEYOND_BMP = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _surrogate_pair(match: re.Match[str]) -> str:
+    """A character beyond the BMP as Jackson's UTF-8 writer escapes it: its UTF-16
+    surrogate pair, `\\uD83D\\uDE00` for U+1F600."""
+    high, low = struct.unpack(">HH", match.group().encode("utf-16-be"))
+    return f"\\u{high:04X}\\u{low:04X}"
+
+
 def _json_string(s: str) -> str:
-    """A JSON string literal as Jackson writes one: UTF-8 kept, control characters escaped."""
-    return '"' + s.translate(_JSON_ESCAPES) + '"'
+    """A JSON string literal as Jackson's UTF-8 generator (transit-java's, Proletarian's)
+    writes one: `"` and `\\` escaped, control characters as `\\n` or `\\u001F`, characters
+    beyond the BMP as surrogate pairs (`\\uD83D\\uDE00`), every other one as it is."""
+    text = s.translate(_JSON_ESCAPES)
+    if not text.isascii() and _BEYOND_BMP.search(text):
+        text = _BEYOND_BMP.sub(_surrogate_pair, text)
+    return '"' + text + '"'
 
 
 def _cache_code(index: int) -> str:
@@ -210,7 +229,11 @@ def _cache_code(index: int) -> str:
 
 
 def _cacheable(s: str, as_key: bool) -> bool:
-    return len(s) > 3 and (as_key or (s[0] == "~" and s[1] in ":$#"))
+    """Whether transit-java caches the string: longer than 3 UTF-16 units (Java's
+    `String.length`, in which a character beyond the BMP counts twice), and a map key or a
+    keyword, symbol or tag."""
+    long_enough = len(s) > 3 or len(s) + sum(c > "\uffff" for c in s) > 3
+    return long_enough and (as_key or (s[0] == "~" and s[1] in ":$#"))
 
 
 class _WriteCache:

@@ -34,12 +34,18 @@ def tables() -> dict[str, str]:
 
 
 def handle(job_type: str, payload: Any) -> None:
-    """Marks `<n>.started` in CLI_TEST_MARKS, sleeps `seconds`, or signals its own process."""
+    """Marks `<n>.started` in CLI_TEST_MARKS (holding the pid of the process that runs it),
+    sleeps `seconds`, or signals its own process; `hang_first` hangs on its first run only."""
     marks = os.environ.get("CLI_TEST_MARKS")
+    again = False
     if marks:
-        Path(marks, f"{payload['n']}.started").touch()
+        mark = Path(marks, f"{payload['n']}.started")
+        again = mark.exists()
+        mark.write_text(str(os.getpid()))
     if job_type == "sigterm_me":
         os.kill(os.getpid(), signal.SIGTERM)
+    if job_type == "hang_first" and not again:
+        time.sleep(120)
     time.sleep(payload.get("seconds", 0))
 
 
@@ -123,6 +129,11 @@ def plain_worker(**options: Any) -> Any:
     )
 
 
+def json_worker() -> Any:
+    """A worker whose code says its payloads are JSON."""
+    return plain_worker(serializer="json")
+
+
 def impatient_worker() -> Any:
     """Abandons a job still running 100 ms after the stop signal."""
     return plain_worker(await_termination_timeout_ms=100)
@@ -139,6 +150,11 @@ def dying_worker() -> Any:
         return datetime.now(timezone.utc)
 
     return plain_worker(clock=clock)
+
+
+def exits_at_start() -> Any:
+    """An application whose worker process dies as it starts (a crash loop)."""
+    os._exit(1)
 
 
 def needs_arguments(url: str) -> Any:

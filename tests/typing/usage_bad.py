@@ -23,5 +23,5 @@ def mistakes(pool: ConnectionPool, conn: Any) -> None:
     process_next_job(pool, handle, queue=7)  # E: incompatible type
     run_due_jobs(pool, handle, batch_sise=2)  # E: Unexpected keyword argument
     queue_worker(pool, handle, worker_thread=2)  # E: Unexpected keyword argument
-    enqueue(conn, "x", None, serializer="json")  # E: incompatible type
+    enqueue(conn, "x", None, serializer="xml")  # E: incompatible type
     enqueue(conn, "x", None, process_in=5)  # E: incompatible type

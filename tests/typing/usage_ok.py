@@ -69,8 +69,9 @@ def one_off(pool: ConnectionPool) -> int:
 def enqueue_some(conn: psycopg.Connection[Any]) -> None:
     enqueue(conn, "send", {"to": "a@example.com"}, process_in=timedelta(seconds=5))
     enqueue(conn, "send", None, serializer=JSONSerializer(), job_id_strategy=UUIDStrategy())
+    enqueue(conn, "app/send", None, serializer="transit", job_type_style="keyword")
     enqueue_many(conn, [("send", 1), ("send", 2)], queue="email", clock=now)
 
 
 def resource(pool: ConnectionPool) -> Iterator[QueueWorker]:
-    return queue_worker(pool, handle, queue="email", worker_threads=2)
+    return queue_worker(pool, handle, queue="email", worker_threads=2, serializer="json")

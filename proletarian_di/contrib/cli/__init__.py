@@ -2,10 +2,11 @@
 
 Exit codes: 0 success, 1 unexpected error, 2 usage error, 3 module not
 importable, 4 target not runnable, 5 database unreachable or unsupported,
-6 schema missing, 128+N when a second signal N ends a worker at once.
+6 schema missing, 7 worker stopped but abandoned jobs, 8 a health reading past its
+threshold (`doctor`), 128+N when a second signal N ends a worker at once.
 """
 
-from . import admin, archive, dashboard, demo, jobs, periodic, queue, worker, workers  # noqa: F401  (they register their commands)
+from . import admin, archive, dashboard, demo, doctor, jobs, periodic, queue, worker, workers  # noqa: F401  (they register their commands)
 from ._app import app
 
 

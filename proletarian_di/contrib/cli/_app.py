@@ -23,6 +23,7 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from ... import __version__, admin
+from ..._common.checks import check_job_type_style, job_type_as_stored
 from ..._common.logging import describe, escape_controls
 from ..._store.dialects import MySQLDialect, dialect_for, is_read_only
 from ..._store.secrets import HINT, RedactingStream, Redactor, mask, passwords, scrub
@@ -36,6 +37,7 @@ from ...errors import (
     SchemaError,
     UnsupportedDatabase,
 )
+from ...serializers import check_serializer
 
 console = Console(highlight=False, emoji=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -54,6 +56,7 @@ class ExitCode(enum.IntEnum):
     DATABASE = 5
     SCHEMA = 6
     ABANDONED = 7
+    DEGRADED = 8
 
 
 class CLIError(ProletarianError):
@@ -68,7 +71,8 @@ class CLIError(ProletarianError):
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 unexpected error, 2 usage, 3 module not importable, "
     "4 target not runnable, 5 database unreachable or unsupported, 6 schema missing, "
-    "7 worker stopped but abandoned jobs (they run again)."
+    "7 worker stopped but abandoned jobs (they run again), 8 a health reading past its "
+    "threshold (doctor)."
 )
 
 
@@ -262,6 +266,48 @@ ArchivedJobTable = Annotated[
         help="The archive table.",
     ),
 ]
+
+
+def _storage_option(flag: str, parse: Callable[[str], Any], help: str) -> Any:
+    """An option of `create_queue_worker`'s (`--serializer` is `serializer`), also read from
+    `PROLETARIAN_<NAME>`, and checked by the library's own parser: a bad value is a usage
+    error (exit 2) saying why."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse(value)
+            except ConfigurationError as exc:
+                raise typer.BadParameter(str(exc)) from None
+        return value
+
+    envvar = "PROLETARIAN_" + flag[2:].replace("-", "_").upper()
+    return typer.Option(flag, envvar=envvar, callback=check, help=help)
+
+
+SERIALIZER_OPTION = _storage_option(
+    "--serializer",
+    check_serializer,
+    "How payloads are stored: json, or transit (Proletarian's Transit JSON, for tables "
+    "shared with Clojure).",
+)
+JOB_TYPE_STYLE_OPTION = _storage_option(
+    "--job-type-style",
+    check_job_type_style,
+    "How job types are stored: plain, or keyword (a Clojure keyword's text: "
+    "app.jobs/send-email is stored as :app.jobs/send-email).",
+)
+SerializerOption = Annotated[str, SERIALIZER_OPTION]
+"""`create_queue_worker`'s `serializer`, by name ("json", "transit")."""
+JobTypeStyleOption = Annotated[str, JOB_TYPE_STYLE_OPTION]
+"""`create_queue_worker`'s `job_type_style` ("plain", "keyword")."""
+
+
+def as_stored(job_type: str | None, job_type_style: str) -> str | None:
+    """A `--job-type` filter as the rows hold it (with --job-type-style keyword, a keyword's
+    text: the colon added)."""
+    return None if job_type is None else job_type_as_stored(job_type, job_type_style)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")

@@ -18,6 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from ... import admin
+from ..._common.checks import check_job_type_style
 from ..._common.types import DialectName
 from ..._store.dialects import dialect_for
 from ..._store.enqueue import enqueue as enqueue_job
@@ -35,6 +36,7 @@ from ...schema import (
     schema_version,
     upgrade_schema,
 )
+from ...serializers import check_serializer
 from ._app import (
     DURATION_FORMS,
     ArchivedJobTable,
@@ -46,13 +48,16 @@ from ._app import (
     FailedUntil,
     JobTable,
     JobTypeFilter,
+    JobTypeStyleOption,
     QueueFilter,
+    SerializerOption,
     _admin,
     _ago,
     _connection,
     _escape,
     _guarded,
     app,
+    as_stored,
     console,
     err,
     failed_window,
@@ -238,9 +243,15 @@ def enqueue(
     ] = None,
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
+    serializer: SerializerOption = "json",
+    job_type_style: JobTypeStyleOption = "plain",
 ) -> None:
     """Enqueue one job and print its id (with --unique-key, the id of the job holding the
-    key, if one does)."""
+    key, if one does).
+
+    With --serializer transit and --job-type-style keyword it writes the row Proletarian's
+    enqueue! writes, for a Clojure worker: the JSON payload's object keys become keywords.
+    """
     try:
         data = json.loads(payload)
     except ValueError as exc:
@@ -258,6 +269,8 @@ def enqueue(
             unique_key=unique_key,
             job_table=job_table,
             job_id_strategy=strategy,
+            serializer=check_serializer(serializer),
+            job_type_style=check_job_type_style(job_type_style),
         )
         conn.commit()
         where = locate(conn, database_url or "", job_table, DEFAULT_ARCHIVED_JOB_TABLE)
@@ -488,10 +501,12 @@ def retry_failed(
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    job_type_style: JobTypeStyleOption = "plain",
 ) -> None:
     """Move failed archived jobs back into the queue, due now, with their attempts reset."""
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     start, end = failed_window(since, until)
+    job_type = as_stored(job_type, job_type_style)
     with _admin(database_url, job_table, archived_job_table) as operator:
         count = operator.write(
             admin.retry_failed,

@@ -9,14 +9,18 @@ from typing import Annotated
 import typer
 
 from ... import admin
+from ..._common.checks import check_job_type_style
 from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ..._store.urls import connect
+from ...serializers import check_serializer
 from ._app import (
     ArchivedJobTable,
     CLIError,
     DatabaseURL,
     ExitCode,
     JobTable,
+    JobTypeStyleOption,
+    SerializerOption,
     _admin,
     _escape,
     _guarded,
@@ -62,6 +66,8 @@ def dashboard(
     ] = 5.0,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: SerializerOption = "json",
+    job_type_style: JobTypeStyleOption = "plain",
 ) -> None:
     """Serve the web dashboard: queues, jobs, failures, schedules.
 
@@ -97,6 +103,8 @@ def dashboard(
         auth=basic_auth(user, password) if password else None,
         tables=admin.Tables(job_table, archived_job_table),
         refresh_s=refresh,
+        serializer=check_serializer(serializer),
+        job_type_style=check_job_type_style(job_type_style),
     )
     shown_host = f"[{host}]" if ":" in host else host
     mode = "actions enabled" if enable_actions else "read-only"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import typer
 from ... import admin
 from ..._store.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 from ...admin import JobInfo
+from ...serializers import check_serializer, jsonable
 from ._app import (
     ArchivedJobTable,
     CLIError,
@@ -23,11 +25,14 @@ from ._app import (
     FailedUntil,
     JobTable,
     JobTypeFilter,
+    JobTypeStyleOption,
     QueueFilter,
+    SerializerOption,
     _admin,
     _ago,
     _escape,
     _guarded,
+    as_stored,
     command_group,
     console,
     err,
@@ -119,6 +124,8 @@ def list_jobs(
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: SerializerOption = "json",
+    job_type_style: JobTypeStyleOption = "plain",
 ) -> None:
     """Jobs, waiting and archived, newest first.
 
@@ -129,10 +136,11 @@ def list_jobs(
         jobs = operator.read(
             admin.list_jobs,
             queue=queue,
-            job_type=job_type,
+            job_type=as_stored(job_type, job_type_style),
             state=state,
             limit=limit,
             before=before,
+            serializer=serializer,
         )
         where = str(operator.location)
     if listed(where, jobs, as_json):
@@ -166,6 +174,7 @@ def find_jobs(
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: SerializerOption = "json",
 ) -> None:
     """Jobs found by id (whole, its start or its end), job type or payload, newest first.
 
@@ -174,7 +183,7 @@ def find_jobs(
     """
     refuse_mixed_tables(ctx, job_table, archived_job_table)
     with _admin(database_url, job_table, archived_job_table) as operator:
-        found = operator.read(admin.find_jobs, text, by=by, limit=limit)
+        found = operator.read(admin.find_jobs, text, by=by, limit=limit, serializer=serializer)
         where = str(operator.location)
     notes = []
     if found.cut_short:
@@ -223,10 +232,12 @@ def show_job(
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: SerializerOption = "json",
 ) -> None:
     """One job: its payload, attempts, times, state, every attempt (start, duration, worker,
     outcome), and its last error in full."""
-    job, where = _one_job(ctx, admin.get_job, job_id, database_url, job_table, archived_job_table)
+    read = functools.partial(admin.get_job, serializer=check_serializer(serializer))
+    job, where = _one_job(ctx, read, job_id, database_url, job_table, archived_job_table)
     if as_json:
         typer.echo(json.dumps(job.as_dict(), indent=2, default=str))
         return
@@ -254,7 +265,7 @@ def show_job(
     console.print(_escape(where))
     for label, value in lines:
         console.print(f"[bold]{label:>9}[/] {_escape(value)}")
-    payload = json.dumps(job.payload, indent=2, default=str, ensure_ascii=False)
+    payload = json.dumps(jsonable(job.payload), indent=2, ensure_ascii=False)
     console.print(f"[bold]{'payload':>9}[/] {_escape(payload, lines=True)}")
     if job.history:
         console.print(f"[bold]{'history':>9}[/]")
@@ -332,6 +343,7 @@ def retry_jobs(
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    job_type_style: JobTypeStyleOption = "plain",
 ) -> None:
     """Move failed jobs, by id or by filter, back into the queue.
 
@@ -344,7 +356,12 @@ def retry_jobs(
     start, end = failed_window(since, until)
     with _admin(database_url, job_table, archived_job_table) as operator:
         count = operator.write(
-            admin.retry_jobs, ids or None, queue=queue, job_type=job_type, since=start, until=end
+            admin.retry_jobs,
+            ids or None,
+            queue=queue,
+            job_type=as_stored(job_type, job_type_style),
+            since=start,
+            until=end,
         )
         where = operator.location
     console.print(
@@ -365,6 +382,7 @@ def cancel_jobs(
     database_url: DatabaseURL = None,
     job_table: JobTable = DEFAULT_JOB_TABLE,
     archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    job_type_style: JobTypeStyleOption = "plain",
 ) -> None:
     """Cancel waiting jobs, by id or by filter.
 
@@ -375,7 +393,8 @@ def cancel_jobs(
     ids = _job_ids(job_ids)
     _filters_or_ids(ids, queue=queue, job_type=job_type)
     with _admin(database_url, job_table, archived_job_table) as operator:
-        count = operator.write(admin.cancel_jobs, ids or None, queue=queue, job_type=job_type)
+        stored = as_stored(job_type, job_type_style)
+        count = operator.write(admin.cancel_jobs, ids or None, queue=queue, job_type=stored)
         where = operator.location
     console.print(
         _escape(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -19,6 +20,7 @@ import typer
 
 from ... import admin
 from ..._common.logging import describe
+from ..._engine.options import storage_defaults
 from ..._engine.signals import Signals, total_summary
 from ..._engine.signals import exit_now as _exit_now
 from ..._engine.signals import stop_all as _stop_all
@@ -35,6 +37,8 @@ from ...observers import observing_all
 from ...worker import QueueWorker
 from ._app import (
     EXIT_CODES_HELP,
+    JOB_TYPE_STYLE_OPTION,
+    SERIALIZER_OPTION,
     CLIError,
     ExitCode,
     _classify,
@@ -46,6 +50,7 @@ from ._app import (
     app,
     err,
 )
+from .supervisor import Supervised, Supervisor, child_arguments, processes_option
 
 # worker ---------------------------------------------------------------------------------------
 
@@ -189,6 +194,7 @@ class LogLevel(str, enum.Enum):
 @app.command(epilog=EXIT_CODES_HELP, rich_help_panel="Run")
 @_guarded
 def worker(
+    ctx: typer.Context,
     target: Annotated[
         str,
         typer.Argument(
@@ -235,6 +241,18 @@ def worker(
             help="Address the metrics and health ports listen on.",
         ),
     ] = "127.0.0.1",
+    serializer: Annotated[str | None, SERIALIZER_OPTION] = None,
+    job_type_style: Annotated[str | None, JOB_TYPE_STYLE_OPTION] = None,
+    processes: Annotated[
+        str,
+        typer.Option(
+            "--processes",
+            envvar="PROLETARIAN_PROCESSES",
+            callback=processes_option,
+            help="Worker processes to run, each importing TARGET, under one supervisor "
+            "(a positive integer, or 'auto': one per CPU). 1: no supervisor.",
+        ),
+    ] = "1",
 ) -> None:
     """Run the workers of TARGET until SIGTERM or SIGINT.
 
@@ -242,16 +260,28 @@ def worker(
     shutdown_resources(). The first signal drains in-flight jobs (up to each
     worker's await timeout) and exits 0; a second one exits at once, and the
     jobs still running are rolled back by the database and run again later.
+    --serializer and --job-type-style apply to every worker and periodic scheduler
+    the target creates without one; one created with another value is an error.
+    With --processes N, a supervisor runs N such processes and serves one
+    metrics port and one health port for all of them.
     """
+    if int(processes) > 1:
+        arguments = child_arguments(ctx)
+        supervisor = Supervisor(target, int(processes), arguments, metrics_port, health_port, host)
+        raise typer.Exit(supervisor.run())
+    supervised = Supervised.from_environ()
     for folder in reversed(path or [Path.cwd()]):
         sys.path.insert(0, str(folder.resolve()))
     servers = contextlib.ExitStack()
     with _log_level(log_level.value), Signals(on_second=_exit_now) as signals:
-        loaded = load_target(target)
-        if metrics_port is not None:
+        storage = functools.partial(storage_defaults, serializer, job_type_style)
+        with storage():
+            loaded = load_target(target)
+        if metrics_port is not None or (supervised is not None and supervised.metrics):
             servers.enter_context(observing_all(_metrics_observer()))
         try:
-            workers = _start(loaded)
+            with storage():
+                workers = _start(loaded)
         except CLIError:
             raise
         except Exception as exc:
@@ -270,7 +300,10 @@ def worker(
         stopped_alone: list[QueueWorker] = []
         try:
             servers.enter_context(_observing(workers, metrics_port, health_port, host))
-            err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
+            if supervised is not None:
+                servers.enter_context(supervised.reporting(workers, _serve_metrics))
+            else:
+                err.print("stop with Ctrl-C or SIGTERM (a second signal exits at once)")
             while signals.wait(0.2) is None:
                 stopped_alone = [w for w in workers if not w.running]
                 if stopped_alone:
@@ -343,19 +376,25 @@ def _metrics_observer() -> Any:
     return metrics_observer()
 
 
-def _serve_metrics(workers: list[QueueWorker], port: int, host: str) -> Any:
-    from ..prometheus import register_queue_depth, serve_metrics
+def _serve_metrics(workers: list[QueueWorker], port: int, host: str, registry: Any = None) -> Any:
+    from prometheus_client import REGISTRY
+
+    from ..prometheus import register_queue_depth, register_queue_health, serve_metrics
+
+    registry = REGISTRY if registry is None else registry
 
     by_source: dict[int, tuple[Any, list[admin.Tables]]] = {}
     for worker in workers:
         pair = admin.Tables(worker.options.job_table, worker.options.archived_job_table)
         by_source.setdefault(id(worker.data_source), (worker.data_source, []))[1].append(pair)
     (first, tables), *others = by_source.values()
-    collector = register_queue_depth(first, tables)
+    depth = register_queue_depth(first, tables, registry)
+    health = register_queue_health(first, tables, registry)
     for data_source, more in others:
-        collector.add(data_source, more)
+        depth.add(data_source, more)
+        health.add(data_source, more)
     try:
-        server, _ = serve_metrics(port, host)
+        server, _ = serve_metrics(port, host, registry)
     except OSError as exc:
         raise CLIError(f"cannot serve metrics on {host}:{port}: {exc}", ExitCode.USAGE) from None
     return server

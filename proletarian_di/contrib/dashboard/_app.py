@@ -27,10 +27,18 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ... import admin
+from ..._common.checks import JobTypeStyle, check_job_type_style, job_type_as_stored
 from ..._store.datasource import connection_factory
 from ..._store.dialects import is_transient
 from ..._store.probes import ProbeTimeout, bounded_read, check_timeout
 from ...errors import ConfigurationError, SchemaError
+from ...serializers import (
+    DEFAULT_SERIALIZER,
+    Serializer,
+    SerializerName,
+    check_serializer,
+    jsonable,
+)
 from . import _chart
 from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
 
@@ -109,6 +117,8 @@ def dashboard(
     log: LogFn | None = None,
     csrf_secret: str | bytes | None = None,
     timeout_s: float = TIMEOUT_S,
+    serializer: Serializer | SerializerName | None = None,
+    job_type_style: JobTypeStyle | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app to mount (`app.mount("/jobs", dashboard(pool))`).
 
@@ -120,7 +130,10 @@ def dashboard(
     same one (by default each process draws its own, and a form only works on its own).
     Each page reads on a connection of its own beside the pool where the data source says
     how it connects, within `timeout_s` (connect, statement and socket timeouts): a
-    database that does not answer by then gets a 503 page saying so.
+    database that does not answer by then gets a 503 page saying so. `serializer` and
+    `job_type_style` are the workers' (`create_queue_worker`): the payloads are decoded with
+    that serializer ("transit" for a queue shared with Clojure), and with "keyword" a job type
+    filter is a Clojure keyword's name (`app.jobs/send-email` finds `:app.jobs/send-email`).
     """
     if not isinstance(actions, bool):
         raise ConfigurationError(f"actions must be True or False, got {actions!r}")
@@ -142,8 +155,18 @@ def dashboard(
     if csrf_secret is not None and (not isinstance(csrf_secret, bytes) or len(csrf_secret) < 16):
         raise ConfigurationError("csrf_secret must be a str or bytes of at least 16 characters")
     timeout_s = check_timeout("timeout_s", timeout_s)
+    storage = (check_serializer(serializer), check_job_type_style(job_type_style or "plain"))
     site = _Dashboard(
-        data_source, actions, auth, redact, tables, float(refresh_s), log, csrf_secret, timeout_s
+        data_source,
+        actions,
+        auth,
+        redact,
+        tables,
+        float(refresh_s),
+        log,
+        csrf_secret,
+        timeout_s,
+        *storage,
     )
     return Starlette(
         routes=site.routes(),
@@ -197,6 +220,8 @@ class _Dashboard:
         log: LogFn | None,
         csrf_secret: bytes | None,
         timeout_s: float,
+        serializer: Serializer = DEFAULT_SERIALIZER,
+        job_type_style: JobTypeStyle = "plain",
     ) -> None:
         self.data_source = data_source
         self.timeout_s = timeout_s
@@ -215,6 +240,13 @@ class _Dashboard:
         self.templates = _environment()
         folder = resources.files(__package__).joinpath("static")
         self.static_files = {name: folder.joinpath(name).read_bytes() for name in _STATIC}
+        self.serializer = serializer
+        self.job_type_style = job_type_style
+
+    def _job_type(self, values: Mapping[str, Any]) -> str | None:
+        """The job type filter given, as the rows hold it (see `job_type_style`)."""
+        text = _value(values, "job_type")
+        return None if text is None else job_type_as_stored(text, self.job_type_style)
 
     def routes(self) -> list[Route]:
         return [
@@ -230,6 +262,7 @@ class _Dashboard:
             Route("/timings", self.timings, name="timings"),
             Route("/schedules", self.schedules, name="schedules"),
             Route("/processes", self.processes, name="processes"),
+            Route("/health", self.health, name="health"),
             Route("/static/{name}", self.static, name="static"),
             Route("/retry", self.retry, methods=["POST"]),
             Route("/cancel", self.cancel, methods=["POST"]),
@@ -365,7 +398,7 @@ class _Dashboard:
             return RedirectResponse(f"{_base(request)}/jobs/{_job_id(job_id.strip())}", 303)
         filters: dict[str, str | None] = {
             "queue": _value(params, "queue"),
-            "job_type": _value(params, "job_type"),
+            "job_type": self._job_type(params),
             "state": "failed" if section == "failed" else _state(_value(params, "state")),
             "error": _value(params, "error"),
         }
@@ -381,6 +414,7 @@ class _Dashboard:
                 payload_chars=PAYLOAD_CHARS,
                 error=filters["error"],
                 tables=self.tables,
+                serializer=self.serializer,
             )
         )
         shown = {**filters, "state": None} if section == "failed" else filters
@@ -409,7 +443,7 @@ class _Dashboard:
         under it, each a link to its jobs; with actions, each cause retried or discarded."""
         user = await authenticated(self.auth, request)
         params = request.query_params
-        filters = {"queue": _value(params, "queue"), "job_type": _value(params, "job_type")}
+        filters = {"queue": _value(params, "queue"), "job_type": self._job_type(params)}
         found = await self.read(
             lambda conn: admin.failure_causes(
                 conn, queue=filters["queue"], job_type=filters["job_type"], tables=self.tables
@@ -454,6 +488,7 @@ class _Dashboard:
                     max_examined=admin.SEARCH_ROWS,
                     payload_chars=PAYLOAD_CHARS,
                     tables=self.tables,
+                    serializer=self.serializer,
                 )
             )
             digits = admin.id_fragment(text) if by in ("any", "id") else None
@@ -491,7 +526,7 @@ class _Dashboard:
         self, conn: Any, job_id: uuid.UUID
     ) -> tuple[admin.JobInfo | None, admin.Explanation | None]:
         """The job, and for a waiting one, what holds it back (`admin.explain_job`)."""
-        job = admin.get_job(conn, job_id, tables=self.tables)
+        job = admin.get_job(conn, job_id, tables=self.tables, serializer=self.serializer)
         if job is None or job.state not in WAITING:
             return job, None
         return job, admin.explain_job(conn, job_id, tables=self.tables)
@@ -503,7 +538,7 @@ class _Dashboard:
         dashboard, and the page refreshes itself)."""
         user = await authenticated(self.auth, request)
         params = request.query_params
-        queue, job_type = _value(params, "queue"), _value(params, "job_type")
+        queue, job_type = _value(params, "queue"), self._job_type(params)
         after = _after(params)
         key = (queue, job_type, after)
         kept = self.timings_read.get(key)
@@ -602,6 +637,11 @@ class _Dashboard:
         each worker's threads and the jobs they run."""
         return await self._table_page(request, "processes", admin.list_workers)
 
+    async def health(self, request: Request) -> Response:
+        """The queue's own health (`admin.diagnose`): a few statements on the database's
+        statistics, whatever the size of the tables."""
+        return await self._table_page(request, "health", admin.diagnose)
+
     async def _table_page(
         self, request: Request, section: str, query: Callable[..., list[Any]]
     ) -> Response:
@@ -654,7 +694,7 @@ class _Dashboard:
         except Exception:
             _logger.exception("the redact hook failed on job %s", job.job_id)
             return "(hidden: the redact hook failed)"
-        return json.dumps(shown, indent=indent, ensure_ascii=False, default=str)
+        return json.dumps(jsonable(shown), indent=indent, ensure_ascii=False)
 
     # Actions ---------------------------------------------------------------------------------
 
@@ -694,7 +734,7 @@ class _Dashboard:
         `STEP_SECONDS` at most: past them, it shows how far it got and what is left, counted
         in the database, and the page goes on with the next step (`_step`)."""
         user, form = await self.actor(request)
-        chosen = _Chosen.of(form, action)
+        chosen = _Chosen.of(form, action, self._job_type(form))
         change = _ACTIONS[action].change
         expected, until = _confirmed(form)
         if expected is None and not chosen.at_once(action):
@@ -1033,7 +1073,7 @@ class _Chosen:
     """Every job of the filters, not only the ones ticked on the page (the form's `all`)."""
 
     @classmethod
-    def of(cls, form: FormData, action: str) -> _Chosen:
+    def of(cls, form: FormData, action: str, job_type: str | None) -> _Chosen:
         texts = [text for text in form.getlist("job_id") if isinstance(text, str) and text]
         if len(texts) > MAX_SELECTED:
             raise HTTPException(400, f"select at most {MAX_SELECTED} jobs, got {len(texts)}")
@@ -1070,7 +1110,7 @@ class _Chosen:
             if error is not None:
                 raise HTTPException(400, "give error or errors, not both")
             error = errors
-        return cls(ids, _value(form, "queue"), _value(form, "job_type"), state, error, at, every)
+        return cls(ids, _value(form, "queue"), job_type, state, error, at, every)
 
     def at_once(self, action: str) -> bool:
         """Whether to act without a confirmation: a retry, cancel or run now of one job by
