@@ -7,10 +7,10 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # Test processes, each with an embedded PostgreSQL and a MariaDB of its own (a MYSQL_URL you
 # set is one server: its tests then all run in one process). With DATABASE_URL each process
-# has a database of its own on that server, but roles are the server's, which the tests of
-# grants create: 0 runs everything in one process. Three on two cores: most tests wait on
-# their servers more than they compute. See tests/conftest.py.
-PYTEST_WORKERS ?= $(if $(DATABASE_URL),0,3)
+# has a database of its own on that server; roles are the server's, so the tests of grants,
+# which create them, run in one process (tests/test_security.py's xdist group). Three on two
+# cores: most tests wait on their servers more than they compute. See tests/conftest.py.
+PYTEST_WORKERS ?= $(if $(DATABASE_URL),2,3)
 # Django 6 (its built-in django.tasks) needs Python 3.12+: `make test-django6` tests the
 # Django backend on it, in a venv of its own.
 PYTHON312 ?= python3.12

@@ -5,6 +5,7 @@ statements disappear under the worker."""
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -276,8 +277,8 @@ def test_a_claim_in_a_running_slot_rides_on_the_archive_too(pg):
 @pytest.mark.parametrize("tricky", ["it's", "back\\slash", "ünï 😀", "x'); DROP TABLE t; --"])
 def test_a_fair_turn_rides_on_the_archive_too(pg, tricky):
     """`fair=True`: each archive's COMMIT is followed, in the same simple query, by the
-    next turn's scan (a statement prepared once per connection), and the turns still
-    alternate between the groups, whatever their keys hold."""
+    next turn's scan past the group served (its key written in as a literal), and the
+    turns still alternate between the groups, whatever their keys hold."""
     for n in range(3):
         for group in ("a", tricky):
             enqueue_committed(pg, ("noop", f"{group}-{n}"), group_key=group)
@@ -294,9 +295,8 @@ def test_a_fair_turn_rides_on_the_archive_too(pg, tricky):
     assert len(archives) == 6
     for archive in archives:
         _, committed, rest = archive.partition("; COMMIT; ")
-        assert committed and rest.startswith("BEGIN; EXECUTE proletarian_fair_"), rest
-    prepared = [s for s in log.statements if "PREPARE proletarian_fair_" in s]
-    assert prepared and "group_key > $2" in prepared[0]
+        assert committed and rest.startswith("BEGIN; SELECT "), rest
+        assert re.search(r"group_key > +E?'", rest), rest
     assert pg.jobs() == []
 
 

@@ -26,6 +26,10 @@ from proletarian_di.admin import DEFAULT_TABLES
 from proletarian_di.mysql import MySQLDataSource, mask, parse_mysql_url
 from proletarian_di.schema import statements
 
+# Roles and users are the server's, not a database's: on a shared server (DATABASE_URL) the
+# tests that create them run in one test process.
+pytestmark = pytest.mark.xdist_group("server_roles")
+
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "S3cr3t-Pw_42"
 

@@ -187,8 +187,9 @@ def _postgres_table(
 
 
 def _horizon(conn: Connection, dialect: Dialect, limits: Thresholds) -> Finding:
-    """The oldest snapshot that holds PostgreSQL's horizon: a session's transaction, a
-    prepared transaction or a replication slot, whichever is oldest."""
+    """The oldest snapshot that holds PostgreSQL's horizon for this database's tables: a
+    session's transaction (of this database, or of none: a replication sender), a prepared
+    transaction or a replication slot, whichever is oldest."""
     row = dialect.fetchone(
         conn,
         "SELECT kind, who, application, seconds, query FROM ("
@@ -196,10 +197,13 @@ def _horizon(conn: Connection, dialect: Dialect, limits: Thresholds) -> Finding:
         "EXTRACT(EPOCH FROM now() - xact_start) AS seconds, query, age(backend_xmin) AS xids "
         "FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() "
         "AND backend_type <> 'autovacuum worker' "
+        "AND (datname IS NULL OR datname = current_database()) "
         "UNION ALL SELECT 'prepared transaction', gid, owner, "
         "EXTRACT(EPOCH FROM now() - prepared), NULL, age(transaction) FROM pg_prepared_xacts "
+        "WHERE database = current_database() "
         "UNION ALL SELECT 'replication slot', slot_name, plugin, NULL, NULL, age(xmin) "
-        "FROM pg_replication_slots WHERE xmin IS NOT NULL"
+        "FROM pg_replication_slots WHERE xmin IS NOT NULL "
+        "AND (database IS NULL OR database = current_database())"
         ") AS holders ORDER BY xids DESC LIMIT 1",
     )
     if row is None:

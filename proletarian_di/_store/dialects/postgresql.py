@@ -112,13 +112,8 @@ class PostgresDialect(Dialect):
                 "integer, integer, text, timestamptz, timestamptz, integer",
                 _fill(self.slot_claim_sql, "$1", "$2", "$3", "$6", "$5", "$4", "1"),
             ),
-            # fair=True: a turn's first scan
-            f"proletarian_fair_{tag.hexdigest()}": (
-                "text, text, timestamptz",
-                _fill(self.fair_turn_sql, "$1", "$2", "$3"),
-            ),
         }
-        claim_one, archive_one, archive_many, slot_one, fair = self._statements
+        claim_one, archive_one, archive_many, slot_one = self._statements
         self._prepared_slot = (
             f"BEGIN; EXECUTE {slot_one}({{size}}, {{key}}, {{queue}}, {{now}}, {{start}}, {{rank}})"
         )
@@ -134,7 +129,9 @@ class PostgresDialect(Dialect):
             claim,
             f"EXECUTE {archive_one}({{ids}}, {{finished}}, {{started}}, {{worker}}); COMMIT",
             f"EXECUTE {archive_many}({{ids}}, {{finished}}, {{started}}, {{worker}}); COMMIT",
-            f"BEGIN; EXECUTE {fair}({{queue}}, {{after}}, {{now}})",
+            # Written out, not prepared: every worker prepares its statements, and a schema
+            # before the group_keys step has no column for this one.
+            self._inline.fair,
         )
         # Lease mode's claim: one statement, which an autocommit connection commits at once.
         # The first job starts (its attempt counted), and so does one whose earlier run
@@ -893,12 +890,11 @@ class PostgresSession(Session):
         return _run(conn, text_of(self.prepared))
 
     def _fair_text(self, hot: _HotPath, queue: str, after: str, now: datetime) -> str:
-        text = hot.fair.format(
+        return hot.fair.format(
             queue=self.dialect.quoted(self.conn, queue),
             after=_literal(self.conn, after),
             now=_timestamp(now),
         )
-        return self._replanned(text) if hot is self.dialect._prepared else text
 
     def _claim_text(self, hot: _HotPath, queue: str, now: datetime, limit: int, start: Any) -> str:
         template = hot.claim_one if limit == 1 else hot.claim_many
