@@ -104,13 +104,18 @@ def test_a_claim_ahead_that_fails_after_the_commit_is_claimed_again(pg, pg_pool)
     assert not events.named("polling_error")
 
 
-def test_the_connection_is_handed_back_as_it_was_lent(pg):
-    enqueue_committed(pg, ("noop", 1))
+@pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])
+def test_the_connection_is_handed_back_as_it_was_lent(pg, fair):
+    """Its settings as they were, and none of the worker's prepared statements (a fair
+    worker's turn scan, prepared at its first claim, included)."""
+    enqueue_committed(pg, ("noop", 1), group_key="g" if fair else None)
     with ConnectionPool(pg.url, min_size=1, max_size=1, open=True) as pool:
         with pool.connection() as conn:
             assert not conn.autocommit
             threshold = conn.prepare_threshold
-        with create_queue_worker(pool, lambda t, p: None, polling_interval_ms=10) as worker:
+        with create_queue_worker(
+            pool, lambda t, p: None, polling_interval_ms=10, fair=fair
+        ) as worker:
             wait_until(lambda: worker.summary()["succeeded"] == 1)
         with pool.connection() as conn:
             assert not conn.autocommit
@@ -194,7 +199,7 @@ def test_statements_dropped_mid_job_cost_a_rerun_not_a_job(pg, pg_pool):
 def test_a_pooler_that_loses_prepared_statements_gets_plain_ones(pg, pg_pool, monkeypatch):
     """PgBouncer in transaction mode runs PREPARE and EXECUTE on different server
     connections; the worker then goes on with the statements written out."""
-    monkeypatch.setattr(PostgresDialect, "_prepare", lambda self, conn: self._prepared)
+    monkeypatch.setattr(PostgresDialect, "_prepare", lambda self, conn, fair=False: self._prepared)
     enqueue_committed(pg, *[("ok", i) for i in range(5)])
     events = Events()
     worker = create_queue_worker(pg_pool, lambda t, p: None, polling_interval_ms=10, log=events)
@@ -295,8 +300,11 @@ def test_a_fair_turn_rides_on_the_archive_too(pg, tricky):
     assert len(archives) == 6
     for archive in archives:
         _, committed, rest = archive.partition("; COMMIT; ")
-        assert committed and rest.startswith("BEGIN; SELECT "), rest
-        assert re.search(r"group_key > +E?'", rest), rest
+        assert committed and "BEGIN; EXECUTE proletarian_fair_" in rest, rest
+    prepared = [s for s in log.statements if "PREPARE proletarian_fair_" in s]
+    assert len(prepared) == 1 and "group_key > $2" in prepared[0]
+    [first] = [s for s in log.statements if "EXECUTE proletarian_fair_" in s][:1]
+    assert re.search(r"group_key > +E?'|proletarian_fair_\w+\('default', +E?'", first), first
     assert pg.jobs() == []
 
 
