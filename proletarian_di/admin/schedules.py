@@ -42,8 +42,18 @@ def _known(conn: Connection, dialect: Dialect, table: str, name: str) -> None:
         )
 
 
-def _utc(value: datetime | None) -> datetime:
-    return (value or datetime.now(timezone.utc)).astimezone(timezone.utc)
+def _change(
+    conn: Connection, tables: Tables, name: str, what: str, update: str, now: datetime | None
+) -> bool:
+    """`UPDATE <periodic table> <update> WHERE name = %s AND <…>` on a known schedule, each
+    `%s` before the name's being `now`; whether it changed the row."""
+    dialect = dialect_of(conn, tables)
+    table = periodic_table(tables.job_table)
+    _controlled(conn, dialect, table, what)
+    _known(conn, dialect, table, name)
+    at = dialect.encode_time((now or datetime.now(timezone.utc)).astimezone(timezone.utc))
+    params = (at,) * (update.count("%s") - 1) + (name,)
+    return bool(dialect.execute_count(conn, f"UPDATE {table} {update}", params))
 
 
 def list_schedules(
@@ -102,16 +112,13 @@ def disable_schedule(
     """Disable the schedule `name`: no scheduler, in any process, enqueues its ticks until it
     is enabled again (a requested run is still enqueued). False if it was disabled already;
     a `LookupError` if no schedule of that name is recorded. Commit to keep it."""
-    dialect = dialect_of(conn, tables)
-    table = periodic_table(tables.job_table)
-    _controlled(conn, dialect, table, "disabling a schedule")
-    _known(conn, dialect, table, name)
-    return bool(
-        dialect.execute_count(
-            conn,
-            f"UPDATE {table} SET paused_at = %s WHERE name = %s AND paused_at IS NULL",
-            (dialect.encode_time(_utc(now)), name),
-        )
+    return _change(
+        conn,
+        tables,
+        name,
+        "disabling a schedule",
+        "SET paused_at = %s WHERE name = %s AND paused_at IS NULL",
+        now,
     )
 
 
@@ -122,18 +129,14 @@ def enable_schedule(
     missed while disabled (its last tick moves to now, so no scheduler catches them up).
     False if it was enabled; a `LookupError` if no schedule of that name is recorded.
     Commit to keep it."""
-    dialect = dialect_of(conn, tables)
-    table = periodic_table(tables.job_table)
-    _controlled(conn, dialect, table, "enabling a schedule")
-    _known(conn, dialect, table, name)
-    at = dialect.encode_time(_utc(now))
-    return bool(
-        dialect.execute_count(
-            conn,
-            f"UPDATE {table} SET paused_at = NULL, last_tick = GREATEST(last_tick, %s), "
-            "updated_at = %s WHERE name = %s AND paused_at IS NOT NULL",
-            (at, at, name),
-        )
+    return _change(
+        conn,
+        tables,
+        name,
+        "enabling a schedule",
+        "SET paused_at = NULL, last_tick = GREATEST(last_tick, %s), updated_at = %s "
+        "WHERE name = %s AND paused_at IS NOT NULL",
+        now,
     )
 
 
@@ -144,17 +147,13 @@ def request_run(
     running the schedule (of however many) enqueues its job once, in the transaction that
     clears the request, disabled or not. False if a run was requested already and not yet
     enqueued; a `LookupError` if no schedule of that name is recorded. Commit to keep it."""
-    dialect = dialect_of(conn, tables)
-    table = periodic_table(tables.job_table)
-    _controlled(conn, dialect, table, "requesting a schedule's run")
-    _known(conn, dialect, table, name)
-    return bool(
-        dialect.execute_count(
-            conn,
-            f"UPDATE {table} SET run_requested_at = %s "
-            "WHERE name = %s AND run_requested_at IS NULL",
-            (dialect.encode_time(_utc(now)), name),
-        )
+    return _change(
+        conn,
+        tables,
+        name,
+        "requesting a schedule's run",
+        "SET run_requested_at = %s WHERE name = %s AND run_requested_at IS NULL",
+        now,
     )
 
 
