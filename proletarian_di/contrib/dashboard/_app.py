@@ -765,7 +765,7 @@ class _Dashboard:
         """Run now, disable or enable a schedule (see _schedules)."""
         from ._schedules import act
 
-        return await act(self, request)
+        return await act(self, request, _value)
 
     async def _pause_or_resume(
         self, request: Request, change: Callable[..., bool], action: str, done: str

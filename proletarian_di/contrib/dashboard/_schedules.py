@@ -12,7 +12,6 @@ from starlette.responses import Response
 
 from ... import admin
 from ...errors import SchemaError
-from ._app import _value
 
 CHANGES: dict[str, tuple[Callable[..., bool], str, str]] = {
     "run": (admin.request_run, "run requested", "had a run requested already"),
@@ -23,11 +22,12 @@ CHANGES: dict[str, tuple[Callable[..., bool], str, str]] = {
 and when it did not."""
 
 
-async def act(dashboard: Any, request: Request) -> Response:
+async def act(dashboard: Any, request: Request, value: Callable[..., str | None]) -> Response:
     """Run the action the form names on its schedule: 403 as every action when actions are
-    off, unauthenticated or without the CSRF token; 404 for an unknown schedule."""
+    off, unauthenticated or without the CSRF token; 404 for an unknown schedule. `value`
+    reads a form field as the dashboard's own forms send it."""
     user, form = await dashboard.actor(request)
-    name, action = _value(form, "schedule"), _value(form, "action")
+    name, action = value(form, "schedule"), value(form, "action")
     if name is None or action not in CHANGES:
         raise HTTPException(400, f"a schedule action needs a schedule and one of {list(CHANGES)}")
     change, done, unchanged = CHANGES[action]
