@@ -81,66 +81,48 @@ def list_schedules(
             console.print(f"  [dim]ran {run.tick.isoformat()} ({kind}) job {run.job_id}[/]")
 
 
-@periodic_app.command("disable")
-@_guarded
-def disable(
-    ctx: typer.Context,
-    name: ScheduleName,
-    database_url: DatabaseURL = None,
-    job_table: JobTable = DEFAULT_JOB_TABLE,
-    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
-) -> None:
+def _control(command: str, change: Callable[..., bool], said: tuple[str, str], doc: str) -> None:
+    """Register `periodic <command> NAME`: `change` on the schedule, committed, and what it
+    changed said (`said`: when it changed something, and when it did not)."""
+
+    def control(
+        ctx: typer.Context,
+        name: ScheduleName,
+        database_url: DatabaseURL = None,
+        job_table: JobTable = DEFAULT_JOB_TABLE,
+        archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
+    ) -> None:
+        refuse_mixed_tables(ctx, job_table, archived_job_table)
+        with _admin(database_url, job_table, archived_job_table) as operator:
+            try:
+                changed = operator.write(change, name)
+            except LookupError as exc:
+                raise CLIError(str(exc), ExitCode.USAGE) from None
+        console.print(f"schedule {_escape(name)} {said[0] if changed else said[1]}")
+
+    control.__doc__ = doc
+    control.__name__ = control.__qualname__ = command
+    periodic_app.command(command)(_guarded(control))
+
+
+_control(
+    "disable",
+    admin.disable_schedule,
+    ("disabled", "was already disabled"),
     """Disable a schedule: no scheduler, in any process, enqueues its ticks until it is
-    enabled again (kept in the database)."""
-    refuse_mixed_tables(ctx, job_table, archived_job_table)
-    _change(admin.disable_schedule, name, database_url, job_table, archived_job_table)
-
-
-@periodic_app.command("enable")
-@_guarded
-def enable(
-    ctx: typer.Context,
-    name: ScheduleName,
-    database_url: DatabaseURL = None,
-    job_table: JobTable = DEFAULT_JOB_TABLE,
-    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
-) -> None:
+    enabled again (kept in the database).""",
+)
+_control(
+    "enable",
+    admin.enable_schedule,
+    ("enabled", "was already enabled"),
     """Enable a disabled schedule: its next tick is enqueued; those missed while it was
-    disabled are not caught up."""
-    refuse_mixed_tables(ctx, job_table, archived_job_table)
-    _change(admin.enable_schedule, name, database_url, job_table, archived_job_table)
-
-
-@periodic_app.command("run")
-@_guarded
-def run(
-    ctx: typer.Context,
-    name: ScheduleName,
-    database_url: DatabaseURL = None,
-    job_table: JobTable = DEFAULT_JOB_TABLE,
-    archived_job_table: ArchivedJobTable = DEFAULT_ARCHIVED_JOB_TABLE,
-) -> None:
+    disabled are not caught up.""",
+)
+_control(
+    "run",
+    admin.request_run,
+    ("run requested", "had a run requested already, not yet enqueued"),
     """Ask for a run of a schedule now: one scheduler running it enqueues its job once,
-    within its polling interval (a disabled schedule's too)."""
-    refuse_mixed_tables(ctx, job_table, archived_job_table)
-    _change(admin.request_run, name, database_url, job_table, archived_job_table)
-
-
-_SAID = {
-    admin.disable_schedule: ("disabled", "was already disabled"),
-    admin.enable_schedule: ("enabled", "was already enabled"),
-    admin.request_run: ("run requested", "had a run requested already, not yet enqueued"),
-}
-
-
-def _change(
-    change: Callable[..., bool], name: str, url: str | None, job_table: str, archive: str
-) -> None:
-    """Change the schedule, commit, and say what changed."""
-    with _admin(url, job_table, archive) as operator:
-        try:
-            changed = operator.write(change, name)
-        except LookupError as exc:
-            raise CLIError(str(exc), ExitCode.USAGE) from None
-    done, unchanged = _SAID[change]
-    console.print(f"schedule {_escape(name)} {done if changed else unchanged}")
+    within its polling interval (a disabled schedule's too).""",
+)
