@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -249,3 +250,44 @@ def test_an_older_schema_runs_schedules_and_names_the_upgrade_only_for_the_contr
                 operate(schedules, action, "m")
     finally:
         schedules.install()
+
+
+def test_schedulers_racing_on_each_request_enqueue_it_once(schedules: Backend) -> None:
+    """Four schedulers pass at the same moment after each request: one job per request."""
+    hourly = [PeriodicJob("h", "0 * * * *", "report")]
+    sources = [schedules.pool(1) for _ in range(4)]
+    try:
+        racers = [
+            create_scheduler(source, hourly, clock=FakeClock(at("2026-05-01 10:30")))
+            for source in sources
+        ]
+        for scheduler in racers:
+            scheduler.register()
+        barrier = threading.Barrier(len(racers))
+        won: list[Any] = []
+        lock = threading.Lock()
+
+        def race(scheduler: Any) -> None:
+            for _ in range(8):
+                barrier.wait(timeout=30)  # the request is in
+                ticks = scheduler.run_pending()
+                with lock:
+                    won.extend(t.job_id for t in ticks if t.requested)
+                barrier.wait(timeout=30)  # every racer has passed
+
+        threads = [threading.Thread(target=race, args=(s,)) for s in racers[1:]]
+        for thread in threads:
+            thread.start()
+        for _ in range(8):
+            assert operate(schedules, request_run, "h") is True
+            barrier.wait(timeout=30)
+            with lock:
+                won.extend(t.job_id for t in racers[0].run_pending() if t.requested)
+            barrier.wait(timeout=30)
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for source in sources:
+            source.close()
+    assert len(won) == 8 and len(set(won)) == 8, "each request enqueued once"
+    assert len(waiting(schedules)) == 8
