@@ -7,12 +7,20 @@ a tick is enqueued by the process whose `UPDATE … SET last_tick = <tick> WHERE
 lock and the comparison make the database the judge: however many processes declare the
 schedule, one of them enqueues each tick, and a crash between the two statements loses
 neither (they commit together).
+
+On a schema with the `schedule_controls` step, an operator controls each schedule through
+its row (`admin.disable_schedule`, `enable_schedule`, `request_run`): the tick's UPDATE
+also requires `paused_at IS NULL`, so no process enqueues a tick of a disabled schedule,
+and each pass looks for a requested run, which the process whose `UPDATE … SET
+run_requested_at = NULL` changes the row enqueues in the same transaction. Each job a
+schedule enqueues is recorded in its row's `recent_runs` (the newest `KEPT_RUNS`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -46,7 +54,22 @@ from .serializers import DEFAULT_SERIALIZER, Serializer, check_serializer
 if TYPE_CHECKING:
     from .job_ids import JobIdStrategy
 
-__all__ = ["PeriodicJob", "Schedule", "Scheduler", "Tick", "create_scheduler", "next_tick"]
+__all__ = [
+    "KEPT_RUNS",
+    "PeriodicJob",
+    "Run",
+    "Schedule",
+    "Scheduler",
+    "Tick",
+    "create_scheduler",
+    "next_tick",
+]
+
+KEPT_RUNS = 20
+"""How many of its newest jobs each schedule's row records (`recent_runs`)."""
+
+CONTROL_COLUMNS = ("paused_at", "run_requested_at", "recent_runs")
+"""The periodic table's columns that the `schedule_controls` step adds."""
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -229,11 +252,13 @@ def _latest_tick(job: PeriodicJob, after: datetime, now: datetime) -> datetime |
 @dataclasses.dataclass(frozen=True)
 class Tick:
     """A tick a scheduler handled: `job_id` is the job it enqueued, None if another
-    process (or a catch-up that skips missed ticks) had it first."""
+    process (or a catch-up that skips missed ticks) had it first, or the schedule is
+    disabled. `requested` marks a run an operator asked for (`tick` is when it was enqueued)."""
 
     name: str
     tick: datetime
     job_id: Any
+    requested: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +292,10 @@ class Scheduler:
     Build it with `create_scheduler`. On start it records each schedule in the database
     and, with `catch_up` (the default), enqueues the newest tick missed while no process
     ran the schedule (one job, not one per missed tick). Then a thread wakes every
-    `polling_interval_ms` and enqueues the ticks that have come; it touches the database
-    only when one is due.
+    `polling_interval_ms` and enqueues the ticks that have come; before the
+    `schedule_controls` schema step it touches the database only when one is due, with it
+    each pass also reads whether an operator asked for a run (one SELECT on the schedules'
+    small table). A disabled schedule's ticks are passed over, not enqueued.
     """
 
     def __init__(
@@ -284,6 +311,7 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._state = "new"
         self._lock = threading.Lock()
+        self._controls = False  # whether the table has the schedule_controls step's columns
 
     def __repr__(self) -> str:
         return f"<Scheduler {len(self.jobs)} periodic job(s) {self._state}>"
@@ -355,6 +383,8 @@ class Scheduler:
                 archive=False,
                 needs="periodic_jobs",
             )
+            columns = {c.lower() for c in dialect.table_columns(conn, self._table)}
+            self._controls = set(CONTROL_COLUMNS) <= columns
             try:
                 for job in self.jobs:
                     tick = self._register(dialect, conn, job, now)
@@ -376,9 +406,11 @@ class Scheduler:
             f"updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) {dialect.unless_exists('name')}",
             (job.name, job.cron, job.timezone, job_type, job.queue, encoded_now, encoded_now),
         )
-        cron, zone, last = dialect.fetchone(
+        paused = ", paused_at" if self._controls else ", NULL"
+        cron, zone, last, paused_at = dialect.fetchone(
             conn,
-            f"SELECT cron, timezone, last_tick FROM {self._table} WHERE name = %s FOR UPDATE",
+            f"SELECT cron, timezone, last_tick{paused} FROM {self._table} "
+            "WHERE name = %s FOR UPDATE",
             (job.name,),
         )
         last = dialect.decode_time(last)
@@ -408,8 +440,11 @@ class Scheduler:
             safe_log(self.settings.log, "periodic_changed", {"name": job.name, "cron": job.cron})
         if missed is None:
             return None
-        job_id = self._enqueue(conn, job) if self.settings.catch_up else None
-        event = "periodic_caught_up" if self.settings.catch_up else "periodic_missed"
+        enqueues = self.settings.catch_up and paused_at is None
+        job_id = self._enqueue(conn, job) if enqueues else None
+        if job_id is not None:
+            self._record(dialect, conn, job.name, job_id, missed, requested=False)
+        event = "periodic_caught_up" if enqueues else "periodic_missed"
         safe_log(self.settings.log, event, {"name": job.name, "tick": missed, "job_id": job_id})
         return Tick(job.name, missed, job_id)
 
@@ -424,14 +459,80 @@ class Scheduler:
             and upcoming <= now
             and (tick := _latest_tick(job, self._last[job.name], now)) is not None
         ]
-        if not due:
+        if not due and not self._controls:
             return []
         handled = []
         with self._connect() as conn:
             dialect = dialect_for(conn, self.settings.job_table, self.settings.archived_job_table)
             for job, tick in due:
                 handled.append(self._enqueue_tick(dialect, conn, job, tick, now))
+            if self._controls:
+                handled.extend(self._run_requested(dialect, conn, now))
         return handled
+
+    def _run_requested(self, dialect: Dialect, conn: Connection, now: datetime) -> list[Tick]:
+        """Enqueue the runs operators asked for: each by the one process whose UPDATE
+        clears the request, in the same transaction (a disabled schedule's too)."""
+        try:
+            rows = dialect.fetchall(
+                conn, f"SELECT name FROM {self._table} WHERE run_requested_at IS NOT NULL"
+            )
+            dialect.commit(conn)
+        except BaseException:
+            dialect.rollback(conn)
+            raise
+        asked = {name for (name,) in rows}
+        handled = []
+        for job in self.jobs:
+            if job.name not in asked:
+                continue
+            try:
+                won = dialect.execute_count(
+                    conn,
+                    f"UPDATE {self._table} SET run_requested_at = NULL, updated_at = %s "
+                    "WHERE name = %s AND run_requested_at IS NOT NULL",
+                    (dialect.encode_time(now), job.name),
+                )
+                job_id = self._enqueue(conn, job) if won else None
+                if job_id is not None:
+                    self._record(dialect, conn, job.name, job_id, now, requested=True)
+                dialect.commit(conn)
+            except BaseException:
+                dialect.rollback(conn)
+                raise
+            if job_id is not None:
+                safe_log(
+                    self.settings.log,
+                    "periodic_run_requested",
+                    {"name": job.name, "job_id": job_id},
+                )
+                handled.append(Tick(job.name, now, job_id, requested=True))
+        return handled
+
+    def _record(
+        self,
+        dialect: Dialect,
+        conn: Connection,
+        name: str,
+        job_id: Any,
+        tick: datetime,
+        *,
+        requested: bool,
+    ) -> None:
+        """Add the job to the newest ones the schedule's row records (its row is locked
+        by this transaction's UPDATE, so no other process records at the same time)."""
+        if not self._controls:
+            return
+        (stored,) = dialect.fetchone(
+            conn, f"SELECT recent_runs FROM {self._table} WHERE name = %s", (name,)
+        )
+        runs = [{"job_id": str(job_id), "tick": tick.isoformat(), "requested": requested}]
+        runs.extend(_stored_runs(stored)[: KEPT_RUNS - 1])
+        dialect.execute(
+            conn,
+            f"UPDATE {self._table} SET recent_runs = %s WHERE name = %s",
+            (json.dumps(runs), name),
+        )
 
     def _seen(self, job: PeriodicJob, tick: datetime) -> None:
         """The newest tick of `job` handled (by any process), and so its next one: until that
@@ -443,10 +544,11 @@ class Scheduler:
         self, dialect: Dialect, conn: Connection, job: PeriodicJob, tick: datetime, now: datetime
     ) -> Tick:
         try:
+            enabled = " AND paused_at IS NULL" if self._controls else ""
             won = dialect.execute_count(
                 conn,
                 f"UPDATE {self._table} SET last_tick = %s, updated_at = %s "
-                "WHERE name = %s AND last_tick < %s",
+                f"WHERE name = %s AND last_tick < %s{enabled}",
                 (
                     dialect.encode_time(tick),
                     dialect.encode_time(now),
@@ -455,6 +557,8 @@ class Scheduler:
                 ),
             )
             job_id = self._enqueue(conn, job) if won else None
+            if job_id is not None:
+                self._record(dialect, conn, job.name, job_id, tick, requested=False)
             dialect.commit(conn)
         except BaseException:
             dialect.rollback(conn)
@@ -538,9 +642,42 @@ def next_tick(cron: str, zone: str, after: datetime) -> datetime | None:
         return None
 
 
+def _stored_runs(stored: Any) -> list[dict[str, Any]]:
+    """The `recent_runs` a row holds, newest first ([] for none or unreadable)."""
+    if not stored:
+        return []
+    try:
+        runs = json.loads(stored)
+    except ValueError:
+        return []
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """A job a schedule enqueued: for a tick, or (`requested`) for an operator's request,
+    with the job's state now (`None`: no such job any more, pruned from the archive)."""
+
+    job_id: str
+    tick: datetime
+    requested: bool
+    state: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "tick": self.tick.isoformat(),
+            "requested": self.requested,
+            "state": self.state,
+        }
+
+
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """A schedule as the database records it, with its next run."""
+    """A schedule as the database records it, with its next run. `paused_at` is when it was
+    disabled (None: enabled), `run_requested_at` when an operator asked for a run that no
+    scheduler has enqueued yet, `runs` the newest jobs it enqueued (newest first); all three
+    are empty on a schema without the `schedule_controls` step."""
 
     name: str
     cron: str
@@ -550,6 +687,14 @@ class Schedule:
     last_tick: datetime
     next_run: datetime | None
     updated_at: datetime
+    paused_at: datetime | None = None
+    run_requested_at: datetime | None = None
+    runs: tuple[Run, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether its ticks are enqueued (no operator disabled it)."""
+        return self.paused_at is None
 
     @property
     def last_run(self) -> datetime | None:
@@ -564,6 +709,15 @@ class Schedule:
         """The fields for JSON, times as ISO 8601 strings; `last_run` is null until a tick came."""
         data = dataclasses.asdict(self)
         data["last_run"] = self.last_run
-        for name in ("last_tick", "last_run", "next_run", "updated_at"):
+        data["enabled"] = self.enabled
+        data["runs"] = [run.as_dict() for run in self.runs]
+        for name in (
+            "last_tick",
+            "last_run",
+            "next_run",
+            "updated_at",
+            "paused_at",
+            "run_requested_at",
+        ):
             data[name] = data[name] and data[name].isoformat()
         return data

@@ -1,4 +1,4 @@
--- proletarian-di schema (version 20) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
+-- proletarian-di schema (version 21) for MySQL 8.0.1+ and MariaDB 10.6+ (safe to run twice).
 -- Rendered from proletarian_di/schema/; `proletarian-di schema print` renders
 -- it for other table names.
 -- The /*M! and /*!80017 comments pick a binary NO PAD collation (MariaDB and
@@ -56,7 +56,10 @@ CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
     job_type    VARCHAR(255) NOT NULL,
     queue       VARCHAR(255) NOT NULL,
     last_tick   DATETIME(6) NOT NULL,     -- UTC; the newest tick enqueued or passed over
-    updated_at  DATETIME(6) NOT NULL      -- UTC
+    updated_at  DATETIME(6) NOT NULL,     -- UTC
+    paused_at   DATETIME(6) NULL,         -- UTC; disabled since (NULL: enabled)
+    run_requested_at DATETIME(6) NULL,    -- UTC; an operator asked for a run now
+    recent_runs TEXT NULL                 -- JSON: the newest jobs it enqueued (id, tick, requested)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 /*M!100202 COLLATE utf8mb4_nopad_bin */ /*!80017 COLLATE utf8mb4_0900_bin */;
 
 CREATE TABLE IF NOT EXISTS proletarian.job_paused (

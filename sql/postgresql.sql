@@ -1,4 +1,4 @@
--- proletarian-di schema (version 17) for PostgreSQL 9.5+ (safe to run twice).
+-- proletarian-di schema (version 18) for PostgreSQL 9.5+ (safe to run twice).
 -- Rendered from proletarian_di/schema/; `proletarian-di schema print` renders
 -- it for other table names.
 
@@ -60,7 +60,10 @@ CREATE TABLE IF NOT EXISTS proletarian.job_periodic (
     job_type    TEXT NOT NULL,
     queue       TEXT NOT NULL,
     last_tick   TIMESTAMPTZ NOT NULL, -- the newest tick enqueued or passed over; later ones are due
-    updated_at  TIMESTAMPTZ NOT NULL
+    updated_at  TIMESTAMPTZ NOT NULL,
+    paused_at   TIMESTAMPTZ,          -- disabled since (NULL: enabled): no tick is enqueued
+    run_requested_at TIMESTAMPTZ,     -- an operator asked for a run now (NULL: none asked)
+    recent_runs TEXT                  -- JSON: the newest jobs it enqueued (id, tick, requested)
 );
 
 CREATE TABLE IF NOT EXISTS proletarian.job_paused (

@@ -28,7 +28,8 @@ Every name is importable from here; each module holds one concern:
   due jobs back (`queue_holds`).
 - `workflows`: `list_workflows`, `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
-- `schedules`: the periodic schedules (`list_schedules`).
+- `schedules`: the periodic schedules (`list_schedules`), disabling, enabling and running
+  them now (`disable_schedule`, `enable_schedule`, `request_run`) and their `recent_runs`.
 - `doctor`: the queue's own health, read from the database's statistics (`diagnose`,
   `Thresholds`, `Finding`, `degraded`).
 - `_checks` and `_sql`: the argument checks and the SQL pieces the others share.
@@ -94,7 +95,13 @@ from .queues import (
 )
 from .retention import PRUNE_BATCH_SIZE as PRUNE_BATCH_SIZE
 from .retention import Pruned, delete_archived, prune_archive, purge_archive, still_needed
-from .schedules import list_schedules
+from .schedules import (
+    disable_schedule,
+    enable_schedule,
+    list_schedules,
+    recent_runs,
+    request_run,
+)
 from .search import (
     SEARCH_FIELDS,
     SEARCH_ROWS,
@@ -167,7 +174,9 @@ __all__ = [
     "degraded",
     "delete_archived",
     "diagnose",
+    "disable_schedule",
     "discard_failed",
+    "enable_schedule",
     "error_cause",
     "error_headline",
     "explain_job",
@@ -196,7 +205,9 @@ __all__ = [
     "queue_overview",
     "queue_stats",
     "recent_failures",
+    "recent_runs",
     "recount_hours",
+    "request_run",
     "reschedule_jobs",
     "retry_failed",
     "retry_jobs",

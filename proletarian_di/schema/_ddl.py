@@ -74,7 +74,10 @@ CREATE TABLE IF NOT EXISTS {periodic_table} (
     job_type    TEXT NOT NULL,
     queue       TEXT NOT NULL,
     last_tick   TIMESTAMPTZ NOT NULL, -- the newest tick enqueued or passed over; later ones are due
-    updated_at  TIMESTAMPTZ NOT NULL
+    updated_at  TIMESTAMPTZ NOT NULL,
+    paused_at   TIMESTAMPTZ,          -- disabled since (NULL: enabled): no tick is enqueued
+    run_requested_at TIMESTAMPTZ,     -- an operator asked for a run now (NULL: none asked)
+    recent_runs TEXT                  -- JSON: the newest jobs it enqueued (id, tick, requested)
 );
 
 CREATE TABLE IF NOT EXISTS {paused_table} (
@@ -211,7 +214,10 @@ CREATE TABLE IF NOT EXISTS {periodic_table} (
     job_type    VARCHAR(255) NOT NULL,
     queue       VARCHAR(255) NOT NULL,
     last_tick   DATETIME(6) NOT NULL,     -- UTC; the newest tick enqueued or passed over
-    updated_at  DATETIME(6) NOT NULL      -- UTC
+    updated_at  DATETIME(6) NOT NULL,     -- UTC
+    paused_at   DATETIME(6) NULL,         -- UTC; disabled since (NULL: enabled)
+    run_requested_at DATETIME(6) NULL,    -- UTC; an operator asked for a run now
+    recent_runs TEXT NULL                 -- JSON: the newest jobs it enqueued (id, tick, requested)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 {collation};
 
 CREATE TABLE IF NOT EXISTS {paused_table} (
@@ -432,7 +438,12 @@ POSTGRESQL_2 = _pg_add_column("job_table", "last_error TEXT") + _pg_add_column(
 )
 
 # The periodic table: the step is the full schema's own statement.
-POSTGRESQL_3 = _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
+POSTGRESQL_3 = _before(
+    _statement(POSTGRESQL, "CREATE TABLE IF NOT EXISTS {periodic_table}"),
+    "paused_at ",
+    "run_requested_at ",
+    "recent_runs ",
+).replace("updated_at  TIMESTAMPTZ NOT NULL,", "updated_at  TIMESTAMPTZ NOT NULL")
 
 POSTGRESQL_4 = (
     _pg_add_column("job_table", "unique_key TEXT")
@@ -532,6 +543,15 @@ POSTGRESQL_16 = "".join(
 # Without it the sums are kept as summed.
 POSTGRESQL_17 = _pg_add_column("outcomes_table", "checked_at TIMESTAMPTZ")
 
+# Schedules an operator controls: disabled since (no tick is enqueued while it is set), a run
+# asked for now (enqueued once by a scheduler, which clears it), and the newest jobs each
+# schedule enqueued. Schedulers on an older schema run the schedules as before.
+POSTGRESQL_18 = (
+    _pg_add_column("periodic_table", "paused_at TIMESTAMPTZ")
+    + _pg_add_column("periodic_table", "run_requested_at TIMESTAMPTZ")
+    + _pg_add_column("periodic_table", "recent_runs TEXT")
+)
+
 # Proletarian's schema for MySQL, from its installation page.
 MYSQL_1 = """\
 CREATE DATABASE IF NOT EXISTS {schema};
@@ -594,7 +614,14 @@ MYSQL_3 = _my_alter(
     (_my_column("archived_job_table", "last_error"), "ADD COLUMN last_error TEXT NULL"),
 )
 
-MYSQL_4 = _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {periodic_table}")
+MYSQL_4 = _before(
+    _statement(MYSQL, "CREATE TABLE IF NOT EXISTS {periodic_table}"),
+    "paused_at ",
+    "run_requested_at ",
+    "recent_runs ",
+).replace(
+    "updated_at  DATETIME(6) NOT NULL,     -- UTC", "updated_at  DATETIME(6) NOT NULL      -- UTC"
+)
 
 MYSQL_5 = _my_alter(
     "job_table",
@@ -734,6 +761,17 @@ MYSQL_20 = _my_alter(
     (_my_column("outcomes_table", "checked_at"), "ADD COLUMN checked_at DATETIME(6) NULL"),
 )
 
+# Schedules an operator controls (POSTGRESQL_18).
+MYSQL_21 = _my_alter(
+    "periodic_table",
+    (_my_column("periodic_table", "paused_at"), "ADD COLUMN paused_at DATETIME(6) NULL"),
+    (
+        _my_column("periodic_table", "run_requested_at"),
+        "ADD COLUMN run_requested_at DATETIME(6) NULL",
+    ),
+    (_my_column("periodic_table", "recent_runs"), "ADD COLUMN recent_runs TEXT NULL"),
+)
+
 
 def _both(check: Callable[..., str], *args: str) -> tuple[str, str]:
     """The condition on the job table and on the archive."""
@@ -818,6 +856,14 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             ),
         ),
         ("outcomes_checked", POSTGRESQL_17, (_pg_column("outcomes_table", "checked_at"),)),
+        (
+            "schedule_controls",
+            POSTGRESQL_18,
+            tuple(
+                _pg_column("periodic_table", column)
+                for column in ("paused_at", "run_requested_at", "recent_runs")
+            ),
+        ),
     ),
     "mysql": (
         ("proletarian", MYSQL_1, _both(_my_table)),
@@ -896,6 +942,14 @@ STEPS: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
             ),
         ),
         ("outcomes_checked", MYSQL_20, (_my_column("outcomes_table", "checked_at"),)),
+        (
+            "schedule_controls",
+            MYSQL_21,
+            tuple(
+                _my_column("periodic_table", column)
+                for column in ("paused_at", "run_requested_at", "recent_runs")
+            ),
+        ),
     ),
 }
 """Each database's migrations in order: (name, template, what it leaves behind: the

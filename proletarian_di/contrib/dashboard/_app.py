@@ -270,6 +270,7 @@ class _Dashboard:
             Route("/reschedule", self.reschedule, methods=["POST"]),
             Route("/pause", self.pause, methods=["POST"]),
             Route("/resume", self.resume, methods=["POST"]),
+            Route("/schedules/act", self.schedule_action, methods=["POST"]),
         ]
 
     # The database: admin functions are sync and never commit ---------------------------------
@@ -836,6 +837,12 @@ class _Dashboard:
 
     async def resume(self, request: Request) -> Response:
         return await self._pause_or_resume(request, admin.resume_queue, "resume", "resumed")
+
+    async def schedule_action(self, request: Request) -> Response:
+        """Run now, disable or enable a schedule (see _schedules)."""
+        from ._schedules import act
+
+        return await act(self, request, _value)
 
     async def _pause_or_resume(
         self, request: Request, change: Callable[..., bool], action: str, done: str
