@@ -98,7 +98,8 @@ def test_postgres_dead_rows_are_what_its_statistics_say(pg: Backend) -> None:
     assert found.status == "warn"
     assert found.value == dead()
     assert f"{pg.job_table} holds {dead():,} dead rows" in found.message
-    assert findings(pg, dead_rows=10_000)["dead_rows"].status == "ok"
+    # (a server without autovacuum keeps every dead row earlier tests left: hence dead())
+    assert findings(pg, dead_rows=dead() + 100_000)["dead_rows"].status == "ok"
 
 
 def test_postgres_names_the_session_that_holds_the_horizon(pg: Backend) -> None:
