@@ -388,7 +388,7 @@ def test_the_real_server_passes_the_check(backend, pool):
         ({"queue": "a\x00b"}, "queue must not contain NUL"),
         ({"retry_strategy_fn": {"retries": 3}}, "retry_strategy_fn must be callable"),
         ({"failed_job_fn": 3}, "failed_job_fn must be callable"),
-        ({"serializer": "json"}, "serializer must have encode"),
+        ({"serializer": "yaml"}, "serializer must be 'json', 'transit' or an object with"),
         ({"log": "stdout"}, "log must be a callable"),
         ({"install_shutdown_hook": "yes"}, "install_shutdown_hook must be a bool"),
         ({"job_table": "job; DROP TABLE x"}, "job_table must be a plain identifier"),
