@@ -486,20 +486,16 @@ class Scheduler:
         for job in self.jobs:
             if job.name not in asked:
                 continue
-            try:
-                won = dialect.execute_count(
-                    conn,
-                    f"UPDATE {self._table} SET run_requested_at = NULL, updated_at = %s "
-                    "WHERE name = %s AND run_requested_at IS NOT NULL",
-                    (dialect.encode_time(now), job.name),
-                )
-                job_id = self._enqueue(conn, job) if won else None
-                if job_id is not None:
-                    self._record(dialect, conn, job.name, job_id, now, requested=True)
-                dialect.commit(conn)
-            except BaseException:
-                dialect.rollback(conn)
-                raise
+            job_id = self._enqueue_if_won(
+                dialect,
+                conn,
+                job,
+                f"UPDATE {self._table} SET run_requested_at = NULL, updated_at = %s "
+                "WHERE name = %s AND run_requested_at IS NOT NULL",
+                (dialect.encode_time(now), job.name),
+                now,
+                requested=True,
+            )
             if job_id is not None:
                 safe_log(
                     self.settings.log,
@@ -508,6 +504,31 @@ class Scheduler:
                 )
                 handled.append(Tick(job.name, now, job_id, requested=True))
         return handled
+
+    def _enqueue_if_won(
+        self,
+        dialect: Dialect,
+        conn: Connection,
+        job: PeriodicJob,
+        update: str,
+        params: Sequence[Any],
+        at: datetime,
+        *,
+        requested: bool,
+    ) -> Any:
+        """In one transaction, committed here: the conditional `update` of the schedule's row
+        and, if it changed the row (this process won), the job enqueued and recorded. The
+        job's id, or None when another process won (or the condition did not hold)."""
+        try:
+            won = dialect.execute_count(conn, update, params)
+            job_id = self._enqueue(conn, job) if won else None
+            if job_id is not None:
+                self._record(dialect, conn, job.name, job_id, at, requested=requested)
+            dialect.commit(conn)
+        except BaseException:
+            dialect.rollback(conn)
+            raise
+        return job_id
 
     def _record(
         self,
@@ -543,26 +564,22 @@ class Scheduler:
     def _enqueue_tick(
         self, dialect: Dialect, conn: Connection, job: PeriodicJob, tick: datetime, now: datetime
     ) -> Tick:
-        try:
-            enabled = " AND paused_at IS NULL" if self._controls else ""
-            won = dialect.execute_count(
-                conn,
-                f"UPDATE {self._table} SET last_tick = %s, updated_at = %s "
-                f"WHERE name = %s AND last_tick < %s{enabled}",
-                (
-                    dialect.encode_time(tick),
-                    dialect.encode_time(now),
-                    job.name,
-                    dialect.encode_time(tick),
-                ),
-            )
-            job_id = self._enqueue(conn, job) if won else None
-            if job_id is not None:
-                self._record(dialect, conn, job.name, job_id, tick, requested=False)
-            dialect.commit(conn)
-        except BaseException:
-            dialect.rollback(conn)
-            raise
+        enabled = " AND paused_at IS NULL" if self._controls else ""
+        job_id = self._enqueue_if_won(
+            dialect,
+            conn,
+            job,
+            f"UPDATE {self._table} SET last_tick = %s, updated_at = %s "
+            f"WHERE name = %s AND last_tick < %s{enabled}",
+            (
+                dialect.encode_time(tick),
+                dialect.encode_time(now),
+                job.name,
+                dialect.encode_time(tick),
+            ),
+            tick,
+            requested=False,
+        )
         self._seen(job, tick)
         if job_id is not None:
             safe_log(

@@ -384,11 +384,8 @@ def _reschedule_plan(
             )
         ]
         for start in range(0, len(ids), BATCH_SIZE):
-            chunk = ids[start : start + BATCH_SIZE]
-            marks = ", ".join(["%s"] * len(chunk))
-            dialect.execute(
-                c, f"UPDATE {table} SET process_at = %s WHERE job_id IN ({marks})", [due, *chunk]
-            )
+            among, chunk = dialect.any_of("job_id", ids[start : start + BATCH_SIZE])
+            dialect.execute(c, f"UPDATE {table} SET process_at = %s WHERE {among}", [due, *chunk])
         return len(ids)
 
     return _Bulk(dialect, table, where, move)

@@ -6,8 +6,8 @@ On PostgreSQL: the job table's dead rows and when it was last vacuumed, whether 
 is behind on it, and the oldest transaction that holds the horizon back (no dead row newer
 than its snapshot can be removed while it lives). On MariaDB/MySQL: InnoDB's purge lag (the
 history list length) and the oldest open transaction. On both: the claim latency, how long
-the oldest due job has waited. Each read is one statement on a system view, never a scan
-of the job tables.
+the oldest due job has waited (`oldest_due_waits`: one read of the job table by queue).
+The others are one statement each on a system view.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .._common.types import Connection
+from .._engine import pauses as _pauses
 from .._store.dialects import Dialect, dialect_of
 from .._store.secrets import scrub
 from .._store.tables import DEFAULT_TABLES, Tables
 from ..errors import ConfigurationError
-from .queues import queue_stats
+from .queues import oldest_due_waits
 
 QUERY_CHARS = 200
 """At most this much of a transaction's statement is shown."""
@@ -332,11 +333,12 @@ def _long_transaction(conn: Connection, dialect: Dialect, limits: Thresholds) ->
 
 
 def _claim_latency(conn: Connection, tables: Tables, limits: Thresholds, now: datetime) -> Finding:
-    """How long the oldest due job of any queue has waited (`queue_stats`)."""
+    """How long the oldest due job of any queue that is not paused has waited."""
+    paused = set(_pauses.paused_queues(conn, dialect_of(conn, tables)))
     waits = [
-        (stats.oldest_due.total_seconds(), stats.queue)
-        for stats in queue_stats(conn, tables=tables, now=now)
-        if stats.oldest_due is not None and not stats.paused
+        (wait.total_seconds(), queue)
+        for queue, wait in oldest_due_waits(conn, tables=tables, now=now).items()
+        if queue not in paused
     ]
     if not waits:
         return Finding("claim_latency", "ok", 0.0, limits.claim_latency_s, "no due job is waiting")

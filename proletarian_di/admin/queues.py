@@ -397,6 +397,24 @@ def recount_hours(
     return RecountedHours(checked, changed)
 
 
+def oldest_due_waits(
+    conn: Connection, *, now: datetime | None = None, tables: Tables = DEFAULT_TABLES
+) -> dict[str, timedelta]:
+    """How long each queue's oldest due job has waited, as `queue_stats` tells it, and
+    only that: one read of the job table by queue (and, where the dialect needs it, of
+    the claim index), no archive, no probe of held rows."""
+    dialect = dialect_of(conn, tables)
+    now = now or datetime.now(timezone.utc)
+    with dialect.admin_read(conn):
+        rows = dialect.fetchall(
+            conn,
+            f"SELECT queue{_oldest_column(dialect)} FROM {tables.job_table} GROUP BY queue",
+            (dialect.encode_time(now),) * dialect.oldest_in_scan,
+        )
+        oldest = _oldest_due(conn, dialect, rows, now)
+    return {queue: max(timedelta(0), now - at) for queue, at in oldest.items()}
+
+
 def _oldest_column(dialect: Dialect) -> str:
     """The oldest due job's column of a GROUP BY queue of the job table (its `%s` is now),
     where the dialect reads it in that scan."""
