@@ -25,8 +25,10 @@ from proletarian_di import (
     process_next_job,
     worker_running,
 )
+from proletarian_di._engine import steps
 from proletarian_di._store import dependencies
 from proletarian_di._store.dependencies import SWEEP_EVERY_S
+from proletarian_di._store.dialects import dialect_for
 from proletarian_di._store.dialects.mysql import MySQLDialect
 from proletarian_di._store.dialects.postgresql import PostgresDialect
 from proletarian_di.testing import run_due_jobs
@@ -613,3 +615,67 @@ def test_enqueuing_and_reading_a_workflow_take_as_many_statements_whatever_its_s
         assert info is not None and len(info.jobs) == size
     assert counts[100] == counts[1000], counts
     assert counts[1000][0] < 20 and counts[1000][1] < 20, counts
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_worker_that_dies_after_its_parents_commit_leaves_the_release_to_the_sweep(
+    backend: Backend, pool: Any, mode: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker writes a success's ends right after its commit; one that dies in between
+    (here: writing them fails) leaves the parent archived and its dependent blocked, told
+    as a polling error, and the sweep, off until then, releases the dependent once."""
+    [parent] = enqueue_committed(backend, ("step", {"name": "p"}))
+    with connection(backend) as conn:
+        child = enqueue(conn, "step", {"name": "c"}, depends_on=[parent])
+        conn.commit()
+    monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
+
+    def dies(*args: Any) -> None:
+        raise ConnectionError("the worker's process died here")
+
+    monkeypatch.setattr(steps.Steps, "_write_ends", dies)
+    recorder = Recorder(pause=0)
+    returns_none = lambda job_type, payload: recorder(job_type, payload) and None  # noqa: E731
+    events = run_until(pool, returns_none, mode, lambda: parent in archive_by_id(backend))
+    assert [e for e in events.named("polling_error") if "ends of jobs" in str(e["reason"])]
+    assert recorder.ran() == {"p"} and state(backend, child) == "blocked"
+    monkeypatch.undo()
+    with connection(backend) as conn:
+        dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+        released = dependencies.sweep(conn, dialect, datetime.now(timezone.utc))[0]
+        conn.commit()
+    assert released == 1 and state(backend, child) == "queued"
+    assert due_and_blocked(backend) == (1, 0)
+
+
+def test_the_sweep_passes_over_rows_a_parents_worker_is_writing(backend: Backend) -> None:
+    """A parent archived, whose worker holds its rows while writing its ends after the
+    commit: the sweep does not wait for that transaction (nor deadlock with it), and
+    settles the rest of what it finds."""
+    [first, second] = enqueue_committed(backend, ("step", {"name": "a"}), ("step", {"name": "b"}))
+    with connection(backend) as conn:
+        held = enqueue(conn, "step", {"name": "held"}, depends_on=[first])
+        free = enqueue(conn, "step", {"name": "free"}, depends_on=[second])
+        conn.commit()
+    with connection(backend) as conn:
+        dialect = dialect_for(conn, backend.job_table, backend.archived_job_table)
+        raw = [dialect.default_id_strategy.encode(job_id) for job_id in (first, second)]
+        dialect.archive(conn, raw, "success", datetime.now(timezone.utc))
+        conn.commit()
+    with connection(backend) as writer, connection(backend) as sweeper:
+        deps = f"{backend.job_table}_dependencies"
+        dialect = dialect_for(writer, backend.job_table, backend.archived_job_table)
+        encoded = dialect.default_id_strategy.encode(first)
+        dialect.execute(
+            writer, f"UPDATE {deps} SET parent_status = 'success' WHERE parent_id = %s", [encoded]
+        )
+        sweeping = dialect_for(sweeper, backend.job_table, backend.archived_job_table)
+        if backend.name == "postgresql":
+            sweeper.execute("SET lock_timeout = '5s'")
+        else:
+            sweeping.execute(sweeper, "SET SESSION innodb_lock_wait_timeout = 5")
+        settled = dependencies.sweep(sweeper, sweeping, datetime.now(timezone.utc))[0]
+        sweeper.commit()
+        writer.rollback()
+    assert settled == 1
+    assert state(backend, free) == "queued" and state(backend, held) == "blocked"

@@ -14,6 +14,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from proletarian_di import create_queue_worker, process_next_job
+from proletarian_di._store import dependencies
 from proletarian_di._store.dialects import PostgresDialect
 
 from backends import Events, StatementLog, enqueue_committed, logged_pool, wait_until
@@ -309,26 +310,43 @@ def test_a_fair_turn_rides_on_the_archive_too(pg, tricky):
 
 
 @pytest.mark.parametrize("lease", [False, True], ids=["held", "lease"])
-def test_beside_a_blocked_job_a_plain_success_reads_its_dependents_in_a_simple_query(pg, lease):
-    """While some job is blocked, a success first reads whether a job waits on it: one
-    simple query with the id inlined (a cursor's parameters cost the client as much as the
-    read), then (held mode) its archive with the next claim, as without blocked jobs; a
-    parent with a dependent still releases it."""
+def test_beside_a_blocked_job_a_success_asks_for_dependents_in_its_archives_round_trip(
+    pg, lease, monkeypatch
+):
+    """While some job is blocked, a success's archive asks whether a job waits on it in
+    its own round trip, with no read of its own: held mode sends a prepared read with the
+    archive, its COMMIT and the next claim; lease mode reads it in a column of the archive's
+    statement. A parent with a dependent still releases it (the sweep is off)."""
     later = datetime.now(timezone.utc) + timedelta(hours=1)
     [waited] = enqueue_committed(pg, ("later", 0), process_at=later)
     enqueue_committed(pg, ("blocked", 0), depends_on=[waited])
     [parent] = enqueue_committed(pg, ("parent", 0))
     enqueue_committed(pg, ("child", 0), depends_on=[parent])
     plain = enqueue_committed(pg, *[("plain", i) for i in range(3)])
+    monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
     log = StatementLog()
     with logged_pool(pg.url, log) as pool:
         options = {"lease_ms": 30_000} if lease else {}
         worker = create_queue_worker(pool, lambda t, p: None, polling_interval_ms=10, **options)
         with worker:
             wait_until(lambda: worker.summary()["succeeded"] == 5)
-    reads = [s for s in log.statements if s.startswith("SELECT 1 FROM ") and "parent_id" in s]
-    assert {str(job_id) for job_id in plain} <= {r.split("'{")[1].split("}'")[0] for r in reads}
-    assert not [s for s in log.executed if "parent_status IS NULL LIMIT 1" in s]
-    archives = [s for s in log.about_jobs() if s.startswith("EXECUTE proletarian_archive_")]
-    assert len(archives) == (0 if lease else 4)  # held: the plain jobs and the child
+    reads = [
+        s
+        for s in [*log.statements, *log.executed]
+        if re.match(r"SELECT (1 FROM \S+_dependencies|coalesce\(bool_or)", s)
+    ]
+    assert reads == []
+    if lease:
+        archives = [s for s in log.executed if s.startswith("WITH done AS (DELETE")]
+        assert len(archives) == 5 and all("parent_status IS NULL" in s for s in archives)
+    else:
+        for job_id in plain:
+            [query] = [
+                s for s in log.statements if "proletarian_archive_" in s and f"'{job_id}'" in s
+            ]
+            assert re.search(
+                rf"EXECUTE proletarian_waited_\w+\('{job_id}'\); EXECUTE proletarian_archive_",
+                query,
+            ), query
+            assert re.search(r"; COMMIT; BEGIN; EXECUTE proletarian_claim_", query), query
     assert sorted(t for t, *_ in pg.archived()) == ["child", "parent", "plain", "plain", "plain"]

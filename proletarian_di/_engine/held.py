@@ -96,28 +96,32 @@ class Batch:
             return
         ids, now = [i for i, _ in self.succeeded], runner.clock()
         runs = Runs([job.started_at for _, job in self.succeeded], self.succeeded[0][1].worker)
-        if runner.waited_on(session.conn, session.dialect, ids):
-            dialect = session.dialect
-            dialect.archive(
-                session.conn, ids, "success", now, started=runs.started, worker=runs.worker
-            )
-            waiting = runner.ended(session.conn, dialect, ids, "success", known=True)
-            dialect.commit(session.conn)
-            runner.recheck(session.conn, dialect, waiting)
-            return
+        conn, dialect = session.conn, session.dialect
+        probe = runner.ends_to_write(conn, dialect)
+        if probe and not session.probes_ends(ids):
+            if dialect.waited_on(conn, ids):  # its end written in its own transaction
+                dialect.archive(conn, ids, "success", now, started=runs.started, worker=runs.worker)
+                waiting = runner.ended(conn, dialect, ids, "success", known=True)
+                dialect.commit(conn)
+                runner.recheck(conn, dialect, waiting)
+                return
+            probe = False
         if (
             ahead is None
             or runner.claims is not None
             or not session.can_claim_ahead(ids, runner.running_slots)
             or not ahead.going_on()
         ):
-            session.archive_and_commit(ids, now, runs)
-            return
-        start, queue = runner.claim_start(ahead.slot), runner.options.queue
-        fair_after = None if runner.fair is None else runner.fair.after
-        session.archive_commit_and_claim(
-            ids, now, queue, ahead.limit, start, runner.running_slots, runs, fair_after
-        )
+            waited = session.archive_and_commit(ids, now, runs, probe)
+        else:
+            start, queue = runner.claim_start(ahead.slot), runner.options.queue
+            fair_after = None if runner.fair is None else runner.fair.after
+            waited = session.archive_commit_and_claim(
+                ids, now, queue, ahead.limit, start, runner.running_slots, runs, fair_after, probe
+            )
+        if waited:  # the jobs claimed ahead go back: their locks could hold up the release
+            session.drop_ahead()
+            runner.ends_after_commit(conn, dialect, ids)
 
     def count(self, runner: Steps) -> None:
         """Tell the stats and the log of every outcome, once committed."""

@@ -226,16 +226,15 @@ class LeaseMode(Steps):
                 )
                 return False
             runs, due = Runs([job.started_at], job.worker), job.process_at
-            known = self.watched and self.graph_active is not None  # else read in the archive's
-            ends = self.graph_active is not False and (
-                not known or self.waited_on(conn, dialect, [raw_id], alone=True)
-            )
-            if result is not None or ends:  # in one transaction
+            probe = self.ends_to_write(conn, dialect)
+            if result is not None:  # the result, the archive and the ends in one transaction
                 archived = dialect.archive_under_lease(conn, raw_id, token, self.clock(), due, runs)
                 if archived:
-                    if result is not None:
-                        self.keep_result(conn, dialect, raw_id, job, result)
-                    waiting = self.ended(conn, dialect, [raw_id], "success", known) if ends else []
+                    self.keep_result(conn, dialect, raw_id, job, result)
+                    ends = probe and dialect.waited_on(conn, [raw_id])
+                    waiting = (
+                        self.ended(conn, dialect, [raw_id], "success", known=True) if ends else []
+                    )
                     dialect.commit(conn)
                     self.recheck(conn, dialect, waiting)
                 else:
@@ -243,14 +242,18 @@ class LeaseMode(Steps):
                 return archived
             following = next_claim()
             if following is None:
-                archived = dialect.archive_leased(conn, raw_id, token, self.clock(), due, runs)
+                archived, waited = dialect.archive_leased(
+                    conn, raw_id, token, self.clock(), due, runs, probe
+                )
             else:
-                archived, rows = dialect.archive_leased_and_claim(
-                    conn, raw_id, token, self.clock(), due, runs, following
+                archived, rows, waited = dialect.archive_leased_and_claim(
+                    conn, raw_id, token, self.clock(), due, runs, following, probe
                 )
                 ahead = (self._claimed(conn, dialect, rows, following, slot), following)
             if not archived:
                 self._lease_lost(job)
+            elif waited:
+                self.ends_after_commit(conn, dialect, [raw_id])
             return archived
 
         if not self._while_leased(connect, write):

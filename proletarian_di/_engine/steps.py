@@ -356,15 +356,36 @@ class Steps:
             return self._blocked_now(conn, dialect)
         return self.graph_active
 
-    def waited_on(
-        self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any], alone: bool = False
-    ) -> bool:
-        """Whether a success of these jobs has an end to write (`writes_ends`, and one of
-        them has a job waiting on it): the others are archived as plain jobs are, however
-        many jobs wait elsewhere. `alone`: see `Dialect.waited_on`."""
-        return self.graph_active is not False and (
-            self.writes_ends(conn, dialect) and dialect.waited_on(conn, raw_ids, alone)
-        )
+    def ends_to_write(self, conn: Any, dialect: Dialect) -> bool:
+        """Whether the successes settled now may have ends to write (`writes_ends`), so that
+        their archive asks whether a job waits on them."""
+        return self.graph_active is not False and self.writes_ends(conn, dialect)
+
+    def ends_after_commit(self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any]) -> None:
+        """Successes whose archive has committed, which jobs wait on (as the archive's own
+        round trip read): write their ends, releasing those jobs, in a transaction of their
+        own, so that only a parent pays for its dependents. A process that dies in between
+        leaves them to the sweep, as does an error here (told)."""
+        try:
+            self._write_ends(conn, dialect, raw_ids)
+        except Exception as exc:
+            self.emit(
+                "polling_error",
+                exception=exc,
+                reason="writing the ends of jobs that others wait on (the sweep settles them)",
+            )
+
+    def _write_ends(self, conn: Any, dialect: Dialect, raw_ids: Sequence[Any]) -> None:
+        dialect.begin(conn)
+        try:
+            waiting = _dependencies.ended(
+                conn, dialect, raw_ids, "success", self.clock(), self._released
+            )
+            dialect.commit(conn)
+        except BaseException:
+            dialect.rollback(conn)
+            raise
+        self.recheck(conn, dialect, waiting)
 
     def _blocked_now(self, conn: Any, dialect: Dialect) -> bool:
         """Read whether some job waits on others now, into `graph_active` (False on a schema

@@ -3,8 +3,10 @@
 A dependent job is written *blocked*: its process_at is `BLOCKED_AT`, past any time a job may
 be due, so no claim sees it; it is listed in `<job table>_blocked`, and one row of
 `<job table>_dependencies` per parent says which job it waits on and what for (`wait_for`:
-"success", or "complete": any end). When a parent ends, in the transaction that archives it,
-its rows get its status (`parent_status`), and each of its dependents that waits on nothing
+"success", or "complete": any end). When a parent ends (in the transaction that archives
+it, or for a worker's success right after that commits, in one of its own: its archive's
+round trip asked whether a job waits on it, see `Steps.ends_after_commit`), its rows get its
+status (`parent_status`), and each of its dependents that waits on nothing
 more is released (due now) or, when it needed a success the parent did not give, cancelled
 with an error that names the parent, and so on down the graph (`ended`): a few set
 statements per level of the graph, whatever the fan-out, so a parent's transaction holds
@@ -17,8 +19,10 @@ one row. Two last parents that commit in the same instant may each see the other
 running; and a parent archived while no worker watched (a worker before any dependent
 existed, an operator's cancel, another program on the tables) writes no rows at all. The
 sweep (`sweep`, a worker's registry thread, every `SWEEP_EVERY_S`) settles both from the
-archive. A release is a conditional UPDATE of a still-blocked row, so whoever makes it, it
-happens once, and never before the last parent's end has committed.
+archive, and a worker that died between its success's commit and writing its ends; it
+passes over rows another transaction holds, so it never waits on a parent's own worker. A
+release is a conditional UPDATE of a still-blocked row, so whoever makes it, it happens
+once, and never before the last parent's end has committed.
 """
 
 from __future__ import annotations
@@ -182,26 +186,48 @@ def known_ends(parents: Sequence[Any], rows: Sequence[tuple[Any, Any]]) -> dict[
     return {parent: found[parent] for parent in parents}
 
 
-def _settle_gone(conn: Any, dialect: Dialect, children: Sequence[Any]) -> bool:
-    """Give the rows of these jobs' parents that have left the job table their archived
-    status ("missing" if the archive lost them too); whether any had."""
+def _settle_gone(
+    conn: Any, dialect: Dialect, children: Sequence[Any], skip_locked: bool = False
+) -> bool:
+    """Give these jobs' rows of parents that have left the job table their archived status
+    ("missing" if the archive lost them too); whether any had. With `skip_locked` (the
+    sweep), rows another transaction holds are passed over: the parent's worker writing
+    them after its archive committed (`Steps.ends_after_commit`) is not waited for."""
     if not children:
         return False
+    deps = dialect.dependencies_table
     among, params = dialect.any_of("d.job_id", children)
     gone = dialect.fetchall(
         conn,
-        f"SELECT d.parent_id, a.status FROM {dialect.dependencies_table} d "
+        f"SELECT d.parent_id, d.job_id, a.status FROM {deps} d "
         f"LEFT JOIN {dialect.job_table} j ON j.job_id = d.parent_id "
         f"LEFT JOIN {dialect.archived_job_table} a ON a.job_id = d.parent_id "
         f"WHERE {among} AND d.parent_status IS NULL AND j.job_id IS NULL",
         params,
     )
-    for parent, status in {(row[0], row[1]) for row in gone}:
+    ends: dict[tuple[Any, str], list[Any]] = {}
+    for parent, child, status in gone:
+        ends.setdefault((parent, outcome(status) if status else "missing"), []).append(child)
+    for (parent, status), rows in ends.items():
+        if skip_locked:
+            among, params = dialect.any_of("job_id", rows)
+            rows = [
+                row[0]
+                for row in dialect.fetchall(
+                    conn,
+                    f"SELECT job_id FROM {deps} WHERE parent_id = %s AND {among} "
+                    "AND parent_status IS NULL FOR UPDATE SKIP LOCKED",
+                    [parent, *params],
+                )
+            ]
+            if not rows:
+                continue
+        among, params = dialect.any_of("job_id", rows)
         dialect.execute(
             conn,
-            f"UPDATE {dialect.dependencies_table} SET parent_status = %s "
-            "WHERE parent_id = %s AND parent_status IS NULL",
-            (outcome(status) if status else "missing", parent),
+            f"UPDATE {deps} SET parent_status = %s WHERE parent_id = %s AND {among} "
+            "AND parent_status IS NULL",
+            [status, parent, *params],
         )
     return bool(gone)
 
@@ -429,6 +455,6 @@ def sweep(
             among, params = dialect.any_of("job_id", gone)
             dialect.execute(conn, f"DELETE FROM {blocked} WHERE {among}", params)
         waits = {child: waits[child] for child in sorted(present)}
-        _settle_gone(conn, dialect, list(waits))
+        _settle_gone(conn, dialect, list(waits), skip_locked=True)
         settled = _settle(conn, dialect, waits, now, wake, skip_locked=True)
     return settled, (rows[-1][0] if len(rows) == SWEEP_BATCH else None)

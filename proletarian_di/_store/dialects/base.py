@@ -259,6 +259,11 @@ class Session:
         start is taken, since taking it may begin a sweep (`Frontier.start`)."""
         return False
 
+    def probes_ends(self, job_ids: Sequence[Any]) -> bool:
+        """Whether `archive_and_commit` and `archive_commit_and_claim` can read, in their
+        own round trip, whether a job waits on the jobs they archive (`probe`)."""
+        return False
+
     def archive_commit_and_claim(
         self,
         job_ids: Sequence[Any],
@@ -269,19 +274,22 @@ class Session:
         slots: RunningSlots | None = None,
         runs: Runs = NO_RUNS,
         fair_after: str | None = None,
-    ) -> None:
+        probe: bool = False,
+    ) -> bool:
         """`archive_and_commit`, then `claim` the next jobs (now is `finished_at`; with
         `slots`, `claim_in_slot`; with `fair_after`, a fair turn's first scan past that
         group key, as `fair_claim`) in the same round trip, keeping their rows in `ahead`:
         one round trip per job instead of two. Only where `can_claim_ahead` said so. The
         archive's errors are raised; a claim that failed after the commit is rolled back,
-        for the next claim to make again."""
+        for the next claim to make again. With `probe` (where `probes_ends`), whether a job
+        waits on one of `job_ids`, read before their archive; else False."""
         self.ahead_after = fair_after
-        self.ahead = self._archive_then_claim(
-            job_ids, finished_at, queue, limit, start, slots, runs, fair_after
+        waited, self.ahead = self._archive_then_claim(
+            job_ids, finished_at, queue, limit, start, slots, runs, fair_after, probe
         )
         if self.ahead is None:
             self.dialect.rollback(self.conn)
+        return waited
 
     def _archive_then_claim(
         self,
@@ -293,9 +301,11 @@ class Session:
         slots: RunningSlots | None,
         runs: Runs,
         fair_after: str | None,
-    ) -> list[JobRow] | None:
-        """The dialect's one round trip of `archive_commit_and_claim`: the claimed rows, or
-        None if the claim failed after the commit."""
+        probe: bool,
+    ) -> tuple[bool, list[JobRow] | None]:
+        """The dialect's one round trip of `archive_commit_and_claim`: whether a job waits
+        on one of `job_ids` (read with `probe`), and the claimed rows, or None if the claim
+        failed after the commit."""
         raise NotImplementedError
 
     def claimed_ahead(self) -> list[JobRow] | None:
@@ -349,13 +359,20 @@ class Session:
         return False
 
     def archive_and_commit(
-        self, job_ids: Sequence[Any], finished_at: datetime, runs: Runs = NO_RUNS
-    ) -> None:
-        """Archive successful jobs, with how they ran, and commit."""
+        self,
+        job_ids: Sequence[Any],
+        finished_at: datetime,
+        runs: Runs = NO_RUNS,
+        probe: bool = False,
+    ) -> bool:
+        """Archive successful jobs, with how they ran, and commit. With `probe`, whether a
+        job waits on one of them, read first; else False."""
+        waited = probe and self.dialect.waited_on(self.conn, job_ids)
         self.dialect.archive(
             self.conn, job_ids, "success", finished_at, started=runs.started, worker=runs.worker
         )
         self.dialect.commit(self.conn)
+        return waited
 
 
 class Dialect:
@@ -534,12 +551,6 @@ class Dialect:
     def fetchall(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.executed(conn, sql, params) as cursor:
             return list(cursor.fetchall()) if cursor.description else []
-
-    def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        """`fetchone` of a read that needs no transaction, on a connection in none: it leaves
-        none open (PostgreSQL reads in autocommit), so that a single statement after it still
-        commits on its own."""
-        return self.fetchone(conn, sql, params)
 
     def execute(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> None:
         with self.cursor(conn) as cursor:  # the hot path's statements: no generator around it
@@ -867,15 +878,17 @@ class Dialect:
         due: datetime,
         runs: Runs,
         claim: LeaseClaim,
-    ) -> tuple[bool, list[LeasedRow]]:
+        probe: bool = False,
+    ) -> tuple[bool, list[LeasedRow], bool]:
         """`archive_leased`, then `lease_claim` of the next jobs, in one transaction (one
-        commit): (whether it was archived, the rows claimed). A lost lease archives nothing
-        and the claim goes on."""
+        commit): (whether it was archived, the rows claimed, and with `probe` whether a job
+        waits on it). A lost lease archives nothing and the claim goes on."""
         if not self.archive_under_lease(conn, job_id, token, finished_at, due, runs):
-            return False, self.lease_claim(conn, *claim)
+            return False, self.lease_claim(conn, *claim), False
+        waited = probe and self.waited_on(conn, [job_id])
         rows = self._lease(conn, claim)
         self.commit(conn)
-        return True, rows
+        return True, rows, waited
 
     def start_leased(self, conn: Any, job_id: Any, token: str, lease_ms: int) -> bool:
         """Start a job its claim reserved: count its attempt, and commit. False if the
@@ -922,14 +935,16 @@ class Dialect:
         finished_at: datetime,
         due: datetime,
         runs: Runs = NO_RUNS,
-    ) -> bool:
+        probe: bool = False,
+    ) -> tuple[bool, bool]:
         """Archive a leased job as a success (due at `due`, as it was claimed, and run as
-        `runs` says) and commit, if `token` still holds it; False (nothing written) if the
-        lease was lost."""
+        `runs` says) and commit, if `token` still holds it: whether it was (nothing written
+        if the lease was lost), and with `probe` whether a job waits on it."""
         if not self.archive_under_lease(conn, job_id, token, finished_at, due, runs):
-            return False
+            return False, False
+        waited = probe and self.waited_on(conn, [job_id])
         self.commit(conn)
-        return True
+        return True, waited
 
     def archive_under_lease(
         self,
@@ -1063,13 +1078,13 @@ class Dialect:
         left = period_ms / 1000 - since
         return left if left > 0 else None
 
-    def waited_on(self, conn: Any, parents: Sequence[Any], alone: bool = False) -> bool:
+    def waited_on(self, conn: Any, parents: Sequence[Any]) -> bool:
         """Whether a job waits on one of `parents` still (its end not written): only then is
-        a parent's end more work than a plain job's. `alone`: read in no transaction where
-        the connection is in none (`fetchone_alone`)."""
+        a parent's end more work than a plain job's. Where the session can, the archive's
+        own round trip asks instead (`Session.probes_ends`)."""
         among, params = self.any_of("parent_id", parents)
         sql = self._waited_sql.format(among=among)
-        return (self.fetchone_alone if alone else self.fetchone)(conn, sql, params) is not None
+        return self.fetchone(conn, sql, params) is not None
 
     @functools.cached_property
     def _waited_sql(self) -> str:

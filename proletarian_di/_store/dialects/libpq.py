@@ -53,6 +53,14 @@ def run_then(conn: Any, text: str, first: int) -> list[tuple[Any, ...]] | None:
 
     Only where `direct()`.
     """
+    return run_probed(conn, text, first)[1]
+
+
+def run_probed(
+    conn: Any, text: str, first: int, probe: int | None = None
+) -> tuple[Any, list[tuple[Any, ...]] | None]:
+    """`run_then`, and the first value of statement number `probe` (0-based, one of the
+    first `first`; None: none read): a read sent along in the same round trip."""
     with conn.lock:
         pgconn = conn.pgconn
         encoding = conn.info.encoding
@@ -62,14 +70,23 @@ def run_then(conn: Any, text: str, first: int) -> list[tuple[Any, ...]] | None:
         if result.status not in _OK:
             if index < first:
                 raise errors.error_from_result(result, encoding=encoding)
-            return None
-    last = results[-1]
-    if not last.ntuples:
+            return _first_value(conn, results[probe]) if probe is not None else None, None
+    value = None if probe is None else _first_value(conn, results[probe])
+    return value, _rows(conn, results[-1])
+
+
+def _rows(conn: Any, result: Any) -> list[tuple[Any, ...]]:
+    if not result.ntuples:
         return []
     loader = Transformer(conn)
-    loader.set_pgresult(last)
-    rows: list[tuple[Any, ...]] = loader.load_rows(0, last.ntuples, tuple)
+    loader.set_pgresult(result)
+    rows: list[tuple[Any, ...]] = loader.load_rows(0, result.ntuples, tuple)
     return rows
+
+
+def _first_value(conn: Any, result: Any) -> Any:
+    rows = _rows(conn, result)
+    return rows[0][0] if rows else None
 
 
 def _run_with_cursor(conn: Any, text: str) -> list[tuple[Any, ...]]:

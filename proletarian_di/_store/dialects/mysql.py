@@ -631,12 +631,6 @@ class MySQLDialect(Dialect):
                 self.execute(other, f"KILL QUERY {int(thread_id)}")
             self.rollback(other)
 
-    def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        """The read's own transaction is ended (the next one sets its isolation first)."""
-        row = self.fetchone(conn, sql, params)
-        self.rollback(conn)
-        return row
-
     def in_transaction(self, conn: Any) -> bool:
         """Whether a transaction is open, asked of the server: `DO 0` returns its status
         flags, which PyMySQL does not read after a result set."""
@@ -786,6 +780,36 @@ class MySQLSession(Session):
         """With multi-statements on."""
         return self.multi and bool(job_ids)
 
+    def probes_ends(self, job_ids: Sequence[Any]) -> bool:
+        """With multi-statements on: the read goes in the archive's query."""
+        return self.multi and bool(job_ids)
+
+    def _probe(self, cursor: Any, job_ids: Sequence[Any]) -> str:
+        """The read of whether a job waits on one of `job_ids`, written out: one row."""
+        among, params = self.dialect.any_of("parent_id", job_ids)
+        read = self.dialect._waited_sql.format(among=among)
+        return str(cursor.mogrify(f"SELECT EXISTS ({read})", params))
+
+    def archive_and_commit(
+        self,
+        job_ids: Sequence[Any],
+        finished_at: datetime,
+        runs: Runs = NO_RUNS,
+        probe: bool = False,
+    ) -> bool:
+        """With `probe` (and multi-statements on), the read, the archive and its COMMIT in
+        one query."""
+        if not (probe and self.probes_ends(job_ids)):
+            return super().archive_and_commit(job_ids, finished_at, runs, probe)
+        dialect = self.dialect
+        with dialect.cursor(self.conn) as cursor:
+            archive = dialect.archive_statements(cursor, job_ids, "success", finished_at, runs)
+            cursor.execute("; ".join([self._probe(cursor, job_ids), *archive, "COMMIT"]))
+            (waited,) = cursor.fetchone()
+            while cursor.nextset():
+                pass
+        return bool(waited)
+
     def _archive_then_claim(
         self,
         job_ids: Sequence[Any],
@@ -796,8 +820,10 @@ class MySQLSession(Session):
         slots: RunningSlots | None,
         runs: Runs,
         fair_after: str | None,
-    ) -> list[JobRow] | None:
-        """The archive's INSERT and DELETE, COMMIT, START TRANSACTION and the next claim (a
+        probe: bool,
+    ) -> tuple[bool, list[JobRow] | None]:
+        """The archive's INSERT and DELETE (after the read of whether a job waits on them,
+        with `probe`), COMMIT, START TRANSACTION and the next claim (a
         fair turn's first scan with `fair_after`) as one multi-statement query. With
         `slots`, the running slot the job ran in is kept for the next claim (a GET_LOCK
         lock outlives the COMMIT); without one, the first free slot is taken before the
@@ -824,7 +850,12 @@ class MySQLSession(Session):
             statements += ["START TRANSACTION", claim]
             if take is not None:
                 statements.append(f"SELECT {_SLOT_VARIABLE}")
-            cursor.execute("; ".join(statements))
+            read = [self._probe(cursor, job_ids)] if probe else []
+            cursor.execute("; ".join([*read, *statements]))
+            waited = False
+            if probe:
+                (waited,) = cursor.fetchone()
+                cursor.nextset()
             for _ in range(_ARCHIVE_RESULTS - 1):
                 cursor.nextset()
             try:
@@ -840,8 +871,8 @@ class MySQLSession(Session):
                     self._release_taken(take)
                 elif self.slot is not None:
                     self._give_back(self.slot)
-                return None
-            return rows
+                return bool(waited), None
+            return bool(waited), rows
 
     @staticmethod
     def _take_slot_statement(cursor: Any, slots: RunningSlots) -> str:

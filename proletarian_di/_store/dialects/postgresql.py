@@ -11,7 +11,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -84,8 +84,6 @@ class PostgresDialect(Dialect):
             _fill(self.archive_sql, *many) + "; COMMIT",
             "BEGIN; " + _fill(self.fair_turn_sql, "{queue}", "{after}", "{now}"),
         )
-        # Not prepared: a schema before the workflows step lacks its table.
-        self._waited_text = self._waited_sql.format(among="parent_id = ANY({ids}::uuid[])")
         # A transaction-level advisory lock per running job: the first free slot, if any,
         # taken in the claim's own statement and released by its COMMIT or ROLLBACK.
         self.slot_claim_sql = f"WITH slot AS ({_FREE_SLOT}) " + self.claim_statement(
@@ -130,6 +128,25 @@ class PostgresDialect(Dialect):
             + _fill(self.fair_turn_sql, "$1", "$2", "$3")
         )
         self._fair_execute = f"BEGIN; EXECUTE {self._fair_name}({{queue}}, {{after}}, {{now}})"
+        # While jobs are blocked, a success's archive asks in its own round trip whether a
+        # job waits on it: prepared by a session at its first such archive, as the schema
+        # before the workflows step has no table for it (`PostgresSession._probe_text`)
+        self._waited_name = f"proletarian_waited_{tag.hexdigest()}"
+        # Each id looked up on its own, in the key's order: with `parent_id = ANY(…)`, or
+        # statistics that show many jobs waiting on one parent, the plan scans the table.
+        # Prepared for one id only: over an array the server plans every execution anew.
+        self._waited_first = first = (
+            f"(SELECT true FROM {self.dependencies_table} WHERE parent_id = {{id}} "
+            "AND parent_status IS NULL ORDER BY parent_id, job_id LIMIT 1)"
+        )
+        self._prepare_one[self._waited_name] = (
+            f"PREPARE {self._waited_name}(uuid) AS SELECT {first.format(id='$1')} IS NOT NULL"
+        )
+        self._waited_execute = f"EXECUTE {self._waited_name}({{id}})"
+        self._waited_inline = (
+            f"SELECT coalesce(bool_or({first.format(id='p.id')}), false) "
+            "FROM unnest({ids}::uuid[]) AS p(id)"
+        )
         self._deallocate_sql = "; ".join(f"DEALLOCATE {name}" for name in self._statements)
         self.replan = f"{self._deallocate_sql}; {self._prepare_sql}; "
         self._prepared = _HotPath(
@@ -159,11 +176,19 @@ class PostgresDialect(Dialect):
         # leased, each with how many jobs were archived (1, or 0 if the lease was lost);
         # one row of NULLs after the count if none was due. The claim passes over the job
         # archived, which the statement's snapshot still shows.
-        self.archive_leased_and_claim_sql = (
+        # While jobs are blocked, the same statements read whether a job waits on the one
+        # archived: one more column, its id the last parameter (`probe`).
+        waited = self._waited_first.format(id="%s") + " IS NOT NULL"
+        self.archive_leased_and_claim_sql, self.archive_leased_probed_claim_sql = (
             f"WITH {done}, archived AS ({archived} RETURNING 1), "
             + self._lease_claim("job_id <> %s AND ", ", leased AS (")
-            + ") SELECT (SELECT count(*) FROM archived), leased.* FROM (VALUES (1)) AS one "
-            "LEFT JOIN leased ON true"
+            + f") SELECT (SELECT count(*) FROM archived), {probe}leased.* FROM (VALUES (1)) "
+            "AS one LEFT JOIN leased ON true"
+            for probe in ("", f"{waited}, ")
+        )
+        self.archive_leased_probed_sql = (
+            f"WITH {done}, archived AS ({archived} RETURNING 1) "
+            f"SELECT (SELECT count(*) FROM archived), {waited}"
         )
         self.insert_many_sql = {
             (priority, traced, grouped): (
@@ -326,7 +351,7 @@ class PostgresDialect(Dialect):
             session = PostgresSession(self, conn, prepared=self._prepare(conn))
             yield session
         finally:
-            self._release(conn, settings, session is not None and session.fair_prepared)
+            self._release(conn, settings, () if session is None else session.lazy)
             with contextlib.suppress(Exception):
                 if not conn.closed:
                     conn.prepare_threshold = threshold
@@ -342,15 +367,17 @@ class PostgresDialect(Dialect):
                 conn.rollback()
         return row is not None and int(row[0]) != conn.info.backend_pid
 
-    def _release(self, conn: Any, settings: dict[str, str] | None, fair: bool = False) -> None:
-        """Roll back, drop the statements (with `fair`, the fair scan's too) and undo the
-        session settings handlers changed; a connection that cannot be put back as it was
-        lent is closed (the pool drops it)."""
+    def _release(
+        self, conn: Any, settings: dict[str, str] | None, lazy: Collection[str] = ()
+    ) -> None:
+        """Roll back, drop the statements (those a session prepared on first use, `lazy`,
+        too) and undo the session settings handlers changed; a connection that cannot be put
+        back as it was lent is closed (the pool drops it)."""
         if conn.closed:
             return
         try:
             conn.rollback()
-            conn.execute(self._deallocate_sql + (f"; DEALLOCATE {self._fair_name}" * fair))
+            conn.execute("; ".join([self._deallocate_sql, *(f"DEALLOCATE {n}" for n in lazy)]))
             if settings is not None:
                 self._restore(conn, settings)
         except Exception:
@@ -373,11 +400,11 @@ class PostgresDialect(Dialect):
             elif current.get(name) != saved[name]:
                 conn.execute("SELECT set_config(%s, %s, false)", (name, saved[name]))
 
-    def _prepare(self, conn: Any, fair: bool = False) -> _HotPath:
+    def _prepare(self, conn: Any, lazy: Collection[str] = ()) -> _HotPath:
         """Prepare the worker's statements that the session lacks (a handler may have
-        dropped one of them, or all); with `fair`, the fair turn's scan too."""
+        dropped one of them, or all), and those it prepared on first use (`lazy`)."""
         held = {name for (name,) in conn.execute(_PREPARED_NAMES).fetchall()}
-        wanted = [*self._statements, *([self._fair_name] if fair else [])]
+        wanted = [*self._statements, *lazy]
         missing = [name for name in wanted if name not in held]
         if missing:
             conn.execute("; ".join(self._prepare_one[name] for name in missing))
@@ -429,21 +456,13 @@ class PostgresDialect(Dialect):
             rows: list[JobRow] = cursor.fetchall()
             return rows
 
-    def fetchone_alone(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> Any:
-        with _single_statement(conn, commit=False):
-            return self.fetchone(conn, sql, params)
-
-    def waited_on(self, conn: Any, parents: Sequence[Any], alone: bool = False) -> bool:
-        """A simple query with the ids inlined, where they are UUIDs: a cursor's parameters
-        cost the client about as much as the read (a worker asks before each success while
-        some job is blocked)."""
+    def waited_on(self, conn: Any, parents: Sequence[Any]) -> bool:
+        """A simple query with the ids inlined, where they are UUIDs (a cursor's parameters
+        cost the client about as much as the read), each looked up by the key
+        (`_waited_inline`)."""
         if not all(type(i) is uuid.UUID for i in parents):
-            return super().waited_on(conn, parents, alone)
-        text = self._waited_text.format(ids=_uuid_array(parents))
-        if not alone:
-            return bool(_run(conn, text))
-        with _single_statement(conn, commit=False):
-            return bool(_run(conn, text))
+            return super().waited_on(conn, parents)
+        return bool(_run(conn, self._waited_inline.format(ids=_uuid_array(parents)))[0][0])
 
     def lease_claim(
         self,
@@ -487,11 +506,16 @@ class PostgresDialect(Dialect):
         finished_at: datetime,
         due: datetime,
         runs: Runs = NO_RUNS,
-    ) -> bool:
+        probe: bool = False,
+    ) -> tuple[bool, bool]:
         params = self._leased_archive(job_id, token, finished_at, due, runs)
         with _single_statement(conn):
-            moved = self.execute_count(conn, self.archive_leased_sql, params)
-        return moved == 1
+            if not probe:
+                return self.execute_count(conn, self.archive_leased_sql, params) == 1, False
+            [(moved, waited)] = self.fetchall(
+                conn, self.archive_leased_probed_sql, (*params, job_id)
+            )
+        return moved == 1, bool(waited)
 
     def archive_leased_and_claim(
         self,
@@ -502,19 +526,22 @@ class PostgresDialect(Dialect):
         due: datetime,
         runs: Runs,
         claim: LeaseClaim,
-    ) -> tuple[bool, list[LeasedRow]]:
+        probe: bool = False,
+    ) -> tuple[bool, list[LeasedRow], bool]:
         """One statement, committed at once: one round trip and one commit per job."""
         params = (
             *self._leased_archive(job_id, token, finished_at, due, runs),
             job_id,
             *self.claim_params(claim.queue, claim.start, claim.now, claim.limit)[:-1],
             *(self.lease_seconds(claim.lease_ms), claim.token, claim.token),
+            *([job_id] if probe else []),
         )
+        sql = self.archive_leased_probed_claim_sql if probe else self.archive_leased_and_claim_sql
         with _single_statement(conn):
-            sql = self._with_limit(self.archive_leased_and_claim_sql, claim.limit)
-            rows = self.fetchall(conn, sql, params)
-        leased = _in_claim_order([row[1:] for row in rows if row[1] is not None])
-        return rows[0][0] == 1, leased
+            rows = self.fetchall(conn, self._with_limit(sql, claim.limit), params)
+        skip = 1 + probe
+        leased = _in_claim_order([row[skip:] for row in rows if row[skip] is not None])
+        return rows[0][0] == 1, leased, probe and bool(rows[0][1])
 
     def renew(self, conn: Any, leases: Sequence[tuple[Any, str]], lease_ms: int) -> int:
         sql = (
@@ -845,8 +872,9 @@ class PostgresSession(Session):
         self.planned_at = time.monotonic()
         self.kept: tuple[int, int] | None = None
         """The running slot kept past its transaction by a session-level lock."""
-        self.fair_prepared = False
-        """Whether the fair turn's scan was prepared on this connection (its first use)."""
+        self.lazy: set[str] = set()
+        """The statements prepared on this connection at their first use (the fair turn's
+        scan, the probe of whether jobs wait on those archived)."""
 
     def keep_slot(self, slots: RunningSlots) -> bool:
         """Take the transaction's slot lock again at session level (granted at once: this
@@ -891,7 +919,7 @@ class PostgresSession(Session):
         # The statements are gone (DEALLOCATE ALL, DISCARD ALL, a pooler in transaction
         # mode): prepare them again; if that does not hold either, do without.
         conn.rollback()
-        self.prepared = self.dialect._prepare(conn, self.fair_prepared)
+        self.prepared = self.dialect._prepare(conn, self.lazy)
         text = text_of(self.prepared)
         try:
             return _run(conn, text)
@@ -913,11 +941,34 @@ class PostgresSession(Session):
         }
         if hot is not self.dialect._prepared:
             return hot.fair.format(**values)
-        text = self.dialect._fair_execute.format(**values)
-        if self.fair_prepared:
+        return self._prepared_once(
+            self.dialect._fair_name, self.dialect._fair_execute.format(**values)
+        )
+
+    def _prepared_once(self, name: str, text: str) -> str:
+        """`text`, which executes the prepared statement `name`, after its PREPARE the first
+        time on this session (a PREPARE outlives a rollback)."""
+        if name in self.lazy:
             return text
-        self.fair_prepared = True
-        return f"{self.dialect._prepare_one[self.dialect._fair_name]}; {text}"
+        self.lazy.add(name)
+        return f"{self.dialect._prepare_one[name]}; {text}"
+
+    def probes_ends(self, job_ids: Sequence[Any]) -> bool:
+        """Where the archive's templates apply, over libpq's connection."""
+        return (
+            self._templates() is not None
+            and _wire().direct()
+            and all(type(i) is uuid.UUID for i in job_ids)
+        )
+
+    def _probe_text(self, hot: _HotPath, job_ids: Sequence[Any]) -> tuple[str, int]:
+        """The read of whether a job waits on one of `job_ids` (prepared for one job, on a
+        session with its statements prepared), and how many statements it is."""
+        if hot is not self.dialect._prepared or len(job_ids) > 1:
+            return self.dialect._waited_inline.format(ids=_uuid_array(job_ids)), 1
+        text = self.dialect._waited_execute.format(id=f"'{job_ids[0]}'")
+        text = self._prepared_once(self.dialect._waited_name, text)
+        return text, text.count(";") + 1
 
     def _claim_text(self, hot: _HotPath, queue: str, now: datetime, limit: int, start: Any) -> str:
         template = hot.claim_one if limit == 1 else hot.claim_many
@@ -943,11 +994,12 @@ class PostgresSession(Session):
         slots: RunningSlots | None,
         runs: Runs,
         fair_after: str | None,
-    ) -> list[JobRow] | None:
-        """On a worker's own connection with its statements prepared: the archive, its
-        COMMIT, then BEGIN and the next claim (in a running slot with `slots`: the COMMIT
-        gave the last one back; a fair turn's first scan with `fair_after`), as one simple
-        query."""
+        probe: bool,
+    ) -> tuple[bool, list[JobRow] | None]:
+        """On a worker's own connection with its statements prepared: the archive (after
+        the read of whether a job waits on them, with `probe`), its COMMIT, then BEGIN and
+        the next claim (in a running slot with `slots`: the COMMIT gave the last one back;
+        a fair turn's first scan with `fair_after`), as one simple query."""
         hot = self.prepared
         assert hot is not None  # can_claim_ahead
         archive = self._archive_text(hot, job_ids, finished_at, runs)
@@ -957,10 +1009,20 @@ class PostgresSession(Session):
             claim = self._claim_text(hot, queue, finished_at, limit, start)
         else:
             claim = self._slot_claim_text(slots, queue, finished_at, limit, start)
-        rows: list[JobRow] | None = _wire().run_then(
-            self.conn, f"{archive}; {claim}", _ARCHIVE_STATEMENTS
+        return self._probed(hot, job_ids, probe, f"{archive}; {claim}")
+
+    def _probed(
+        self, hot: _HotPath, job_ids: Sequence[Any], probe: bool, text: str
+    ) -> tuple[bool, list[JobRow] | None]:
+        """Run `text` (an archive and its COMMIT first), after the read of whether a job
+        waits on `job_ids` with `probe`: that answer, and the last statement's rows."""
+        if not probe:
+            return False, _wire().run_then(self.conn, text, _ARCHIVE_STATEMENTS)
+        read, count = self._probe_text(hot, job_ids)
+        waited, rows = _wire().run_probed(
+            self.conn, f"{read}; {text}", count + _ARCHIVE_STATEMENTS, count - 1
         )
-        return rows
+        return bool(waited), rows
 
     def can_claim_ahead(self, job_ids: Sequence[Any], slots: RunningSlots | None) -> bool:
         """With the statements prepared, libpq's connection at hand, and job ids of the
@@ -1012,14 +1074,21 @@ class PostgresSession(Session):
         return self.dialect.replan + text
 
     def archive_and_commit(
-        self, job_ids: Sequence[Any], finished_at: datetime, runs: Runs = NO_RUNS
-    ) -> None:
+        self,
+        job_ids: Sequence[Any],
+        finished_at: datetime,
+        runs: Runs = NO_RUNS,
+        probe: bool = False,
+    ) -> bool:
         """Archive and COMMIT in one simple query, one round trip, where templates apply."""
         hot = self._templates()
         if hot is None or not all(type(job_id) is uuid.UUID for job_id in job_ids):
-            super().archive_and_commit(job_ids, finished_at, runs)
-            return
-        _run(self.conn, self._archive_text(hot, job_ids, finished_at, runs))
+            return super().archive_and_commit(job_ids, finished_at, runs, probe)
+        archive = self._archive_text(hot, job_ids, finished_at, runs)
+        if not probe:
+            _run(self.conn, archive)
+            return False
+        return self._probed(hot, job_ids, probe, archive)[0]
 
     def _archive_text(
         self, hot: _HotPath, job_ids: Sequence[Any], finished_at: datetime, runs: Runs
