@@ -40,7 +40,15 @@ from ...serializers import (
     jsonable,
 )
 from . import _chart
-from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
+from ._security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    Auth,
+    Identity,
+    Signer,
+    authenticated,
+    same_origin,
+)
 
 Redact = Callable[[str, Any], Any]
 """`redact(job_type, payload) -> payload`: what the pages show of a job's payload."""
@@ -699,20 +707,32 @@ class _Dashboard:
 
     # Actions ---------------------------------------------------------------------------------
 
-    async def actor(self, request: Request) -> tuple[str, FormData]:
+    async def actor(self, request: Request) -> tuple[Identity, FormData]:
         """The user allowed to act, and the form: 403 when read-only, 401 without a user,
-        403 from another site or without the form's CSRF token."""
+        403 from another site, for a viewer (logged: `dashboard_action_refused`), or without
+        the form's CSRF token."""
         if not self.actions:
             raise HTTPException(403, "this dashboard is read-only: actions are not enabled")
         user = await authenticated(self.auth, request)
+        if user is None:  # actions need an auth hook: never so
+            raise HTTPException(401, "sign in: this dashboard needs an authenticated user")
         if not same_origin(request):
             raise HTTPException(403, "refused: the request comes from another site")
+        if not user.operator:
+            action = _here(request).partition("?")[0].strip("/")
+            refused = {"user": user.user, "role": user.role, "action": action}
+            self._log("dashboard_action_refused", refused)
+            raise HTTPException(
+                403,
+                f"refused: {user.user} is a {user.role}, who sees every page and changes "
+                "nothing; ask an operator to do it",
+            )
         form = await request.form()
-        if not self.signer.csrf_valid(request, user, form.get(CSRF_FIELD)):
+        if not self.signer.csrf_valid(request, user.user, form.get(CSRF_FIELD)):
             raise HTTPException(
                 403, "refused: the form's CSRF token is missing or wrong; reload the page and retry"
             )
-        return user or "", form
+        return user, form
 
     async def retry(self, request: Request) -> Response:
         return await self._on_jobs(request, "retry")
@@ -770,7 +790,7 @@ class _Dashboard:
         count = before + moved
         selection = chosen.logged(expected)
         if left:
-            data = {"user": user, "action": action, **selection, "count": moved, "left": left}
+            data = {"user": user.user, "action": action, **selection, "count": moved, "left": left}
             self._log("dashboard_action_step", data)
             return self.render(
                 request,
@@ -859,14 +879,15 @@ class _Dashboard:
         self,
         request: Request,
         form: FormData,
-        user: str,
+        user: Identity,
         action: str,
         selection: dict[str, Any],
         count: int,
         message: str,
     ) -> Response:
         """Log the action, then send the browser back to its page with a flash message."""
-        self._log("dashboard_action", {"user": user, "action": action, **selection, "count": count})
+        data = {"user": user.user, "action": action, **selection, "count": count}
+        self._log("dashboard_action", data)
         base = _base(request)
         response = RedirectResponse(base + _back(form), 303)
         response.set_cookie(
@@ -891,7 +912,7 @@ class _Dashboard:
     def render(
         self,
         request: Request,
-        user: str | None,
+        user: Identity | None,
         template: str,
         status: int = 200,
         headers: Mapping[str, str] | None = None,
@@ -899,18 +920,21 @@ class _Dashboard:
         **context: Any,
     ) -> HTMLResponse:
         """A page, with the CSRF cookie set when the browser has none, and the flash message
-        shown once (a refresh leaves it for the page it belongs to)."""
+        shown once (a refresh leaves it for the page it belongs to). Its action controls are
+        there only for an operator of a dashboard with actions."""
         base = _base(request)
         nonce, new = self.signer.nonce(request)
         refreshing = request.headers.get(REFRESH_HEADER) == "1"
         flash_cookie = None if refreshing else request.cookies.get(FLASH_COOKIE)
+        name = None if user is None else user.user
         html = self.templates.get_template(template).render(
             base=base,
             here=_here(request),
-            actions=self.actions,
-            user=user,
+            actions=self.actions and (user is None or user.operator),
+            user=name,
+            role=None if user is None else user.role,
             csrf_field=CSRF_FIELD,
-            csrf=self.signer.csrf_token(nonce, user),
+            csrf=self.signer.csrf_token(nonce, name),
             refresh_s=self.refresh_s if refresh else 0,
             flash=flash_cookie and self.signer.unsign(flash_cookie),
             now=datetime.now(timezone.utc),

@@ -1,0 +1,160 @@
+"""The dashboard's pages for an incident in Chromium, on both databases: a viewer's pages
+(every page, no action control, a refused POST and its audit entry). Each page opened here
+has no console error and passes the accessibility checks of dashboard_a11y.js, and what it
+shows is checked against the database."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from test_dashboard import job_state, make_jobs
+
+from proletarian_di import admin
+from proletarian_di.contrib.dashboard import basic_auth, dashboard
+
+from backends import Backend, Events, committed
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.screenshots import CHROMIUM, PASSWORD, USER, VIEWPORT, serve  # noqa: E402
+
+pytestmark = pytest.mark.db
+
+CHECKS = (Path(__file__).parent / "dashboard_a11y.js").read_text()
+
+
+@dataclass
+class Site:
+    """A server with the dashboard twice, both with actions: under /viewer for `USER` as a
+    viewer, under /admin for `USER` as an operator; `events` is their audit log."""
+
+    backend: Backend
+    pool: Any
+    url: str
+    events: Events
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module", params=["postgresql", "mysql"])
+def served(request: pytest.FixtureRequest) -> Iterator[Site]:
+    backend: Backend = request.getfixturevalue(f"{request.param}_backend")
+    pool = backend.pool(4)
+    events = Events()
+    boards = {
+        role: dashboard(
+            pool,
+            actions=True,
+            auth=basic_auth(USER, PASSWORD, role=role),
+            log=events,
+            refresh_s=0,
+        )
+        for role in ("viewer", "operator")
+    }
+    app = Starlette(
+        routes=[Mount("/viewer", boards["viewer"]), Mount("/admin", boards["operator"])]
+    )
+    try:
+        with serve(app) as url:
+            yield Site(backend, pool, url, events)
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def site(served: Site) -> Site:
+    served.backend.reset()
+    served.events.events.clear()
+    return served
+
+
+@dataclass
+class Opened:
+    page: Page
+    errors: list[str]
+
+    def open(self, url: str) -> None:
+        """Go to `url`, and check that the page has no console error and passes the
+        accessibility audit."""
+        self.page.goto(url)
+        expect(self.page.locator("main h1")).to_be_visible()
+        found = self.page.evaluate(f"() => {{ {CHECKS}; return a11y.audit(); }}")
+        problems = {check: listed for check, listed in found.items() if listed}
+        if self.errors:
+            problems["console"] = list(self.errors)
+        assert not problems, (url, json.dumps(problems, indent=1, ensure_ascii=False))
+
+
+@pytest.fixture
+def opened(browser: Browser) -> Iterator[Opened]:
+    context = browser.new_context(
+        http_credentials={"username": USER, "password": PASSWORD}, viewport=VIEWPORT
+    )
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield Opened(page, errors)
+    finally:
+        with contextlib.suppress(Exception):
+            context.close()
+
+
+def test_a_viewer_sees_every_page_changes_nothing_and_is_audited(
+    site: Site, opened: Opened
+) -> None:
+    jobs = make_jobs(site.backend, site.pool)
+    page = opened.page
+    paths = ["/", "/queue?name=mail", "/jobs", "/failed", "/failed/errors"]
+    paths += [f"/jobs/{jobs.failed}", f"/jobs/{jobs.queued}", "/processes", "/timings"]
+    for path in paths:
+        opened.open(f"{site.url}/viewer{path}")
+        expect(page.locator(".mode")).to_have_text(f"read-only · {USER} (viewer)")
+        expect(page.locator('form[method="post"]')).to_have_count(0)
+        expect(page.get_by_role("button", name="Retry")).to_have_count(0)
+    opened.open(f"{site.url}/viewer/jobs")
+    for job_id in (jobs.sent, jobs.failed, jobs.queued, jobs.scheduled):
+        expect(page.locator(f'tr[data-job-id="{job_id}"]')).to_have_count(1)
+    # the operator's page of the same job has the control the viewer's lacks
+    opened.open(f"{site.url}/admin/jobs/{jobs.failed}")
+    expect(page.get_by_role("button", name="Retry")).to_have_count(1)
+
+    opened.open(f"{site.url}/viewer/jobs/{jobs.failed}")
+    answer = page.evaluate(
+        """async (jobId) => {
+            const body = new URLSearchParams({job_id: jobId, queue: "mail"});
+            const retry = await fetch("/viewer/retry", {method: "POST", body});
+            const pause = await fetch("/viewer/pause", {method: "POST", body});
+            return [retry.status, pause.status, await retry.text()];
+        }""",
+        str(jobs.failed),
+    )
+    assert answer[:2] == [403, 403]
+    assert f"refused: {USER} is a viewer, who sees every page and changes nothing" in answer[2]
+    assert job_state(site.backend, jobs.failed) == "failed"
+    assert committed(site.backend, admin.paused_queues) == {}
+    assert site.events.named("dashboard_action") == []
+    assert site.events.named("dashboard_action_refused") == [
+        {"user": USER, "role": "viewer", "action": "retry"},
+        {"user": USER, "role": "viewer", "action": "pause"},
+    ]
