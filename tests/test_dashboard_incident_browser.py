@@ -1,5 +1,6 @@
 """The dashboard's pages for an incident in Chromium, on both databases: a viewer's pages
-(every page, no action control, a refused POST and its audit entry). Each page opened here
+(every page, no action control, a refused POST and its audit entry); the processes page's
+reasons why idle threads are idle. Each page opened here
 has no console error and passes the accessibility checks of dashboard_a11y.js, and what it
 shows is checked against the database."""
 
@@ -22,7 +23,7 @@ from test_dashboard import job_state, make_jobs
 from proletarian_di import admin
 from proletarian_di.contrib.dashboard import basic_auth, dashboard
 
-from backends import Backend, Events, committed
+from backends import Backend, Events, committed, connection, enqueue_committed
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -158,3 +159,34 @@ def test_a_viewer_sees_every_page_changes_nothing_and_is_audited(
         {"user": USER, "role": "viewer", "action": "retry"},
         {"user": USER, "role": "viewer", "action": "pause"},
     ]
+
+
+def test_the_processes_page_says_why_idle_threads_are_idle(site: Site, opened: Opened) -> None:
+    from test_dashboard_processes import idle_row
+
+    backend = site.backend
+    idle_row(backend, "w-empty", "empty")
+    idle_row(backend, "w-paused", "paused")
+    idle_row(backend, "w-due", "due")
+    committed(backend, admin.pause_queue, "paused")
+    enqueue_committed(backend, ("x", None), queue="due")
+    page = opened.page
+    opened.open(f"{site.url}/admin/processes")
+    with connection(backend) as conn:
+        reasons = admin.idle_reasons(conn, ["empty", "paused", "due"])
+        assert admin.queue_overview(conn, "due").queued == 1
+        assert admin.queue_overview(conn, "empty").queued == 0
+    assert reasons["due"] is None
+    for worker, queue, text in (
+        ("w-empty", "empty", "no due job"),
+        ("w-paused", "paused", "queue paused"),
+    ):
+        threads = page.locator(f'tr[data-worker-id="{worker}"] + tr.threads')
+        badges = threads.locator("[data-idle]")
+        expect(badges).to_have_count(2)
+        expect(badges.first).to_have_text(text)
+        why = reasons[queue]
+        assert why is not None
+        expect(badges.first).to_have_attribute("data-idle", why.kind)
+        expect(badges.first).to_have_attribute("title", why.reason)
+    expect(page.locator('tr[data-worker-id="w-due"] + tr.threads [data-idle]')).to_have_count(0)

@@ -26,6 +26,8 @@ Every name is importable from here; each module holds one concern:
   cause, the line with its variable parts taken out (`error_cause`).
 - `explain`: why a job is not running now (`explain_job`), and what holds each queue's
   due jobs back (`queue_holds`).
+- `idle`: why a queue's live workers' idle threads claim nothing now (`idle_reasons`,
+  `IdleReason`), on `queue_holds`.
 - `workflows`: `list_workflows`, `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`), disabling, enabling and running
@@ -62,6 +64,7 @@ from .actions import resume_queue as resume_queue
 from .doctor import Finding, Thresholds, degraded, diagnose
 from .explain import Explanation, Hold, explain_job, queue_holds
 from .headline import HEADLINE_CHARS, MAX_ERRORS, error_cause, error_headline
+from .idle import IdleReason, idle_reasons
 from .jobs import (
     MAX_EXAMINED,
     MAX_LIMIT,
@@ -151,6 +154,7 @@ __all__ = [
     "Hold",
     "HourlyOutcomes",
     "HourlySums",
+    "IdleReason",
     "JobInfo",
     "JobPage",
     "JobSearch",
@@ -188,6 +192,7 @@ __all__ = [
     "get_workflow",
     "hourly_sums",
     "id_fragment",
+    "idle_reasons",
     "in_batches",
     "last_hour",
     "list_jobs",

@@ -643,8 +643,24 @@ class _Dashboard:
 
     async def processes(self, request: Request) -> Response:
         """The worker processes connected now, by host and process, the stale ones apart:
-        each worker's threads and the jobs they run."""
-        return await self._table_page(request, "processes", admin.list_workers)
+        each worker's threads and the jobs they run, and why the idle ones are idle, where
+        that is known (`admin.idle_reasons`)."""
+        return await self._table_page(request, "processes", self._workers_and_idle)
+
+    def _workers_and_idle(
+        self, conn: Any, tables: admin.Tables
+    ) -> tuple[list[admin.WorkerInfo], dict[str, admin.IdleReason | None]]:
+        """The live workers, and why their queues' idle threads are idle, for the first
+        `QUEUES_PER_PAGE` queues that have an idle thread of a running worker."""
+        workers = admin.list_workers(conn, tables=tables)
+        queues = [
+            queue
+            for worker in workers
+            if worker.state == "running" and worker.busy < len(worker.threads)
+            for queue in worker.queues
+        ]
+        shown = list(dict.fromkeys(queues))[:QUEUES_PER_PAGE]
+        return workers, admin.idle_reasons(conn, shown, tables=tables)
 
     async def health(self, request: Request) -> Response:
         """The queue's own health (`admin.diagnose`): a few statements on the database's
@@ -652,18 +668,19 @@ class _Dashboard:
         return await self._table_page(request, "health", admin.diagnose)
 
     async def _table_page(
-        self, request: Request, section: str, query: Callable[..., list[Any]]
+        self, request: Request, section: str, query: Callable[..., Any]
     ) -> Response:
         """A page listing what `query` reads from a table of its own (`<section>.html`, the
         rows as `rows`), or why there is none: `missing`, when the table is not there."""
         user = await authenticated(self.auth, request)
         missing: str | None = None
+        extra: dict[str, Any] = {}
         try:
             found = await self.read(lambda conn: query(conn, tables=self.tables))
         except SchemaError as exc:
             found, missing = [], str(exc)
-        extra: dict[str, Any] = {}
         if section == "processes":
+            found, extra["idle"] = found or ([], {})
             live = [w for w in found if w.state != "stale"]
             hosts: dict[str, list[_Process]] = {}
             for process in _processes(live):
