@@ -1,6 +1,7 @@
 """The dashboard's pages for an incident in Chromium, on both databases: a viewer's pages
 (every page, no action control, a refused POST and its audit entry); the processes page's
-reasons why idle threads are idle. Each page opened here
+reasons why idle threads are idle; the timings' charts and the charts' slots that lead to
+their jobs. Each page opened here
 has no console error and passes the accessibility checks of dashboard_a11y.js, and what it
 shows is checked against the database."""
 
@@ -11,6 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +192,54 @@ def test_the_processes_page_says_why_idle_threads_are_idle(site: Site, opened: O
         expect(badges.first).to_have_attribute("data-idle", why.kind)
         expect(badges.first).to_have_attribute("title", why.reason)
     expect(page.locator('tr[data-worker-id="w-due"] + tr.threads [data-idle]')).to_have_count(0)
+
+
+def test_the_time_charts_and_their_slots_lead_to_their_jobs(site: Site, opened: Opened) -> None:
+    from test_dashboard_time import archived, finished_in
+
+    backend = site.backend
+    now = datetime.now(timezone.utc)
+    two_ago = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    ids = archived(
+        backend,
+        "mail",
+        "success",
+        [two_ago + timedelta(minutes=m) for m in (5, 25, 45)],
+        job_type="send",
+        waited=timedelta(seconds=3),
+        ran=timedelta(seconds=1),
+    )
+    archived(backend, "crm", "failure", [two_ago + timedelta(minutes=10)], job_type="sync")
+    page = opened.page
+    opened.open(f"{site.url}/admin/timings")
+    expect(page.locator("figure.chart:not(.lines) a.bar")).to_have_count(60)
+    page.locator('tbody[data-timing="mail/send"]').get_by_role("link", name="charts").click()
+    expect(page.locator("main h1")).to_be_visible()
+    opened.open(page.url)  # the charts' page, checked too
+    figures = page.locator("figure.chart.lines")
+    expect(figures).to_have_count(4)
+    day_wait = figures.nth(0)
+    expect(day_wait.locator("figcaption")).to_have_text("Wait, by hour")
+    slot = day_wait.locator("a.bar")
+    expect(slot).to_have_count(1)
+    expect(slot.locator("title")).to_have_text(
+        f"{two_ago:%H:%M} to {two_ago + timedelta(hours=1):%H:%M} UTC: "
+        "3 jobs, wait p50 3 s, p95 3 s"
+    )
+    slot.click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+    opened.open(page.url)
+    shown = page.locator("table.jobs tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.jobId)"
+    )
+    assert sorted(shown) == sorted(map(str, ids))
+    assert finished_in(backend, two_ago, two_ago + timedelta(hours=1), "mail") == 3
+
+    opened.open(f"{site.url}/admin/")
+    hour = page.locator(
+        f'figure.chart a.bar[href*="finished_since={two_ago:%Y-%m-%dT%H}%3A00%3A00Z"]'
+    )
+    expect(hour).to_have_count(1)
+    hour.click()
+    expect(page.locator("table.jobs tbody tr")).to_have_count(4)
+    assert finished_in(backend, two_ago, two_ago + timedelta(hours=1)) == 4

@@ -15,7 +15,8 @@ Every name is importable from here; each module holds one concern:
   `queue_overview`, `throughput`, `last_hour`, `recent_failures`, `waiting`), the hourly
   sums they read (`hourly_sums`, `recount_hours`) and the schema checks (`check`,
   `missing_columns`).
-- `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
+- `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`;
+  `last_hour_timings`, by minute).
 - `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`,
   `reschedule_jobs`, `in_batches`,
   and pausing and resuming queues.
@@ -119,7 +120,7 @@ from .search import (
     id_fragment,
 )
 from .timings import MAX_HOURS as MAX_HOURS
-from .timings import Timing, TimingsPage, timings, timings_page
+from .timings import Timing, TimingsPage, last_hour_timings, timings, timings_page
 from .workers import STALE_AFTER, WorkerInfo, WorkerThread, list_workers, prune_workers
 from .workflows import (
     MAX_WORKFLOW_JOBS,
@@ -195,6 +196,7 @@ __all__ = [
     "idle_reasons",
     "in_batches",
     "last_hour",
+    "last_hour_timings",
     "list_jobs",
     "list_jobs_page",
     "list_schedules",

@@ -212,6 +212,10 @@ class _Timings:
     page: admin.TimingsPage
     read_at: datetime
     taken: float
+    minutes: list[admin.ThroughputBucket] = dataclasses.field(default_factory=list)
+    """The last hour's throughput by minute, of the queue filtered on, else of all."""
+    last_hour: list[admin.Timing] | None = None
+    """With a queue and a job type filtered on, their timings by minute of the last hour."""
 
 
 class _Dashboard:
@@ -319,7 +323,7 @@ class _Dashboard:
             page=page,
             previous=_url(here, page=number - 1 if number > 2 else None) if number > 1 else None,
             next=_url(here, page=number + 1) if number < page.pages else None,
-            chart=_chart.chart(page.last_day if page.total else []),
+            chart=_chart.chart(page.last_day if page.total else [], link=_finished(request)),
             sums=sums,
         )
 
@@ -368,8 +372,8 @@ class _Dashboard:
             workers=workers,
             missing=missing,
             rows=[(job, self.preview(job)) for job in failures],
-            minutes=_chart.chart(health.minutes, span="hour"),
-            day=_chart.chart(item.last_day),
+            minutes=_chart.chart(health.minutes, span="hour", link=_finished(request, name)),
+            day=_chart.chart(item.last_day, link=_finished(request, name)),
         )
 
     def _queue(self, conn: Any, name: str) -> tuple[Any, ...]:
@@ -410,7 +414,11 @@ class _Dashboard:
             "job_type": self._job_type(params),
             "state": "failed" if section == "failed" else _state(_value(params, "state")),
             "error": _value(params, "error"),
+            "finished_since": _value(params, "finished_since"),
+            "finished_until": _value(params, "finished_until"),
         }
+        since = _moment(filters["finished_since"], "finished_since")
+        until = _moment(filters["finished_until"], "finished_until")
         limit, before = _limit(_value(params, "limit")), _value(params, "before")
         page = await self.read(
             lambda conn: admin.list_jobs_page(
@@ -424,6 +432,8 @@ class _Dashboard:
                 error=filters["error"],
                 tables=self.tables,
                 serializer=self.serializer,
+                finished_since=since,
+                finished_until=until,
             )
         )
         shown = {**filters, "state": None} if section == "failed" else filters
@@ -441,6 +451,7 @@ class _Dashboard:
             section=section,
             rows=rows,
             filters=filters,
+            finished=(since, until) if since or until else None,
             older=older,
             partial=page.partial,
             examined=page.examined,
@@ -552,17 +563,11 @@ class _Dashboard:
         key = (queue, job_type, after)
         kept = self.timings_read.get(key)
         if kept is None or time.monotonic() - kept.taken > TIMINGS_TTL_S:
-            page = await self.read(
-                lambda conn: admin.timings_page(
-                    conn,
-                    after=after,
-                    per_page=TIMINGS_PER_PAGE,
-                    queue=queue,
-                    job_type=job_type,
-                    tables=self.tables,
-                )
+            now = datetime.now(timezone.utc)
+            page, minutes, last_hour = await self.read(
+                lambda conn: self._timings(conn, queue, job_type, after, now)
             )
-            kept = _Timings(page, datetime.now(timezone.utc), time.monotonic())
+            kept = _Timings(page, now, time.monotonic(), minutes, last_hour)
             self.timings_read.pop(key, None)
             while len(self.timings_read) >= TIMINGS_KEPT:
                 del self.timings_read[next(iter(self.timings_read))]
@@ -576,6 +581,8 @@ class _Dashboard:
             section="timings",
             groups=kept.page.groups,
             read_at=kept.read_at,
+            minutes=_chart.chart(kept.minutes, span="hour", link=_finished(request, queue)),
+            charts=self._timing_charts(request, kept) if queue and job_type else None,
             filters={"queue": queue, "job_type": job_type},
             next=following
             and _url(
@@ -587,6 +594,57 @@ class _Dashboard:
             ),
             first_page=_url(here, queue=queue, job_type=job_type) if after else None,
         )
+
+    def _timings(
+        self,
+        conn: Any,
+        queue: str | None,
+        job_type: str | None,
+        after: Pair | None,
+        now: datetime,
+    ) -> tuple[admin.TimingsPage, list[admin.ThroughputBucket], list[admin.Timing] | None]:
+        """A timings page, the last hour's throughput by minute, and with one queue and job
+        type, their last hour's timings by minute."""
+        page = admin.timings_page(
+            conn,
+            after=after,
+            per_page=TIMINGS_PER_PAGE,
+            queue=queue,
+            job_type=job_type,
+            now=now,
+            tables=self.tables,
+        )
+        end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        minutes = admin.throughput(
+            conn, hours=1, buckets=60, queue=queue, now=end, tables=self.tables
+        )
+        last_hour = None
+        if queue is not None and job_type is not None:
+            last_hour = admin.last_hour_timings(
+                conn, queue=queue, job_type=job_type, now=now, tables=self.tables
+            )
+        return page, minutes, last_hour
+
+    def _timing_charts(self, request: Request, kept: _Timings) -> list[_chart.Lines]:
+        """The charts of the one queue and job type shown: wait and run over the day by
+        hour, then over the last hour by minute; each slot a link to its jobs."""
+        if not kept.page.groups:
+            return []
+        whole, hours = kept.page.groups[0]
+        link = _finished(request, whole.queue, whole.job_type)
+        day_start = kept.read_at.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+        hour_start = kept.read_at.replace(second=0, microsecond=0) - timedelta(minutes=59)
+        minute = timedelta(minutes=1)
+        return [
+            _chart.lines(hours, "wait", day_start, 24, timedelta(hours=1), "Wait, by hour", link),
+            _chart.lines(hours, "run", day_start, 24, timedelta(hours=1), "Run, by hour", link),
+            _chart.lines(
+                kept.last_hour or [], "wait", hour_start, 60, minute, "Wait, by minute", link
+            ),
+            _chart.lines(
+                kept.last_hour or [], "run", hour_start, 60, minute, "Run, by minute", link
+            ),
+        ]
 
     async def workflows(self, request: Request) -> Response:
         """The newest workflows, `WORKFLOWS_PER_PAGE` a page, with their jobs' states
@@ -1056,6 +1114,20 @@ def _after(params: Mapping[str, Any]) -> Pair | None:
     return None if queue is None or job_type is None else (queue, job_type)
 
 
+def _moment(text: str | None, name: str) -> datetime | None:
+    """A time filter: an ISO 8601 date and time, UTC unless it says its offset."""
+    if text is None:
+        return None
+    given = text.strip()
+    try:
+        at = datetime.fromisoformat(given[:-1] + "+00:00" if given.endswith("Z") else given)
+    except ValueError:
+        raise HTTPException(
+            400, f"{name} {text!r} is not a date and time: give one as 2026-05-01T09:00:00Z"
+        ) from None
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+
+
 def _job_id(text: str) -> uuid.UUID:
     try:
         return uuid.UUID(text)
@@ -1379,6 +1451,30 @@ def _here(request: Request) -> str:
         path = path[len(root) :] or "/"
     query = request.url.query
     return f"{path}?{query}" if query else path
+
+
+def _finished(
+    request: Request, queue: str | None = None, job_type: str | None = None
+) -> _chart.Link:
+    """The link of a chart's bar: the jobs (of `queue` and `job_type`) that finished in its
+    bucket."""
+    path = f"{_base(request)}/jobs"
+
+    def link(start: datetime, end: datetime) -> str:
+        return _url(
+            path,
+            queue=queue,
+            job_type=job_type,
+            finished_since=_iso(start),
+            finished_until=_iso(end),
+        )
+
+    return link
+
+
+def _iso(moment: datetime) -> str:
+    """A time for a link: UTC, to the second, `Z` for its zone."""
+    return f"{moment.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S}Z"
 
 
 def _url(path: str, **params: Any) -> str:
