@@ -1,9 +1,9 @@
 """The dashboard's pages for an incident in Chromium, on both databases: a viewer's pages
 (every page, no action control, a refused POST and its audit entry); the processes page's
 reasons why idle threads are idle; the timings' charts and the charts' slots that lead to
-their jobs. Each page opened here
-has no console error and passes the accessibility checks of dashboard_a11y.js, and what it
-shows is checked against the database."""
+their jobs. Each page opened here has no console error, passes the accessibility checks of
+dashboard_a11y.js and is no wider than the screen, light on a wide screen and dark at
+390 px; what it shows is checked against the database."""
 
 from __future__ import annotations
 
@@ -101,15 +101,25 @@ class Opened:
         expect(self.page.locator("main h1")).to_be_visible()
         found = self.page.evaluate(f"() => {{ {CHECKS}; return a11y.audit(); }}")
         problems = {check: listed for check, listed in found.items() if listed}
+        wide = self.page.evaluate("document.documentElement.scrollWidth > innerWidth")
+        if wide:
+            problems["layout"] = ["the page is wider than the screen"]
         if self.errors:
             problems["console"] = list(self.errors)
         assert not problems, (url, json.dumps(problems, indent=1, ensure_ascii=False))
 
 
-@pytest.fixture
-def opened(browser: Browser) -> Iterator[Opened]:
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(params=["light", "dark-390"])
+def opened(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Opened]:
+    """A page that checks each page it opens: light on a wide screen, or dark on a phone."""
+    dark = request.param == "dark-390"
     context = browser.new_context(
-        http_credentials={"username": USER, "password": PASSWORD}, viewport=VIEWPORT
+        http_credentials={"username": USER, "password": PASSWORD},
+        viewport=PHONE if dark else VIEWPORT,  # type: ignore[arg-type]
+        color_scheme="dark" if dark else "light",
     )
     context.set_default_timeout(10_000)
     page = context.new_page()
