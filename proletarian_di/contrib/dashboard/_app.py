@@ -703,14 +703,11 @@ class _Dashboard:
         """The worker processes connected now, by host and process, the stale ones apart:
         each worker's threads and the jobs they run, and why the idle ones are idle, where
         that is known (`admin.idle_reasons`)."""
-        return await self._table_page(request, "processes", self._workers_and_idle)
+        return await self._table_page(request, "processes", admin.list_workers, self._idle)
 
-    def _workers_and_idle(
-        self, conn: Any, tables: admin.Tables
-    ) -> tuple[list[admin.WorkerInfo], dict[str, admin.IdleReason | None]]:
-        """The live workers, and why their queues' idle threads are idle, for the first
-        `QUEUES_PER_PAGE` queues that have an idle thread of a running worker."""
-        workers = admin.list_workers(conn, tables=tables)
+    def _idle(self, conn: Any, workers: list[admin.WorkerInfo]) -> dict[str, Any]:
+        """Why the running workers' idle threads are idle (`idle`, by queue), for the first
+        `QUEUES_PER_PAGE` queues that have one."""
         queues = [
             queue
             for worker in workers
@@ -718,7 +715,7 @@ class _Dashboard:
             for queue in worker.queues
         ]
         shown = list(dict.fromkeys(queues))[:QUEUES_PER_PAGE]
-        return workers, admin.idle_reasons(conn, shown, tables=tables)
+        return {"idle": admin.idle_reasons(conn, shown, tables=self.tables)}
 
     async def health(self, request: Request) -> Response:
         """The queue's own health (`admin.diagnose`): a few statements on the database's
@@ -726,19 +723,28 @@ class _Dashboard:
         return await self._table_page(request, "health", admin.diagnose)
 
     async def _table_page(
-        self, request: Request, section: str, query: Callable[..., Any]
+        self,
+        request: Request,
+        section: str,
+        query: Callable[..., list[Any]],
+        more: Callable[[Any, list[Any]], dict[str, Any]] | None = None,
     ) -> Response:
         """A page listing what `query` reads from a table of its own (`<section>.html`, the
-        rows as `rows`), or why there is none: `missing`, when the table is not there."""
+        rows as `rows`), or why there is none: `missing`, when the table is not there.
+        `more(conn, rows)` reads what else the page shows, on the same connection."""
         user = await authenticated(self.auth, request)
         missing: str | None = None
-        extra: dict[str, Any] = {}
+
+        def read(conn: Any) -> tuple[list[Any], dict[str, Any]]:
+            rows = query(conn, tables=self.tables)
+            return rows, more(conn, rows) if more else {}
+
         try:
-            found = await self.read(lambda conn: query(conn, tables=self.tables))
+            found, extra = await self.read(read)
         except SchemaError as exc:
-            found, missing = [], str(exc)
+            found, extra, missing = [], {}, str(exc)
         if section == "processes":
-            found, extra["idle"] = found or ([], {})
+            extra.setdefault("idle", {})
             live = [w for w in found if w.state != "stale"]
             hosts: dict[str, list[_Process]] = {}
             for process in _processes(live):
