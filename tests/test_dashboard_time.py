@@ -307,11 +307,14 @@ def test_a_duration_chart_leaves_gaps_and_draws_a_lone_slot_as_a_dot():
         timedelta(hours=1),
         "Wait, by hour",
     )
-    # 4 slots of 80 units; the scale tops at 8 s (2 s steps) over 90 units
-    assert found.p95_path == "M40.0 67.5L120.0 45.0M280.0 5.62h0.01"
-    assert found.p50_path == "M40.0 78.75L120.0 67.5M280.0 56.25h0.01"
+    # 4 slots of 60 units; the scale tops at 8 s (2 s steps) over 90 units
+    assert found.p95_path == "M30.0 67.5L90.0 45.0M210.0 5.62h0.01"
+    assert found.p50_path == "M30.0 78.75L90.0 67.5M210.0 56.25h0.01"
+    assert found.p50_dots == "M30.0 78.75h0.01M90.0 67.5h0.01M210.0 56.25h0.01"
     assert [t.label for t in found.y_ticks] == ["0 s", "2 s", "4 s", "6 s", "8 s"]
     assert [s.title for s in found.slots][2] == "12:00 to 13:00 UTC: 1 job, wait p50 3 s, p95 7.5 s"
     assert found.peak == timedelta(seconds=7.5) and not found.linked
+    short = _chart.lines([timing(0, 0.3, 0.929)], "run", start, 4, timedelta(hours=1), "Run")
+    assert [t.label for t in short.y_ticks] == ["0 ms", "500 ms", "1000 ms"]
     empty = _chart.lines([], "run", start, 60, timedelta(minutes=1), "Run, by minute")
     assert (empty.p50_path, empty.slots, empty.peak) == ("", [], timedelta(0))

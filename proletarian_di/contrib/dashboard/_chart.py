@@ -214,8 +214,11 @@ def _hm(moment: Any) -> str:
 
 # Durations over time: a queue and job type's wait or run, its p50 and p95 as lines ----------
 
-LINES_WIDTH, LINES_HEIGHT = 320, 90
-"""A duration chart's plot area, in SVG units: four of them side by side fit a wide screen."""
+LINES_WIDTH, LINES_HEIGHT = 240, 90
+"""A duration chart's plot area, in SVG units: about as many as the pixels it takes, four
+side by side on a wide screen, so that its text keeps its size."""
+LINES_LEFT = 54
+"""Its left margin: room for a scale's label such as "1000 ms"."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,15 +241,18 @@ class Lines:
     label: str
     p50_path: str
     p95_path: str
+    p50_dots: str
+    p95_dots: str
+    """Each point as a dot (a path of round-capped marks), so that a slot alone shows."""
     slots: list[Slot]
     y_ticks: list[Tick]
     x_ticks: list[Tick]
     peak: timedelta
     width: int = LINES_WIDTH
     height: int = LINES_HEIGHT
-    left: int = LEFT
+    left: int = LINES_LEFT
     top: int = TOP
-    view_width: int = LEFT + LINES_WIDTH + RIGHT
+    view_width: int = LINES_LEFT + LINES_WIDTH + RIGHT
     view_height: int = TOP + LINES_HEIGHT + BOTTOM
 
     @property
@@ -254,9 +260,9 @@ class Lines:
         return any(slot.href for slot in self.slots)
 
 
-_UNITS = (("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001))
-"""The units of a duration scale, from the largest: a scale takes the largest its top
-reaches twice."""
+_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 0.001))
+"""The units of a duration scale, from the largest: a scale takes the largest its peak
+reaches."""
 
 
 def lines(
@@ -279,7 +285,7 @@ def lines(
     p50 = {n: getattr(t, f"{metric}_p50").total_seconds() for n, t in by_slot.items()}
     p95 = {n: getattr(t, f"{metric}_p95").total_seconds() for n, t in by_slot.items()}
     peak = max(p95.values(), default=0.0)
-    unit, size = next(((u, s) for u, s in _UNITS if peak >= 2 * s), _UNITS[-1])
+    unit, size = next(((u, s) for u, s in _UNITS if peak >= s), _UNITS[-1])
     scale_step = _nice(peak / size) * size if peak else size
     top = scale_step * max(1, math.ceil(peak / scale_step - 1e-9))
     slot_width = LINES_WIDTH / max(count, 1)
@@ -310,10 +316,14 @@ def lines(
         Tick(round(n * slot_width, 2), _hm(start + n * step) if n % every == 0 else "")
         for n in range(0, count, every)
     ]
+    p50_points = {x(n): y(v) for n, v in sorted(p50.items())}
+    p95_points = {x(n): y(v) for n, v in sorted(p95.items())}
     return Lines(
         label=label,
-        p50_path=_path({x(n): y(v) for n, v in sorted(p50.items())}, slot_width),
-        p95_path=_path({x(n): y(v) for n, v in sorted(p95.items())}, slot_width),
+        p50_path=_path(p50_points, slot_width),
+        p95_path=_path(p95_points, slot_width),
+        p50_dots=_dots(p50_points),
+        p95_dots=_dots(p95_points),
         slots=slots,
         y_ticks=y_ticks,
         x_ticks=x_ticks,
@@ -350,6 +360,11 @@ def _path(points: dict[float, float], slot_width: float) -> str:
     if alone:
         parts.append("h0.01")
     return "".join(parts)
+
+
+def _dots(points: dict[float, float]) -> str:
+    """A mark at each point, drawn as a dot by a round cap."""
+    return "".join(f"M{x} {y}h0.01" for x, y in points.items())
 
 
 def _scale_label(value: float, unit: str) -> str:
