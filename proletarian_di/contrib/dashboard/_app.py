@@ -553,9 +553,10 @@ class _Dashboard:
 
     async def timings(self, request: Request) -> Response:
         """Wait and run times of the last day, per queue and job type: over the day, then
-        hour by hour, `TIMINGS_PER_PAGE` pairs a page; each page read at most once every
-        `TIMINGS_TTL_S` per filter (ranking a day of the archive is the dearest read of the
-        dashboard, and the page refreshes itself)."""
+        hour by hour, `TIMINGS_PER_PAGE` pairs a page, under the last hour's throughput by
+        minute; filtered to one pair, its wait and run as charts by hour and by minute. Each
+        page read at most once every `TIMINGS_TTL_S` per filter (ranking a day of the
+        archive is the dearest read of the dashboard, and the page refreshes itself)."""
         user = await authenticated(self.auth, request)
         params = request.query_params
         queue, job_type = _value(params, "queue"), self._job_type(params)

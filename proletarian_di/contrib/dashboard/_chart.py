@@ -1,7 +1,8 @@
 """The throughput charts' geometry, for server-rendered SVG: the chart, one stacked bar
 (succeeded below, failed above) per bucket (an hour or a minute), with a scale of round
-numbers on the left and a tick at every bucket below; and a queue's sparkline of its last
-hour, a bar a minute."""
+numbers on the left and a tick at every bucket below, each bar a link to its jobs where
+given; a queue's sparkline of its last hour, a bar a minute; and the timings' duration
+charts (`lines`), a queue and job type's p50 and p95 over hours or minutes."""
 
 from __future__ import annotations
 
