@@ -60,6 +60,7 @@ SCREENS = (
     Screen("dashboard-errors", "/failed/errors"),
     Screen("dashboard-search", "/search?q=cus_003"),
     Screen("dashboard-timings", "/timings"),
+    Screen("dashboard-timing-charts", "/timings?queue=billing&job_type=charge_card"),
     Screen("dashboard-schedules", "/schedules"),
     Screen("dashboard-processes", "/processes"),
     Screen("dashboard-confirm", "/failed", press="Retry every failed job…"),

@@ -556,3 +556,34 @@ def test_a_read_the_database_stops_answering_midway_is_cut_at_the_deadline(backe
                 assert NOT_ANSWERING in page.text, (path, page.text)
         finally:
             proxy.flow()
+
+
+# 8. The processes page's idle reasons ------------------------------------------------------------
+
+
+def test_the_idle_reasons_read_a_bounded_number_of_rows(backend, counted):
+    """A queue of many due jobs, its oldest held as a running job's: the processes page
+    reads its first `DUE_PROBED` due rows, not the queue, to say why an idle thread is idle."""
+    from test_dashboard_processes import idle_row
+
+    from proletarian_di.admin.idle import DUE_PROBED
+
+    [oldest] = bulk(backend, 1, "big")
+    bulk(backend, 4 * admin.MAX_EXAMINED, "big")
+    idle_row(backend, "w-big", "big")
+    idle_row(backend, "w-empty", "empty")
+    client = TestClient(dashboard(counted))
+    with contextlib.closing(backend.connect()) as holder:
+        key = oldest.bytes if backend.name == "mysql" else oldest
+        holder.cursor().execute(
+            f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE", (key,)
+        )
+        counted.reads.reset()
+        page = client.get("/processes")
+        holder.rollback()
+    assert page.status_code == 200
+    assert counted.reads.statements <= 15, counted.reads.sql
+    # the due rows and their probe, the workers, and on MySQL the tables' column lists
+    assert counted.reads.rows <= 3 * DUE_PROBED < admin.MAX_EXAMINED, counted.reads.rows
+    assert 'data-idle="no_due_job"' in page.text.split('data-worker-id="w-empty"')[1]
+    assert "data-idle" not in page.text.split('data-worker-id="w-big"')[1].split("</table>")[0]

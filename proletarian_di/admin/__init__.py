@@ -15,7 +15,8 @@ Every name is importable from here; each module holds one concern:
   `queue_overview`, `throughput`, `last_hour`, `recent_failures`, `waiting`), the hourly
   sums they read (`hourly_sums`, `recount_hours`) and the schema checks (`check`,
   `missing_columns`).
-- `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`).
+- `timings`: how long jobs waited and ran (`timings`, `Timing`; `timings_page`, `TimingsPage`;
+  `last_hour_timings`, by minute).
 - `actions`: `retry_jobs`, `retry_failed`, `discard_failed`, `cancel_jobs`,
   `reschedule_jobs`, `in_batches`,
   and pausing and resuming queues.
@@ -26,6 +27,8 @@ Every name is importable from here; each module holds one concern:
   cause, the line with its variable parts taken out (`error_cause`).
 - `explain`: why a job is not running now (`explain_job`), and what holds each queue's
   due jobs back (`queue_holds`).
+- `idle`: why a queue's live workers' idle threads claim nothing now (`idle_reasons`,
+  `IdleReason`), on `queue_holds`.
 - `workflows`: `list_workflows`, `get_workflow` and `get_result`.
 - `workers`: the live workers (`list_workers`, `prune_workers`).
 - `schedules`: the periodic schedules (`list_schedules`), disabling, enabling and running
@@ -62,6 +65,7 @@ from .actions import resume_queue as resume_queue
 from .doctor import Finding, Thresholds, degraded, diagnose
 from .explain import Explanation, Hold, explain_job, queue_holds
 from .headline import HEADLINE_CHARS, MAX_ERRORS, error_cause, error_headline
+from .idle import IdleReason, idle_reasons
 from .jobs import (
     MAX_EXAMINED,
     MAX_LIMIT,
@@ -116,7 +120,7 @@ from .search import (
     id_fragment,
 )
 from .timings import MAX_HOURS as MAX_HOURS
-from .timings import Timing, TimingsPage, timings, timings_page
+from .timings import Timing, TimingsPage, last_hour_timings, timings, timings_page
 from .workers import STALE_AFTER, WorkerInfo, WorkerThread, list_workers, prune_workers
 from .workflows import (
     MAX_WORKFLOW_JOBS,
@@ -151,6 +155,7 @@ __all__ = [
     "Hold",
     "HourlyOutcomes",
     "HourlySums",
+    "IdleReason",
     "JobInfo",
     "JobPage",
     "JobSearch",
@@ -188,8 +193,10 @@ __all__ = [
     "get_workflow",
     "hourly_sums",
     "id_fragment",
+    "idle_reasons",
     "in_batches",
     "last_hour",
+    "last_hour_timings",
     "list_jobs",
     "list_jobs_page",
     "list_schedules",

@@ -281,6 +281,8 @@ def list_jobs_page(
     error: str | Sequence[str] | None = None,
     tables: Tables = DEFAULT_TABLES,
     serializer: Serializer | SerializerName | None = None,
+    finished_since: datetime | None = None,
+    finished_until: datetime | None = None,
 ) -> JobPage:
     """One page of `list_jobs` whose work is bounded, for pages anyone may load (a dashboard):
     it reads at most `max_examined` rows (at least `limit`) in a few statements, however
@@ -290,8 +292,17 @@ def list_jobs_page(
     `payload_chars`: read only the first this many characters of each payload (in SQL); a
     longer payload is that text, undecoded, with `payload_truncated` set. None: whole payloads.
     `error`: only jobs whose (last) error's first line is this (see `error_headline`).
+    `finished_since` <= finished_at < `finished_until`: archived jobs only, as `list_jobs`
+    (a bounded range of the archive's `finished_at` index, such as a chart's hour).
     """
-    query = _Query(_check_state(state), queue, job_type, error=_check_error(error))
+    query = _Query(
+        _check_state(state),
+        queue,
+        job_type,
+        finished_since=_moment(finished_since, "finished_since"),
+        finished_until=_moment(finished_until, "finished_until"),
+        error=_check_error(error),
+    )
     count, after = _check_limit(limit), _after(before)
     _check_positive(max_examined, "max_examined")
     if payload_chars is not None:

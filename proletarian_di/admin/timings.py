@@ -1,4 +1,5 @@
-"""How long jobs waited and ran, per queue, job type and clock hour (`timings`).
+"""How long jobs waited and ran, per queue, job type and clock hour (`timings`), or clock
+minute of the last hour (`last_hour_timings`).
 
 Read from the archive's rows that finished in the window (its `finished_at` index bounds the
 read), each job's last attempt: its wait from when it was due (`process_at`) to its start
@@ -23,6 +24,8 @@ from ._sql import _Where
 from .jobs import MAX_LIMIT
 
 HOUR = timedelta(hours=1)
+MINUTE = timedelta(minutes=1)
+LAST_HOUR_MINUTES = 60
 MAX_HOURS = 7 * 24
 """The longest window `admin.timings` reads."""
 
@@ -127,6 +130,26 @@ def timings_page(
     return TimingsPage(groups, shown[-1] if len(pairs) > per_page else None)
 
 
+def last_hour_timings(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    job_type: str | None = None,
+    now: datetime | None = None,
+    tables: Tables = DEFAULT_TABLES,
+) -> list[Timing]:
+    """How long the jobs that finished in the last hour waited and ran, as `timings` tells
+    it, per queue, job type and clock minute: the current minute so far and the 59 before it
+    (a minute in which none of theirs finished is left out); of one queue or job type if
+    given. One statement, through the archive's `finished_at` index over the hour."""
+    end = _utc(now or datetime.now(timezone.utc))
+    since = end.replace(second=0, microsecond=0) - (LAST_HOUR_MINUTES - 1) * MINUTE
+    window = _Window(
+        tables.archived_job_table, since, LAST_HOUR_MINUTES, queue, job_type, slot=MINUTE
+    )
+    return read(conn, dialect_of(conn, tables), window, True)
+
+
 def _window(
     conn: Connection, hours: int, now: datetime | None, tables: Tables
 ) -> tuple[Dialect, datetime]:
@@ -155,10 +178,12 @@ class _Window:
     job_type: str | None
     first: tuple[str, str] | None = None
     last: tuple[str, str] | None = None
+    slot: timedelta = HOUR
+    """How long a slot is: a clock hour, or a clock minute."""
 
     def where(self, dialect: Dialect, after: tuple[str, str] | None = None) -> _Where:
         """The conditions, past `after` if given."""
-        end = self.since + self.slots * HOUR
+        end = self.since + self.slots * self.slot
         where = _Where("started_at IS NOT NULL")
         where.add("finished_at >= %s", dialect.encode_time(self.since))
         where.add("finished_at < %s", dialect.encode_time(end))
@@ -189,7 +214,12 @@ def _pairs(
 def read(conn: Any, dialect: Dialect, window: _Window, per_hour: bool) -> list[Timing]:
     """The timings of the window's jobs, per clock hour (`per_hour`) or over the whole
     window, by queue, job type, then hour."""
-    slot = dialect.hours_since("finished_at") if per_hour else "0"
+    if not per_hour:
+        slot = "0"
+    elif window.slot == HOUR:
+        slot = dialect.hours_since("finished_at")
+    else:
+        slot = f"FLOOR({dialect.seconds_since('finished_at')} / {int(window.slot.total_seconds())})"
     wait = dialect.seconds_between("process_at", "started_at")
     run = dialect.seconds_between("started_at", "finished_at")
     where = window.where(dialect)
@@ -204,7 +234,7 @@ def read(conn: Any, dialect: Dialect, window: _Window, per_hour: bool) -> list[T
         (queue_name, type_name, int(number), int(jobs), *map(_seconds, seconds))
         for number, queue_name, type_name, jobs, *seconds in dialect.fetchall(conn, sql, params)
     )
-    return [Timing(row[0], row[1], window.since + row[2] * HOUR, *row[3:]) for row in rows]
+    return [Timing(row[0], row[1], window.since + row[2] * window.slot, *row[3:]) for row in rows]
 
 
 def _seconds(value: Any) -> timedelta:

@@ -40,7 +40,15 @@ from ...serializers import (
     jsonable,
 )
 from . import _chart
-from ._security import CSRF_COOKIE, CSRF_FIELD, Auth, Signer, authenticated, same_origin
+from ._security import (
+    CSRF_COOKIE,
+    CSRF_FIELD,
+    Auth,
+    Identity,
+    Signer,
+    authenticated,
+    same_origin,
+)
 
 Redact = Callable[[str, Any], Any]
 """`redact(job_type, payload) -> payload`: what the pages show of a job's payload."""
@@ -204,6 +212,10 @@ class _Timings:
     page: admin.TimingsPage
     read_at: datetime
     taken: float
+    minutes: list[admin.ThroughputBucket] = dataclasses.field(default_factory=list)
+    """The last hour's throughput by minute, of the queue filtered on, else of all."""
+    last_hour: list[admin.Timing] | None = None
+    """With a queue and a job type filtered on, their timings by minute of the last hour."""
 
 
 class _Dashboard:
@@ -311,7 +323,7 @@ class _Dashboard:
             page=page,
             previous=_url(here, page=number - 1 if number > 2 else None) if number > 1 else None,
             next=_url(here, page=number + 1) if number < page.pages else None,
-            chart=_chart.chart(page.last_day if page.total else []),
+            chart=_chart.chart(page.last_day if page.total else [], link=_finished(request)),
             sums=sums,
         )
 
@@ -360,8 +372,8 @@ class _Dashboard:
             workers=workers,
             missing=missing,
             rows=[(job, self.preview(job)) for job in failures],
-            minutes=_chart.chart(health.minutes, span="hour"),
-            day=_chart.chart(item.last_day),
+            minutes=_chart.chart(health.minutes, span="hour", link=_finished(request, name)),
+            day=_chart.chart(item.last_day, link=_finished(request, name)),
         )
 
     def _queue(self, conn: Any, name: str) -> tuple[Any, ...]:
@@ -402,7 +414,11 @@ class _Dashboard:
             "job_type": self._job_type(params),
             "state": "failed" if section == "failed" else _state(_value(params, "state")),
             "error": _value(params, "error"),
+            "finished_since": _value(params, "finished_since"),
+            "finished_until": _value(params, "finished_until"),
         }
+        since = _moment(filters["finished_since"], "finished_since")
+        until = _moment(filters["finished_until"], "finished_until")
         limit, before = _limit(_value(params, "limit")), _value(params, "before")
         page = await self.read(
             lambda conn: admin.list_jobs_page(
@@ -416,6 +432,8 @@ class _Dashboard:
                 error=filters["error"],
                 tables=self.tables,
                 serializer=self.serializer,
+                finished_since=since,
+                finished_until=until,
             )
         )
         shown = {**filters, "state": None} if section == "failed" else filters
@@ -433,6 +451,7 @@ class _Dashboard:
             section=section,
             rows=rows,
             filters=filters,
+            finished=(since, until) if since or until else None,
             older=older,
             partial=page.partial,
             examined=page.examined,
@@ -534,9 +553,10 @@ class _Dashboard:
 
     async def timings(self, request: Request) -> Response:
         """Wait and run times of the last day, per queue and job type: over the day, then
-        hour by hour, `TIMINGS_PER_PAGE` pairs a page; each page read at most once every
-        `TIMINGS_TTL_S` per filter (ranking a day of the archive is the dearest read of the
-        dashboard, and the page refreshes itself)."""
+        hour by hour, `TIMINGS_PER_PAGE` pairs a page, under the last hour's throughput by
+        minute; filtered to one pair, its wait and run as charts by hour and by minute. Each
+        page read at most once every `TIMINGS_TTL_S` per filter (ranking a day of the
+        archive is the dearest read of the dashboard, and the page refreshes itself)."""
         user = await authenticated(self.auth, request)
         params = request.query_params
         queue, job_type = _value(params, "queue"), self._job_type(params)
@@ -544,17 +564,11 @@ class _Dashboard:
         key = (queue, job_type, after)
         kept = self.timings_read.get(key)
         if kept is None or time.monotonic() - kept.taken > TIMINGS_TTL_S:
-            page = await self.read(
-                lambda conn: admin.timings_page(
-                    conn,
-                    after=after,
-                    per_page=TIMINGS_PER_PAGE,
-                    queue=queue,
-                    job_type=job_type,
-                    tables=self.tables,
-                )
+            now = datetime.now(timezone.utc)
+            page, minutes, last_hour = await self.read(
+                lambda conn: self._timings(conn, queue, job_type, after, now)
             )
-            kept = _Timings(page, datetime.now(timezone.utc), time.monotonic())
+            kept = _Timings(page, now, time.monotonic(), minutes, last_hour)
             self.timings_read.pop(key, None)
             while len(self.timings_read) >= TIMINGS_KEPT:
                 del self.timings_read[next(iter(self.timings_read))]
@@ -568,6 +582,8 @@ class _Dashboard:
             section="timings",
             groups=kept.page.groups,
             read_at=kept.read_at,
+            minutes=_chart.chart(kept.minutes, span="hour", link=_finished(request, queue)),
+            charts=self._timing_charts(request, kept) if queue and job_type else None,
             filters={"queue": queue, "job_type": job_type},
             next=following
             and _url(
@@ -579,6 +595,57 @@ class _Dashboard:
             ),
             first_page=_url(here, queue=queue, job_type=job_type) if after else None,
         )
+
+    def _timings(
+        self,
+        conn: Any,
+        queue: str | None,
+        job_type: str | None,
+        after: Pair | None,
+        now: datetime,
+    ) -> tuple[admin.TimingsPage, list[admin.ThroughputBucket], list[admin.Timing] | None]:
+        """A timings page, the last hour's throughput by minute, and with one queue and job
+        type, their last hour's timings by minute."""
+        page = admin.timings_page(
+            conn,
+            after=after,
+            per_page=TIMINGS_PER_PAGE,
+            queue=queue,
+            job_type=job_type,
+            now=now,
+            tables=self.tables,
+        )
+        end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        minutes = admin.throughput(
+            conn, hours=1, buckets=60, queue=queue, now=end, tables=self.tables
+        )
+        last_hour = None
+        if queue is not None and job_type is not None:
+            last_hour = admin.last_hour_timings(
+                conn, queue=queue, job_type=job_type, now=now, tables=self.tables
+            )
+        return page, minutes, last_hour
+
+    def _timing_charts(self, request: Request, kept: _Timings) -> list[_chart.Lines]:
+        """The charts of the one queue and job type shown: wait and run over the day by
+        hour, then over the last hour by minute; each slot a link to its jobs."""
+        if not kept.page.groups:
+            return []
+        whole, hours = kept.page.groups[0]
+        link = _finished(request, whole.queue, whole.job_type)
+        day_start = kept.read_at.replace(minute=0, second=0, microsecond=0) - timedelta(hours=23)
+        hour_start = kept.read_at.replace(second=0, microsecond=0) - timedelta(minutes=59)
+        minute = timedelta(minutes=1)
+        return [
+            _chart.lines(hours, "wait", day_start, 24, timedelta(hours=1), "Wait, by hour", link),
+            _chart.lines(hours, "run", day_start, 24, timedelta(hours=1), "Run, by hour", link),
+            _chart.lines(
+                kept.last_hour or [], "wait", hour_start, 60, minute, "Wait, by minute", link
+            ),
+            _chart.lines(
+                kept.last_hour or [], "run", hour_start, 60, minute, "Run, by minute", link
+            ),
+        ]
 
     async def workflows(self, request: Request) -> Response:
         """The newest workflows, `WORKFLOWS_PER_PAGE` a page, with their jobs' states
@@ -635,8 +702,21 @@ class _Dashboard:
 
     async def processes(self, request: Request) -> Response:
         """The worker processes connected now, by host and process, the stale ones apart:
-        each worker's threads and the jobs they run."""
-        return await self._table_page(request, "processes", admin.list_workers)
+        each worker's threads and the jobs they run, and why the idle ones are idle, where
+        that is known (`admin.idle_reasons`)."""
+        return await self._table_page(request, "processes", admin.list_workers, self._idle)
+
+    def _idle(self, conn: Any, workers: list[admin.WorkerInfo]) -> dict[str, Any]:
+        """Why the running workers' idle threads are idle (`idle`, by queue), for the first
+        `QUEUES_PER_PAGE` queues that have one."""
+        queues = [
+            queue
+            for worker in workers
+            if worker.state == "running" and worker.busy < len(worker.threads)
+            for queue in worker.queues
+        ]
+        shown = list(dict.fromkeys(queues))[:QUEUES_PER_PAGE]
+        return {"idle": admin.idle_reasons(conn, shown, tables=self.tables)}
 
     async def health(self, request: Request) -> Response:
         """The queue's own health (`admin.diagnose`): a few statements on the database's
@@ -644,18 +724,28 @@ class _Dashboard:
         return await self._table_page(request, "health", admin.diagnose)
 
     async def _table_page(
-        self, request: Request, section: str, query: Callable[..., list[Any]]
+        self,
+        request: Request,
+        section: str,
+        query: Callable[..., list[Any]],
+        more: Callable[[Any, list[Any]], dict[str, Any]] | None = None,
     ) -> Response:
         """A page listing what `query` reads from a table of its own (`<section>.html`, the
-        rows as `rows`), or why there is none: `missing`, when the table is not there."""
+        rows as `rows`), or why there is none: `missing`, when the table is not there.
+        `more(conn, rows)` reads what else the page shows, on the same connection."""
         user = await authenticated(self.auth, request)
         missing: str | None = None
+
+        def read(conn: Any) -> tuple[list[Any], dict[str, Any]]:
+            rows = query(conn, tables=self.tables)
+            return rows, more(conn, rows) if more else {}
+
         try:
-            found = await self.read(lambda conn: query(conn, tables=self.tables))
+            found, extra = await self.read(read)
         except SchemaError as exc:
-            found, missing = [], str(exc)
-        extra: dict[str, Any] = {}
+            found, extra, missing = [], {}, str(exc)
         if section == "processes":
+            extra.setdefault("idle", {})
             live = [w for w in found if w.state != "stale"]
             hosts: dict[str, list[_Process]] = {}
             for process in _processes(live):
@@ -699,20 +789,32 @@ class _Dashboard:
 
     # Actions ---------------------------------------------------------------------------------
 
-    async def actor(self, request: Request) -> tuple[str, FormData]:
+    async def actor(self, request: Request) -> tuple[Identity, FormData]:
         """The user allowed to act, and the form: 403 when read-only, 401 without a user,
-        403 from another site or without the form's CSRF token."""
+        403 from another site, for a viewer (logged: `dashboard_action_refused`), or without
+        the form's CSRF token."""
         if not self.actions:
             raise HTTPException(403, "this dashboard is read-only: actions are not enabled")
         user = await authenticated(self.auth, request)
+        if user is None:  # actions need an auth hook: never so
+            raise HTTPException(401, "sign in: this dashboard needs an authenticated user")
         if not same_origin(request):
             raise HTTPException(403, "refused: the request comes from another site")
+        if not user.operator:
+            action = _here(request).partition("?")[0].strip("/")
+            refused = {"user": user.user, "role": user.role, "action": action}
+            self._log("dashboard_action_refused", refused)
+            raise HTTPException(
+                403,
+                f"refused: {user.user} is a {user.role}, who sees every page and changes "
+                "nothing; ask an operator to do it",
+            )
         form = await request.form()
-        if not self.signer.csrf_valid(request, user, form.get(CSRF_FIELD)):
+        if not self.signer.csrf_valid(request, user.user, form.get(CSRF_FIELD)):
             raise HTTPException(
                 403, "refused: the form's CSRF token is missing or wrong; reload the page and retry"
             )
-        return user or "", form
+        return user, form
 
     async def retry(self, request: Request) -> Response:
         return await self._on_jobs(request, "retry")
@@ -770,7 +872,7 @@ class _Dashboard:
         count = before + moved
         selection = chosen.logged(expected)
         if left:
-            data = {"user": user, "action": action, **selection, "count": moved, "left": left}
+            data = {"user": user.user, "action": action, **selection, "count": moved, "left": left}
             self._log("dashboard_action_step", data)
             return self.render(
                 request,
@@ -859,14 +961,15 @@ class _Dashboard:
         self,
         request: Request,
         form: FormData,
-        user: str,
+        user: Identity,
         action: str,
         selection: dict[str, Any],
         count: int,
         message: str,
     ) -> Response:
         """Log the action, then send the browser back to its page with a flash message."""
-        self._log("dashboard_action", {"user": user, "action": action, **selection, "count": count})
+        data = {"user": user.user, "action": action, **selection, "count": count}
+        self._log("dashboard_action", data)
         base = _base(request)
         response = RedirectResponse(base + _back(form), 303)
         response.set_cookie(
@@ -891,7 +994,7 @@ class _Dashboard:
     def render(
         self,
         request: Request,
-        user: str | None,
+        user: Identity | None,
         template: str,
         status: int = 200,
         headers: Mapping[str, str] | None = None,
@@ -899,18 +1002,21 @@ class _Dashboard:
         **context: Any,
     ) -> HTMLResponse:
         """A page, with the CSRF cookie set when the browser has none, and the flash message
-        shown once (a refresh leaves it for the page it belongs to)."""
+        shown once (a refresh leaves it for the page it belongs to). Its action controls are
+        there only for an operator of a dashboard with actions."""
         base = _base(request)
         nonce, new = self.signer.nonce(request)
         refreshing = request.headers.get(REFRESH_HEADER) == "1"
         flash_cookie = None if refreshing else request.cookies.get(FLASH_COOKIE)
+        name = None if user is None else user.user
         html = self.templates.get_template(template).render(
             base=base,
             here=_here(request),
-            actions=self.actions,
-            user=user,
+            actions=self.actions and (user is None or user.operator),
+            user=name,
+            role=None if user is None else user.role,
             csrf_field=CSRF_FIELD,
-            csrf=self.signer.csrf_token(nonce, user),
+            csrf=self.signer.csrf_token(nonce, name),
             refresh_s=self.refresh_s if refresh else 0,
             flash=flash_cookie and self.signer.unsign(flash_cookie),
             now=datetime.now(timezone.utc),
@@ -1013,6 +1119,20 @@ def _after(params: Mapping[str, Any]) -> Pair | None:
     if (queue is None) != (job_type is None):
         raise HTTPException(400, "after_queue and after_job_type go together: give both or neither")
     return None if queue is None or job_type is None else (queue, job_type)
+
+
+def _moment(text: str | None, name: str) -> datetime | None:
+    """A time filter: an ISO 8601 date and time, UTC unless it says its offset."""
+    if text is None:
+        return None
+    given = text.strip()
+    try:
+        at = datetime.fromisoformat(given[:-1] + "+00:00" if given.endswith("Z") else given)
+    except ValueError:
+        raise HTTPException(
+            400, f"{name} {text!r} is not a date and time: give one as 2026-05-01T09:00:00Z"
+        ) from None
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
 
 
 def _job_id(text: str) -> uuid.UUID:
@@ -1338,6 +1458,30 @@ def _here(request: Request) -> str:
         path = path[len(root) :] or "/"
     query = request.url.query
     return f"{path}?{query}" if query else path
+
+
+def _finished(
+    request: Request, queue: str | None = None, job_type: str | None = None
+) -> _chart.Link:
+    """The link of a chart's bar: the jobs (of `queue` and `job_type`) that finished in its
+    bucket."""
+    path = f"{_base(request)}/jobs"
+
+    def link(start: datetime, end: datetime) -> str:
+        return _url(
+            path,
+            queue=queue,
+            job_type=job_type,
+            finished_since=_iso(start),
+            finished_until=_iso(end),
+        )
+
+    return link
+
+
+def _iso(moment: datetime) -> str:
+    """A time for a link: UTC, to the second, `Z` for its zone."""
+    return f"{moment.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S}Z"
 
 
 def _url(path: str, **params: Any) -> str:

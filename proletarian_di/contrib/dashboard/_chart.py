@@ -1,14 +1,15 @@
 """The throughput charts' geometry, for server-rendered SVG: the chart, one stacked bar
 (succeeded below, failed above) per bucket (an hour or a minute), with a scale of round
-numbers on the left and a tick at every bucket below; and a queue's sparkline of its last
-hour, a bar a minute."""
+numbers on the left and a tick at every bucket below, each bar a link to its jobs where
+given; a queue's sparkline of its last hour, a bar a minute; and the timings' duration
+charts (`lines`), a queue and job type's p50 and p95 over hours or minutes."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from datetime import timedelta, timezone
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ...admin import QueueOverview, ThroughputBucket
@@ -34,6 +35,8 @@ class Bar:
     failed_y: float
     failed_height: float
     title: str
+    href: str | None = None
+    """Where the bar leads: the jobs that finished in its bucket."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Chart:
     start: str
     succeeded: int
     failed: int
+    linked: bool = False
+    """Whether its bars are links to their jobs."""
     unit: str = "hour"
     """What a bar covers: "hour" or "minute"."""
     span: str = "24 hours"
@@ -88,9 +93,16 @@ def nice_step(peak: int, steps: int = Y_TICKS) -> int:
     return 10 * power  # pragma: no cover - the loop always returns
 
 
-def chart(buckets: Sequence[ThroughputBucket], span: str = "24 hours") -> Chart:
+Link = Callable[[datetime, datetime], str]
+"""`link(start, end)`: the URL of the jobs that finished from `start` until `end`."""
+
+
+def chart(
+    buckets: Sequence[ThroughputBucket], span: str = "24 hours", link: Link | None = None
+) -> Chart:
     """The chart of throughput buckets (oldest first), as `summed`, `admin.throughput` or
-    `admin.last_hour` gives them, covering `span` (in words)."""
+    `admin.last_hour` gives them, covering `span` (in words); each bar a link to its jobs
+    with `link`."""
     step = buckets[1].start - buckets[0].start if len(buckets) > 1 else timedelta(hours=1)
     per = "minute" if step < timedelta(hours=1) else "hour"
     peak = max((b.succeeded + b.failed for b in buckets), default=0)
@@ -111,6 +123,7 @@ def chart(buckets: Sequence[ThroughputBucket], span: str = "24 hours") -> Chart:
                 failed_height=round(failed, 2),
                 title=f"{_hm(bucket.start)} to {_hm(bucket.start + step)} UTC: "
                 f"{bucket.succeeded} succeeded, {bucket.failed} failed",
+                href=link(bucket.start, bucket.start + step) if link else None,
             )
         )
     y_ticks = [
@@ -129,6 +142,7 @@ def chart(buckets: Sequence[ThroughputBucket], span: str = "24 hours") -> Chart:
         start=_hm(buckets[0].start) if buckets else "",
         succeeded=sum(b.succeeded for b in buckets),
         failed=sum(b.failed for b in buckets),
+        linked=link is not None,
         unit=per,
         span=span,
         y_ticks=y_ticks,
@@ -197,3 +211,173 @@ def _count(value: int) -> str:
 
 def _hm(moment: Any) -> str:
     return f"{moment.astimezone(timezone.utc):%H:%M}"
+
+
+# Durations over time: a queue and job type's wait or run, its p50 and p95 as lines ----------
+
+LINES_WIDTH, LINES_HEIGHT = 240, 90
+"""A duration chart's plot area, in SVG units: about as many as the pixels it takes, four
+side by side on a wide screen, so that its text keeps its size."""
+LINES_LEFT = 54
+"""Its left margin: room for a scale's label such as "1000 ms"."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """A slot of a duration chart in which jobs finished: where it lies, its tooltip, and
+    the link to those jobs."""
+
+    x: float
+    width: float
+    title: str
+    href: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Lines:
+    """A duration's 50th and 95th percentiles over time slots (hours or minutes), each as
+    one SVG path (a slot without a finished job is a gap), over a scale of round durations;
+    a slot with jobs is a hover area with its figures (and a link to its jobs)."""
+
+    label: str
+    p50_path: str
+    p95_path: str
+    p50_dots: str
+    p95_dots: str
+    """Each point as a dot (a path of round-capped marks), so that a slot alone shows."""
+    slots: list[Slot]
+    y_ticks: list[Tick]
+    x_ticks: list[Tick]
+    peak: timedelta
+    width: int = LINES_WIDTH
+    height: int = LINES_HEIGHT
+    left: int = LINES_LEFT
+    top: int = TOP
+    view_width: int = LINES_LEFT + LINES_WIDTH + RIGHT
+    view_height: int = TOP + LINES_HEIGHT + BOTTOM
+
+    @property
+    def linked(self) -> bool:
+        return any(slot.href for slot in self.slots)
+
+
+_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 0.001))
+"""The units of a duration scale, from the largest: a scale takes the largest its peak
+reaches."""
+
+
+def lines(
+    timings: Sequence[Any],
+    metric: str,
+    start: datetime,
+    count: int,
+    step: timedelta,
+    label: str,
+    link: Link | None = None,
+) -> Lines:
+    """The chart of `metric` ("wait" or "run") of `admin.Timing`s of one queue and job type,
+    over `count` slots of `step` from `start` (each Timing in the slot its start falls in),
+    described by `label`; each slot with jobs a link to them with `link`."""
+    by_slot: dict[int, Any] = {}
+    for timing in timings:
+        n = int((timing.start - start) / step)
+        if 0 <= n < count:
+            by_slot[n] = timing
+    p50 = {n: getattr(t, f"{metric}_p50").total_seconds() for n, t in by_slot.items()}
+    p95 = {n: getattr(t, f"{metric}_p95").total_seconds() for n, t in by_slot.items()}
+    peak = max(p95.values(), default=0.0)
+    unit, size = next(((u, s) for u, s in _UNITS if peak >= s), _UNITS[-1])
+    scale_step = _nice(peak / size) * size if peak else size
+    top = scale_step * max(1, math.ceil(peak / scale_step - 1e-9))
+    slot_width = LINES_WIDTH / max(count, 1)
+
+    def y(seconds: float) -> float:
+        return round(LINES_HEIGHT - seconds / top * LINES_HEIGHT, 2)
+
+    def x(n: int) -> float:
+        return round(n * slot_width + slot_width / 2, 2)
+
+    slots = [
+        Slot(
+            x=round(n * slot_width, 2),
+            width=round(slot_width, 2),
+            title=f"{_hm(t.start)} to {_hm(t.start + step)} UTC: {t.jobs} job"
+            f"{'' if t.jobs == 1 else 's'}, {metric} p50 {_seconds(p50[n])}, "
+            f"p95 {_seconds(p95[n])}",
+            href=link(t.start, t.start + step) if link else None,
+        )
+        for n, t in sorted(by_slot.items())
+    ]
+    steps = round(top / scale_step)
+    y_ticks = [
+        Tick(y(k * scale_step), _scale_label(k * scale_step / size, unit)) for k in range(steps + 1)
+    ]
+    every = max(1, math.ceil(count / 4))
+    x_ticks = [
+        Tick(round(n * slot_width, 2), _hm(start + n * step) if n % every == 0 else "")
+        for n in range(0, count, every)
+    ]
+    p50_points = {x(n): y(v) for n, v in sorted(p50.items())}
+    p95_points = {x(n): y(v) for n, v in sorted(p95.items())}
+    return Lines(
+        label=label,
+        p50_path=_path(p50_points, slot_width),
+        p95_path=_path(p95_points, slot_width),
+        p50_dots=_dots(p50_points),
+        p95_dots=_dots(p95_points),
+        slots=slots,
+        y_ticks=y_ticks,
+        x_ticks=x_ticks,
+        peak=timedelta(seconds=peak),
+    )
+
+
+def _nice(peak: float, steps: int = Y_TICKS) -> float:
+    """The smallest round step (1, 2 or 5 times a power of ten, fractions too) that reaches
+    `peak` in at most `steps` steps."""
+    power = 10.0 ** math.floor(math.log10(peak / steps))
+    for factor in (1, 2, 5, 10):
+        if factor * power * steps >= peak * (1 - 1e-9):
+            return factor * power
+    return 10 * power  # pragma: no cover - the loop always returns
+
+
+def _path(points: dict[float, float], slot_width: float) -> str:
+    """An SVG path through the points (x to y) whose slots are next to each other, a gap
+    where slots are missing; a point alone is a dot (drawn with round caps)."""
+    parts: list[str] = []
+    previous: float | None = None
+    alone = False
+    for x, y in points.items():
+        if previous is not None and abs(x - previous - slot_width) < 0.01:
+            parts.append(f"L{x} {y}")
+            alone = False
+        else:
+            if alone:
+                parts.append("h0.01")
+            parts.append(f"M{x} {y}")
+            alone = True
+        previous = x
+    if alone:
+        parts.append("h0.01")
+    return "".join(parts)
+
+
+def _dots(points: dict[float, float]) -> str:
+    """A mark at each point, drawn as a dot by a round cap."""
+    return "".join(f"M{x} {y}h0.01" for x, y in points.items())
+
+
+def _scale_label(value: float, unit: str) -> str:
+    return f"{value:g} {unit}"
+
+
+def _seconds(seconds: float) -> str:
+    """A duration for a tooltip: 12 ms, 4.25 s, 3.5 min, 2.0 h."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -5,39 +5,71 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 import inspect
 import re
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-Auth = Callable[[Request], "str | Awaitable[str | None] | None"]
-"""Returns the signed-in user's name, or None (401); may raise `HTTPException` itself."""
+Role = Literal["viewer", "operator"]
+"""What a user may do: a viewer sees every page and changes nothing, an operator acts."""
+ROLES: tuple[Role, ...] = get_args(Role)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """Who signed in and their role, as an auth hook may return it (`Identity("ann",
+    "viewer")`); a hook that returns a plain name makes that user an operator."""
+
+    user: str
+    role: Role = "operator"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.user, str) or not self.user:
+            raise ValueError(f"Identity needs a user name, got {self.user!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+
+    @property
+    def operator(self) -> bool:
+        """Whether this user may act (when the dashboard's actions are on)."""
+        return self.role == "operator"
+
+
+Auth = Callable[[Request], "str | Identity | Awaitable[str | Identity | None] | None"]
+"""Returns the signed-in user's name (an operator) or `Identity`, or None (401); may raise
+`HTTPException` itself."""
 
 CSRF_COOKIE = "proletarian_dashboard_csrf"
 CSRF_FIELD = "csrf_token"
 _NONCE = re.compile(r"[A-Za-z0-9_-]{32,64}")
 
 
-def basic_auth(user: str, password: str, *, realm: str = "proletarian-di dashboard") -> Auth:
+def basic_auth(
+    user: str, password: str, *, realm: str = "proletarian-di dashboard", role: Role = "operator"
+) -> Auth:
     """An auth hook for one user with a password over HTTP basic auth (compared in constant
-    time); a wrong or missing one gets 401 with a challenge, so that a browser asks for it."""
+    time), signed in with `role`; a wrong or missing one gets 401 with a challenge, so that a
+    browser asks for it."""
     if not user or not password:
         raise ValueError("basic_auth needs a user name and a password")
+    identity = Identity(user, role)
     expected = (user.encode(), password.encode())
     challenge = {"WWW-Authenticate": f'Basic realm="{realm}", charset="UTF-8"'}
 
-    def check(request: Request) -> str:
+    def check(request: Request) -> Identity:
         given = _credentials(request.headers.get("authorization", ""))
         same_user = secrets.compare_digest(given[0], expected[0])
         same_password = secrets.compare_digest(given[1], expected[1])
         if same_user and same_password:
-            return user
+            return identity
         raise HTTPException(401, "sign in: this dashboard needs a user and password", challenge)
 
     return check
@@ -56,16 +88,24 @@ def _credentials(header: str) -> tuple[bytes, bytes]:
     return user, password
 
 
-async def authenticated(auth: Auth | None, request: Request) -> str | None:
-    """The user the hook names (None without a hook); 401 when the hook names nobody."""
+async def authenticated(auth: Auth | None, request: Request) -> Identity | None:
+    """Who the hook names (None without a hook), a plain name as an operator; 401 when the
+    hook names nobody. A hook that returns anything else is a bug of the application: a
+    `TypeError` (a 500, the page telling nothing of it)."""
     if auth is None:
         return None
-    user = auth(request)
-    if inspect.isawaitable(user):
-        user = await user
-    if not user:
+    found = auth(request)
+    if inspect.isawaitable(found):
+        found = await found
+    if not found:
         raise HTTPException(401, "sign in: this dashboard needs an authenticated user")
-    return str(user)
+    if isinstance(found, Identity):
+        return found
+    if isinstance(found, str):
+        return Identity(found)
+    raise TypeError(
+        f"the dashboard's auth hook must return a user name, an Identity or None, got {found!r}"
+    )
 
 
 class Signer:
