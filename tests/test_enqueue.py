@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -18,6 +19,7 @@ from proletarian_di import (
     enqueue_many,
     process_next_job,
 )
+from proletarian_di.job_ids import uuid7
 from proletarian_di.schema import install_schema, schema_sql
 
 from backends import as_uuid, enqueue_committed
@@ -295,3 +297,23 @@ def test_mysql_the_largest_payload_that_fits_max_allowed_packet_is_enqueued(mysq
     stored = mysql_backend.query(f"SELECT job_id, LENGTH(payload) FROM {mysql_backend.job_table}")
     assert {as_uuid(job_id) for job_id, _ in stored} == set(ids)
     assert sorted(length for _, length in stored) == [1, len(fits) + 2, len(fits) + 2]
+
+
+def test_job_ids_made_in_one_millisecond_keep_their_order() -> None:
+    """UUIDv7 ids from four threads at once: all distinct, every thread's in the order it
+    made them (most share a millisecond), version 7 with the RFC's variant."""
+    made: dict[int, list[uuid.UUID]] = {}
+
+    def make(n: int) -> None:
+        made[n] = [uuid7() for _ in range(20_000)]
+
+    threads = [threading.Thread(target=make, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [job_id for ids in made.values() for job_id in ids]
+    assert len(set(every)) == len(every) == 80_000
+    assert all(ids == sorted(ids) for ids in made.values())
+    assert {(i.version, i.variant) for i in every} == {(7, uuid.RFC_4122)}
+    assert len({i.int >> 80 for i in every}) < len(every) / 10  # many in one millisecond
