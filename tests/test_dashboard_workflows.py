@@ -17,7 +17,7 @@ import test_dashboard_bounds as bounds_tests
 from test_admin_workflows import boom, diamond, ok
 
 from proletarian_di import Workflow, admin, process_next_job
-from proletarian_di.contrib.dashboard import _app, dashboard
+from proletarian_di.contrib.dashboard import _app, _graph, dashboard
 
 from backends import Backend, as_uuid, connection
 
@@ -234,3 +234,27 @@ def test_the_workflow_page_reads_as_many_statements_whatever_its_size(backend, c
         reads.append(counted.reads.statements)
         assert counted.reads.rows <= 5 * size + 25, counted.reads.sql
     assert reads[0] == reads[1], counted.reads.sql
+
+
+def test_a_long_job_type_is_cut_in_its_box_and_whole_in_its_name(
+    backend: Backend, pool: Any
+) -> None:
+    long = "reconcile_every_ledger_entry_of_the_month"
+    wf = Workflow("long")
+    first = wf.add(long, {"n": 1}, queue="gl")
+    wf.add("step", {"n": 2}, after=[first], queue="gl")
+    with connection(backend) as conn:
+        workflow_id = wf.enqueue(conn)
+        conn.commit()
+    page = TestClient(dashboard(pool)).get(f"/workflows/{workflow_id}").text
+    box = re.search(
+        rf'<a class="node[^"]*"[^>]*data-job-id="{first.job_id}"[^>]*'
+        r'aria-label="([^"]*)">(.*?)</a>',
+        page,
+        re.S,
+    )
+    assert box is not None, page
+    assert box.group(1) == f"{long}, queued, job {first.job_id}"
+    shown = re.search(r'<text class="type"[^>]*>([^<]*)</text>', box.group(2))
+    assert shown is not None and shown.group(1) == long[: _graph.TYPE_CHARS - 1] + "…"
+    assert f"<title>{long}: queued ({first.job_id})</title>" in box.group(2)
