@@ -47,17 +47,20 @@ VIEWPORT = {"width": 1280, "height": 800}
 @dataclass(frozen=True)
 class Screen:
     """A page of the dashboard: its images' name in docs/images/, its path under the
-    dashboard (`{job}` is a failed job's id), and the button to press or the link to follow
-    there first when the page is what a form or a link leads to."""
+    dashboard (`{job}` is a failed job's id), the button to press or the link to follow
+    there first when the page is what a form or a link leads to, and whether a viewer sees
+    it (read-only) rather than an operator."""
 
     image: str
     path: str
     press: str | None = None
     follow: str | None = None
+    viewer: bool = False
 
-    def url(self, base: str, job: uuid.UUID) -> str:
-        """Where the page is, on the dashboard at `base`."""
-        return base + self.path.format(job=job)
+    def url(self, site: str, job: uuid.UUID) -> str:
+        """Where the page is, on the site at `site` that serves the operator's dashboard
+        under /admin and the viewer's under /viewer (`boards`)."""
+        return site + ("/viewer" if self.viewer else "/admin") + self.path.format(job=job)
 
 
 SCREENS = (
@@ -76,6 +79,7 @@ SCREENS = (
     Screen("dashboard-schedules", "/schedules"),
     Screen("dashboard-processes", "/processes"),
     Screen("dashboard-health", "/health"),
+    Screen("dashboard-viewer", "/failed", viewer=True),
 )
 
 
@@ -285,10 +289,31 @@ def _wait(predicate: Callable[[], Any], what: str, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-def open_screen(page: Any, screen: Screen, base: str, job: uuid.UUID) -> None:
-    """Go to the screen's page in the Playwright `page`, pressing its button or following
-    its link if it has one."""
-    page.goto(screen.url(base, job))
+def boards(pool: Any, **options: Any) -> Any:
+    """The app the screens are taken from: the dashboard with actions under /admin for
+    `USER` as an operator, and under /viewer for `USER` as a viewer (read-only)."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from proletarian_di.contrib.dashboard import basic_auth, dashboard
+
+    return Starlette(
+        routes=[
+            Mount(
+                f"/{path}",
+                dashboard(
+                    pool, actions=True, auth=basic_auth(USER, PASSWORD, role=role), **options
+                ),
+            )
+            for path, role in (("admin", "operator"), ("viewer", "viewer"))
+        ]
+    )
+
+
+def open_screen(page: Any, screen: Screen, site: str, job: uuid.UUID) -> None:
+    """Go to the screen's page in the Playwright `page` (on the site of `boards`), pressing
+    its button or following its link if it has one."""
+    page.goto(screen.url(site, job))
     if screen.press:
         page.get_by_role("button", name=screen.press).click()
         page.wait_for_load_state()
@@ -304,8 +329,8 @@ def shoot(
     screens: tuple[Screen, ...],
     looks: tuple[Look, ...] = LOOKS,
 ) -> list[Path]:
-    """Write a PNG of each screen of the dashboard at `base` to `folder`, in each look: the
-    whole page, down to `MAX_HEIGHT`."""
+    """Write a PNG of each screen of the site at `base` (`boards`) to `folder`, in each
+    look: the whole page, down to `MAX_HEIGHT`."""
     from playwright.sync_api import sync_playwright
 
     written = []
@@ -343,7 +368,6 @@ def optimise(paths: list[Path]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from proletarian_di.contrib.dashboard import basic_auth, dashboard
     from proletarian_di.embedded import embedded_postgres
 
     parser = argparse.ArgumentParser(prog="python -m bench.screenshots", description=__doc__)
@@ -360,8 +384,7 @@ def main(argv: list[str] | None = None) -> None:
         pool = db.pool(8)
         try:
             job = busy_day(db, pool)
-            board = dashboard(pool, actions=True, auth=basic_auth(USER, PASSWORD))
-            with serve(board) as base, idle_workers(db, pool):
+            with serve(boards(pool)) as base, idle_workers(db, pool):
                 written = shoot(base, job, args.out, screens)
             optimise(written)
             for path in written:
