@@ -114,5 +114,5 @@
             contrast: seen};
   };
 
-  window.a11y = {audit, targets, ring};
+  window.a11y = {audit, targets, ring, rgba, contrast};
 })();

@@ -19,8 +19,8 @@ import pytest
 import test_dashboard_browser as browser_tests
 from playwright.sync_api import Page, expect
 
-from backends import Backend
-from bench.screenshots import SCREENS, Screen, busy_day, open_screen
+from backends import Backend, Events
+from bench.screenshots import SCREENS, Screen, boards, busy_day, open_screen, serve
 
 pytestmark = pytest.mark.db
 
@@ -30,8 +30,13 @@ page = browser_tests.page
 
 @pytest.fixture(scope="module")
 def served(postgresql_backend: Backend) -> Iterator[browser_tests.Site]:
-    with browser_tests.serving(postgresql_backend) as site:
-        yield site
+    """The dashboards the screenshots are taken from (`boards`): an operator's, a viewer's."""
+    pool = postgresql_backend.pool(4)
+    try:
+        with serve(boards(pool, refresh_s=0.5)) as url:
+            yield browser_tests.Site(postgresql_backend, pool, url, Events())
+    finally:
+        pool.close()
 
 
 CHECKS = (Path(__file__).parent / "dashboard_a11y.js").read_text()
@@ -61,7 +66,7 @@ def opened(demo: tuple[browser_tests.Site, uuid.UUID], page: Page) -> Iterator[A
     page.on("pageerror", lambda e: errors.append(str(e)))
 
     def open_it(screen: Screen) -> list[str]:
-        open_screen(page, screen, f"{site.url}/admin", job)
+        open_screen(page, screen, site.url, job)
         expect(page.locator("main h1")).to_be_visible()
         return errors
 

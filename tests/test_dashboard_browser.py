@@ -127,7 +127,9 @@ def test_every_page_renders_with_real_data(site: Site, page: Page, screenshots: 
     page.screenshot(path=screenshots / f"{name}-dashboard-jobs.png", full_page=True)
 
     page.get_by_role("link", name="Failed", exact=True).click()
-    expect(page.locator("table.jobs tbody tr")).to_have_count(8)
+    expect(page.locator("table.jobs tbody tr")).to_have_count(
+        9
+    )  # 3 mail, 5 billing, 1 of a workflow
     expect(page.get_by_role("button", name="Retry every failed job")).to_be_visible()
     page.screenshot(path=screenshots / f"{name}-dashboard-failed.png", full_page=True)
 

@@ -1,9 +1,11 @@
 """The dashboard's pages for an incident in Chromium, on both databases: a viewer's pages
 (every page, no action control, a refused POST and its audit entry); the processes page's
 reasons why idle threads are idle; the timings' charts and the charts' slots that lead to
-their jobs. Each page opened here has no console error, passes the accessibility checks of
-dashboard_a11y.js and is no wider than the screen, light on a wide screen and dark at
-390 px; what it shows is checked against the database."""
+their jobs; a workflow's graph, its boxes' states and lines as the database has them, its
+text readable on its boxes, each box a link to its job. Each page opened here has no
+console error, passes the accessibility checks of dashboard_a11y.js and is no wider than
+the screen, light on a wide screen and dark at 390 px; what it shows is checked against
+the database."""
 
 from __future__ import annotations
 
@@ -20,12 +22,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from starlette.applications import Starlette
 from starlette.routing import Mount
+from test_admin_workflows import boom, diamond, ok
 from test_dashboard import job_state, make_jobs
 
-from proletarian_di import admin
+from proletarian_di import admin, process_next_job
 from proletarian_di.contrib.dashboard import basic_auth, dashboard
 
-from backends import Backend, Events, committed, connection, enqueue_committed
+from backends import Backend, Events, as_uuid, committed, connection, enqueue_committed
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -253,3 +256,54 @@ def test_the_time_charts_and_their_slots_lead_to_their_jobs(site: Site, opened: 
     hour.click()
     expect(page.locator("table.jobs tbody tr")).to_have_count(4)
     assert finished_in(backend, two_ago, two_ago + timedelta(hours=1)) == 4
+
+
+BOX = """box => {
+    const text = box.querySelector("text.state"), rect = box.querySelector("rect");
+    const size = rect.getBoundingClientRect();
+    return {id: box.dataset.jobId, state: text.textContent,
+            contrast: a11y.contrast(a11y.rgba(getComputedStyle(text).fill),
+                                    a11y.rgba(getComputedStyle(rect).fill)),
+            drawn: size.width > 100 && size.height > 30};
+}"""
+"""A graph's box as the browser draws it: its job, the state it says, the contrast of
+that text on the box, and whether the box has its size."""
+
+
+def test_a_workflows_graph_shows_each_jobs_state_and_leads_to_its_page(
+    site: Site, opened: Opened
+) -> None:
+    workflow_id, jobs = diamond(site.backend, "graph", "graph")
+    assert process_next_job(site.pool, ok, queue="graph") is True
+    failed_id, failing = diamond(site.backend, "failing", "failing")
+    assert process_next_job(site.pool, boom, queue="failing") is False
+    page = opened.page
+    for shown_id, its_jobs in ((workflow_id, jobs), (failed_id, failing)):
+        opened.open(f"{site.url}/viewer/workflows/{shown_id}")
+        boxes = page.locator("figure.graph a.node")
+        expect(boxes).to_have_count(4)
+        drawn = boxes.evaluate_all(f"boxes => {{ {CHECKS}; return boxes.map({BOX}); }}")
+        with connection(site.backend) as conn:
+            truth = {str(j.job_id): admin.get_job(conn, j.job_id) for j in its_jobs}
+        assert {box["id"]: box["state"] for box in drawn} == {
+            job_id: info.state for job_id, info in truth.items() if info is not None
+        }
+        assert [box for box in drawn if box["contrast"] < 4.5 or not box["drawn"]] == []
+        lines = page.locator("figure.graph path.edge").evaluate_all(
+            "lines => lines.map(l => [l.dataset.parent, l.dataset.child])"
+        )
+        rows = site.backend.query(
+            f"SELECT parent_id, job_id FROM {site.backend.job_table}_dependencies"
+        )
+        ids = {j.job_id for j in its_jobs}
+        assert sorted(map(tuple, lines)) == sorted(
+            (str(as_uuid(p)), str(as_uuid(c))) for p, c in rows if as_uuid(c) in ids
+        )
+        assert len(lines) == 4
+    # The graph is wider than a phone: it scrolls in its own box, and a box is a link.
+    box = page.locator(".graph .scroll")
+    wider = box.evaluate("el => el.scrollWidth > el.clientWidth")
+    assert wider == (page.viewport_size is not None and page.viewport_size["width"] < 800)
+    last = str(failing[3].job_id)
+    page.locator(f'a.node[data-job-id="{last}"]').click()
+    expect(page.locator("main h1")).to_contain_text(last)

@@ -31,6 +31,8 @@ PAGES = {
     "failed": "/failed",
     "errors": "/failed/errors",
     "jobs": "/jobs",
+    "queue": "/queue?name=billing",
+    "workflows": "/workflows",
 }
 
 

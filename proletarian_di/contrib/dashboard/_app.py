@@ -39,7 +39,7 @@ from ...serializers import (
     check_serializer,
     jsonable,
 )
-from . import _chart
+from . import _chart, _graph
 from ._security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -676,7 +676,8 @@ class _Dashboard:
 
     async def workflow(self, request: Request) -> Response:
         """A workflow's jobs by level, each with its state (`admin.get_workflow`), when it
-        has at most `WORKFLOW_PAGE_JOBS`."""
+        has at most `WORKFLOW_PAGE_JOBS`; drawn as a graph too when it has at most
+        `WORKFLOW_GRAPH_JOBS` (a bigger graph is too big to follow)."""
         user = await authenticated(self.auth, request)
         workflow_id = _job_id(request.path_params["workflow_id"])
         info = await self.read(
@@ -686,15 +687,18 @@ class _Dashboard:
         )
         if info is None:
             raise HTTPException(404, f"no workflow {workflow_id}: it never existed, or was purged")
+        levels = info.levels()
         return self.render(
             request,
             user,
             "workflow.html",
             section="workflows",
             info=info,
-            levels=info.levels(),
+            levels=levels,
             states=info.states,
             limit=WORKFLOW_PAGE_JOBS,
+            graph=_graph.layout(levels) if 0 < len(info.jobs) <= WORKFLOW_GRAPH_JOBS else None,
+            graph_limit=WORKFLOW_GRAPH_JOBS,
         )
 
     async def schedules(self, request: Request) -> Response:
@@ -1182,6 +1186,9 @@ WORKFLOW_LIST_JOBS = admin.MAX_WORKFLOW_JOBS
 """The most rows the workflows' page reads of the workflows' table, and of their jobs."""
 WORKFLOW_PAGE_JOBS = 1000
 """The most jobs a workflow's page shows: a bigger one shows its size only."""
+WORKFLOW_GRAPH_JOBS = 60
+"""The most jobs a workflow's page draws as a graph: a bigger one shows its table by level
+only (more boxes than fit a screen or two are no longer followed at a glance)."""
 
 
 @dataclasses.dataclass(frozen=True)
