@@ -48,9 +48,25 @@ DAYS_BACK, DAYS_AHEAD = 32, 3
 """The days the partitioned archive has partitions for, around today (then a default one)."""
 KEEP_SUCCEEDED, KEEP_FAILED = timedelta(days=15), timedelta(days=30)
 QUEUE = "big-drain"
-PAGES = ("/", "/jobs", "/jobs?queue=queue1", "/jobs?state=queued", "/failed", "/timings")
-"""The dashboard's pages timed (in-process, through its ASGI app): the overview, the job
-lists (all, one queue, one waiting state, the failures) and the timings."""
+PAGES = (
+    "/",
+    "/queue?name=queue1",
+    "/jobs",
+    "/jobs?queue=queue1",
+    "/jobs?state=queued",
+    "/failed",
+    "/failed/errors",
+    "/workflows",
+    "/search?q=type1&by=job_type",
+    "/timings",
+    "/timings?queue=queue1&job_type=type1",
+    "/schedules",
+    "/processes",
+    "/health",
+)
+"""The dashboard's pages timed (in-process, through its ASGI app): every page that reads
+the tables, with the job lists by queue and by state, a queue's page and the timing charts
+of one queue and job type."""
 ADMIN_TABLES = admin.Tables(TABLES["job_table"], TABLES["archived_job_table"])
 
 
