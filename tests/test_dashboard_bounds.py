@@ -322,6 +322,42 @@ def test_list_jobs_page_is_bounded_and_complete_over_its_pages(backend, counted)
             admin.list_jobs_page(counted.conn, **bad)
 
 
+@pytest.mark.parametrize("archived", [False, True], ids=["waiting", "archived"])
+def test_a_filter_that_matches_few_rows_reads_a_window_a_page(backend, counted, archived):
+    """One job of queue "rare" under 450 newer ones of another queue: each page reads a
+    window of at most `max_examined` rows of each table in the listing's order, says it is
+    partial and where to go on, and the pages together find the job, once; a failed job
+    filtered by its queue and state (the queue page's latest failures) too."""
+    [rare] = bulk(backend, 1, "rare")
+    bulk(backend, 450, "busy")
+    if archived:
+        backend.query(
+            f"INSERT INTO {backend.archived_job_table} (job_id, queue, job_type, payload, "
+            "attempts, enqueued_at, process_at, status, finished_at) SELECT job_id, queue, "
+            "job_type, payload, 1, enqueued_at, process_at, CASE WHEN queue = 'rare' THEN "
+            f"'failure' ELSE 'success' END, enqueued_at FROM {backend.job_table}"
+        )
+        backend.query(f"DELETE FROM {backend.job_table}")
+    state = "failed" if archived else None
+    conn, before, pages, found = counted.conn, None, 0, []
+    while True:
+        page = admin.list_jobs_page(
+            conn, queue="rare", state=state, limit=10, max_examined=100, before=before
+        )
+        conn.rollback()
+        pages += 1
+        assert page.examined <= 100 * (1 if archived else 2)
+        found += [job.job_id for job in page.jobs]
+        if page.next_before is None:
+            break
+        assert page.partial and page.jobs == []
+        before = page.next_before
+    assert found == [rare] and 4 <= pages <= 6
+    if archived:
+        client = TestClient(dashboard(counted))
+        assert client.get("/queue?name=rare").status_code == 200
+
+
 # 5. Listings read payload prefixes ---------------------------------------------------------------
 
 

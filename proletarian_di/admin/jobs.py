@@ -513,6 +513,10 @@ def _collect(
     """Up to `limit` jobs matching `query` after `after`; a waiting state, which the lock
     probe decides, may take more than one batch of rows: with `max_examined`, two at most
     (the page's worth, then the rest of the bound), else as many as it takes."""
+    if max_examined is not None:
+        return _collect_bounded(
+            conn, dialect, tables, query, limit, after, codec, max_examined, payload_chars
+        )
     now = datetime.now(timezone.utc)
     held = dialect.held_rows(conn)
     exact = query.state is None or query.state in _ARCHIVED
@@ -548,6 +552,117 @@ def _collect(
     return JobPage(jobs, next_before, partial, examined)
 
 
+def _collect_bounded(
+    conn: Connection,
+    dialect: Dialect,
+    tables: Tables,
+    query: _Query,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+    codec: Serializer,
+    max_examined: int,
+    payload_chars: int | None,
+) -> JobPage:
+    """`_collect` from at most `max_examined` rows of each table it reads, newest first:
+    each statement walks a window of the `(enqueued_at, job_id)` index and returns only the
+    rows in it that match, and the window's last row (where the next page goes on), so a
+    filter that matches nothing costs the window, not the table. With both tables, only
+    the matches newer than the nearer of their windows' ends are sure to come in order."""
+    now = datetime.now(timezone.utc)
+    held = dialect.held_rows(conn)
+    parts = [part for part in ("job", "archive") if _in(query, part)]
+    # A waiting state the lock probe decides takes every candidate of its window, the
+    # first window a batch's worth (most pages end there), the next the rest of the bound.
+    exact = query.state is None or query.state in _ARCHIVED
+    window = max_examined if exact else min(max(limit, _SCAN_BATCH), max_examined)
+    found: list[JobInfo] = []
+    examined = 0
+    edge: JobInfo | None = None
+    while True:
+        frontier: JobInfo | None = None
+        matches: list[JobInfo] = []
+        for part in parts:
+            take = limit if exact else window
+            sql, params = _window(
+                dialect, tables, query, held, after, now, part, (window, take), payload_chars
+            )
+            rows = dialect.fetchall(conn, sql, params)
+            infos = _infos(
+                conn, dialect, [row[:-2] for row in rows], held, now, codec, payload_chars
+            )
+            hits = [info for info, row in zip(infos, rows, strict=True) if row[-2]]
+            if len(hits) >= take:  # the page's worth: the window goes on after the last
+                hits, end, scanned = hits[:take], hits[take - 1], int(rows[take - 1][-1])
+            elif rows and int(rows[-1][-1]) == window:
+                end, scanned = infos[-1], window
+            else:  # the window passed the table's end
+                end, scanned = None, int(rows[-1][-1]) if rows else 0
+            examined += scanned
+            matches.extend(hits)
+            if end is not None and (frontier is None or _position(end) > _position(frontier)):
+                frontier = end
+        matches.sort(key=_position, reverse=True)
+        if frontier is not None:
+            matches = [info for info in matches if _position(info) >= _position(frontier)]
+        found.extend(info for info in matches if query.state in (None, info.state))
+        edge = frontier
+        if len(found) >= limit or frontier is None or examined >= max_examined:
+            break
+        after = frontier.enqueued_at, frontier.job_id
+        window = max_examined - examined
+    jobs = found[:limit]
+    partial = len(jobs) < limit and edge is not None
+    if len(jobs) == limit:
+        next_before: str | None = jobs[-1].cursor
+    else:
+        next_before = edge.cursor if partial and edge is not None else None
+    return JobPage(jobs, next_before, partial, examined)
+
+
+def _in(query: _Query, part: str) -> bool:
+    return query.in_job_table() if part == "job" else query.in_archive()
+
+
+def _position(job: JobInfo) -> tuple[datetime, uuid.UUID]:
+    """Where a job is in the listing's order (newest first: the greater, the sooner)."""
+    return job.enqueued_at, job.job_id
+
+
+def _window(
+    dialect: Dialect,
+    tables: Tables,
+    query: _Query,
+    held: HeldRows,
+    after: tuple[datetime, uuid.UUID] | None,
+    now: datetime,
+    part: str,
+    sizes: tuple[int, int],
+    payload_chars: int | None,
+) -> tuple[str, list[Any]]:
+    """The next `window` rows of one table (`part`: "job" or "archive") in the listing's
+    order, of which only those that match `query` come back, `limit` and one at most, and
+    the window's last row whatever it is (`sizes`: window, limit); each ends with whether it
+    matches and its place in the window."""
+    window, limit = sizes
+    columns = _columns(dialect, payload_chars)
+    if part == "job":
+        columns, params, where = _job_part(dialect, query, held, after, now, columns, False)
+        table = tables.job_table
+    else:
+        columns, where = _archived_part(dialect, query, after, columns, False)
+        params, table = [], tables.archived_job_table
+    scanned = _scanned(dialect, query, after)
+    inner = (
+        f"SELECT {columns}, CASE WHEN {where.sql} THEN 1 ELSE 0 END AS hit FROM {table} "
+        f"WHERE {scanned.sql} {_ORDER} LIMIT {int(window)}"
+    )
+    sql = (
+        f"SELECT * FROM (SELECT w.*, ROW_NUMBER() OVER ({_ORDER}) AS place FROM ({inner}) AS w) "
+        f"AS windowed WHERE hit = 1 OR place = {int(window)} ORDER BY place LIMIT {int(limit) + 1}"
+    )
+    return sql, [*params, *where.params, *scanned.params]
+
+
 def _select(
     dialect: Dialect,
     tables: Tables,
@@ -563,10 +678,7 @@ def _select(
     `query` can find jobs in (`archive_query`, when given, is the archive's); each row ends
     with its `held` flag (1: maybe locked by a running worker), its priority and its
     `leased` flag (1: under a live lease, running)."""
-    columns = dialect.columns
-    if payload_chars is not None:
-        prefix = f"LEFT(payload, {int(payload_chars) + 1}) AS payload"
-        columns = columns.replace("payload", prefix, 1)
+    columns = _columns(dialect, payload_chars)
     branches = []
     if query.in_job_table():
         branches.append(_job_rows(dialect, tables.job_table, query, held, after, now, columns))
@@ -586,20 +698,45 @@ def _select(
     )
 
 
-def _matching(dialect: Dialect, query: _Query, after: tuple[datetime, uuid.UUID] | None) -> _Where:
-    """The conditions both tables share: id, queue, job type, enqueued range, page start."""
-    encode, key = dialect.encode_time, dialect.default_id_strategy.encode
+def _columns(dialect: Dialect, payload_chars: int | None) -> str:
+    """The columns both tables share, the payload cut at `payload_chars` (and one more, to
+    tell it was cut) where given."""
+    if payload_chars is None:
+        return dialect.columns
+    prefix = f"LEFT(payload, {int(payload_chars) + 1}) AS payload"
+    return dialect.columns.replace("payload", prefix, 1)
+
+
+def _matching(
+    dialect: Dialect, query: _Query, after: tuple[datetime, uuid.UUID] | None, ranged: bool = True
+) -> _Where:
+    """The conditions both tables share: id, queue, job type, enqueued range, page start;
+    without the last two unless `ranged` (`_scanned` has them)."""
+    key = dialect.default_id_strategy.encode
     where = (
         _Where()
         .given("job_id = %s", query.job_id and key(query.job_id))
         .given("queue = %s", query.queue)
         .given("job_type = %s", query.job_type)
         .headline(dialect, query.error)
-        .given("enqueued_at >= %s", query.enqueued_since and encode(query.enqueued_since))
-        .given("enqueued_at < %s", query.enqueued_until and encode(query.enqueued_until))
     )
     if query.condition is not None:
         where.add(query.condition[0], *query.condition[1])
+    scanned = _scanned(dialect, query, after)
+    if ranged and scanned.clauses:
+        where.add(scanned.sql, *scanned.params)
+    return where
+
+
+def _scanned(dialect: Dialect, query: _Query, after: tuple[datetime, uuid.UUID] | None) -> _Where:
+    """The conditions on the enqueued order itself, a range of the tables' `(enqueued_at,
+    job_id)` indexes: the enqueued range and the page's start."""
+    encode, key = dialect.encode_time, dialect.default_id_strategy.encode
+    where = (
+        _Where()
+        .given("enqueued_at >= %s", query.enqueued_since and encode(query.enqueued_since))
+        .given("enqueued_at < %s", query.enqueued_until and encode(query.enqueued_until))
+    )
     if after is not None:
         at, job_id = encode(after[0]), key(after[1])
         where.add("(enqueued_at < %s OR (enqueued_at = %s AND job_id < %s))", at, at, job_id)
@@ -617,8 +754,23 @@ def _job_rows(
 ) -> tuple[str, list[Any]]:
     """The job table's part: the state's condition, whether each row may be held, and
     whether it is under a live lease."""
+    columns, params, where = _job_part(dialect, query, held, after, now, columns)
+    return f"SELECT {columns} FROM {table} WHERE {where.sql}", [*params, *where.params]
+
+
+def _job_part(
+    dialect: Dialect,
+    query: _Query,
+    held: HeldRows,
+    after: tuple[datetime, uuid.UUID] | None,
+    now: datetime,
+    columns: str,
+    ranged: bool = True,
+) -> tuple[str, list[Any], _Where]:
+    """`_job_rows`' columns, their parameters, and its conditions (`_matching`'s
+    `ranged`)."""
     at = dialect.encode_time(now)
-    where = _matching(dialect, query, after)
+    where = _matching(dialect, query, after, ranged)
     claimed = f"{held.condition} AND {_CLAIMABLE}"
     if query.state == "running":
         where.add(f"(({claimed}) OR {_LEASED})", *held.params, at, at)
@@ -630,8 +782,7 @@ def _job_rows(
         f"CASE WHEN {claimed} THEN 1 ELSE 0 END AS held, priority, "
         f"CASE WHEN {_LEASED} THEN 1 ELSE 0 END AS leased"
     )
-    sql = f"SELECT {columns} FROM {table} WHERE {where.sql}"
-    return sql, [*held.params, at, at, *where.params]
+    return columns, [*held.params, at, at], where
 
 
 def _archived_rows(
@@ -642,15 +793,27 @@ def _archived_rows(
     columns: str,
 ) -> tuple[str, list[Any]]:
     """The archive's part: the state's status and the finished range."""
+    columns, where = _archived_part(dialect, query, after, columns)
+    return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
+
+
+def _archived_part(
+    dialect: Dialect,
+    query: _Query,
+    after: tuple[datetime, uuid.UUID] | None,
+    columns: str,
+    ranged: bool = True,
+) -> tuple[str, _Where]:
+    """`_archived_rows`' columns and its conditions (`_matching`'s `ranged`)."""
     encode = dialect.encode_time
     where = (
-        _matching(dialect, query, after)
+        _matching(dialect, query, after, ranged)
         .status(_ARCHIVED.get(query.state or ""))
         .given("finished_at >= %s", query.finished_since and encode(query.finished_since))
         .given("finished_at < %s", query.finished_until and encode(query.finished_until))
     )
     columns = f"{columns}, status, finished_at, last_error, 0 AS held, priority, 0 AS leased"
-    return f"SELECT {columns} FROM {table} WHERE {where.sql}", where.params
+    return columns, where
 
 
 def _infos(
