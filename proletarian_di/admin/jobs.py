@@ -571,10 +571,10 @@ def _collect_bounded(
     now = datetime.now(timezone.utc)
     held = dialect.held_rows(conn)
     parts = [part for part in ("job", "archive") if _in(query, part)]
-    # A waiting state the lock probe decides takes every candidate of its window, the
-    # first window a batch's worth (most pages end there), the next the rest of the bound.
+    # The first window a page's worth (most pages end there; a waiting state the lock
+    # probe decides takes a batch, every candidate of it), the next the rest of the bound.
     exact = query.state is None or query.state in _ARCHIVED
-    window = max_examined if exact else min(max(limit, _SCAN_BATCH), max_examined)
+    window = min(limit if exact else max(limit, _SCAN_BATCH), max_examined)
     found: list[JobInfo] = []
     examined = 0
     edge: JobInfo | None = None
