@@ -1,6 +1,6 @@
 """Jobs that wait for other jobs (`depends_on`, `Workflow`): blocked until their parents
-end, released or cancelled in the last parent's own transaction, on both databases and in
-both worker modes."""
+end, released or cancelled by the last parent's worker (in its transaction, or for a
+success right after it commits), on both databases and in both worker modes."""
 
 from __future__ import annotations
 
@@ -441,7 +441,7 @@ def test_plain_jobs_beside_a_thousand_blocked_ones_take_the_plain_path(
     backend: Backend, pool: Any, mode: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A thousand jobs wait on a parent due later: the plain jobs drained meanwhile write no
-    end, and the one parent with a dependent still releases it in its own transaction (the
+    end, and the one parent with a dependent still releases it, right after its commit (the
     sweep is off)."""
     monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
     later = datetime.now(timezone.utc) + timedelta(hours=1)
@@ -478,7 +478,7 @@ def test_postgres_an_idle_worker_is_told_of_the_first_blocked_job(
 ) -> None:
     """Idle since before any job was blocked, the worker knows of none; the notification
     that a job was blocked, not its next beat (nor the sweep, off here), makes the parent's
-    own transaction release its dependent."""
+    worker release its dependent."""
     monkeypatch.setattr(dependencies, "sweep", lambda *args, **kwargs: (0, None))
     recorder = Recorder(pause=0)
     source = pg.pool(4)

@@ -373,8 +373,8 @@ def test_succeed_raise_time_out_and_be_abandoned(
     until `stop()` abandons it."""
     ledger, release, events = Ledger(), threading.Event(), Events()
     worker = worker_for(pool, combination, handler_for(combination, ledger, release), events)
-    # The graph is there before the worker starts, so its jobs' own transactions release
-    # their dependents (the primary path), not the sweep a worker's beat starts once it
+    # The graph is there before the worker starts, so its jobs' workers release their
+    # dependents (the primary path), not the sweep a worker's beat starts once it
     # learns that jobs wait on others.
     ids, waiting = enqueue_graph(backend)
     worker.start()
