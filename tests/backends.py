@@ -22,6 +22,40 @@ from proletarian_di import enqueue
 from proletarian_di.schema import workers_table
 from proletarian_di.testing import MySQLQueueDatabase, PostgresQueueDatabase, QueueDatabase
 
+
+def _share_pymysql_default_tls_context() -> None:
+    """PyMySQL (1.1+) makes every connection given no TLS options "preferred" TLS, with a new
+    `ssl.create_default_context()`, which loads the machine's whole CA bundle: some 25 ms of
+    CPU per connection, the bulk of a MySQL connection's cost in the tests (a test opens
+    dozens), also when the server has no TLS (the tests' MariaDB), where the context is never
+    used. In the test processes (this module is imported by conftest.py and by the tests'
+    worker scripts) those connections share one such context, made the same way on first
+    use: what goes over the wire is unchanged, and connections given TLS options still get
+    their own."""
+    try:
+        from pymysql import connections
+    except ImportError:  # no mysql extra
+        return
+    make = connections.Connection._create_ssl_ctx
+    if getattr(make, "shared_default", False):
+        return
+    made: list[Any] = []
+    lock = threading.Lock()
+
+    def create_ssl_ctx(self: Any, sslp: Any) -> Any:
+        if not (isinstance(sslp, dict) and not sslp):
+            return make(self, sslp)
+        with lock:
+            if not made:
+                made.append(make(self, sslp))
+            return made[0]
+
+    create_ssl_ctx.shared_default = True  # type: ignore[attr-defined]
+    connections.Connection._create_ssl_ctx = create_ssl_ctx  # type: ignore[method-assign]
+
+
+_share_pymysql_default_tls_context()
+
 MYSQL_URL = os.environ.get("MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 """The MySQL/MariaDB server a run uses when it starts none of its own (see `conftest.py`)."""
 
