@@ -203,6 +203,22 @@ def backend_from_env() -> Backend:
     return PostgresBackend(url)
 
 
+LOCK_VIEW_S = 0.12
+"""MariaDB (and MySQL) answer information_schema.INNODB_TRX from a cache that a read
+refreshes only when the last read was more than 100 ms before: a read within 100 ms of
+another shows the transactions and row locks of then, and reads that keep coming less than
+100 ms apart show those for as long as they go on. The MySQL dialect's admin reads ask it
+whether any transaction holds row locks (`held_rows`: which jobs run, in held mode), so a
+test that reads them right after a claim, or polls them, waits this long before each read."""
+
+
+def lock_view_settled(backend: QueueDatabase) -> None:
+    """On MySQL, wait until information_schema.INNODB_TRX's next read is fresh (see
+    `LOCK_VIEW_S`); on PostgreSQL, whose lock views are live, return at once."""
+    if backend.name == "mysql":
+        time.sleep(LOCK_VIEW_S)
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 10.0,

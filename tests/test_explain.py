@@ -18,7 +18,14 @@ from proletarian_di.admin.explain import moment
 from proletarian_di.errors import ConfigurationError
 from proletarian_di.schema import workers_table
 
-from backends import Backend, committed, connection, enqueue_committed, wait_until
+from backends import (
+    Backend,
+    committed,
+    connection,
+    enqueue_committed,
+    lock_view_settled,
+    wait_until,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +35,7 @@ def quick_beats(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def explain(backend: Backend, job_id: Any, **options: Any) -> admin.Explanation:
+    lock_view_settled(backend)  # MySQL's view of row locks lags 100 ms behind a claim
     with connection(backend) as conn:
         found = admin.explain_job(conn, job_id, **options)
     assert found is not None
