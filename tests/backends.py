@@ -10,7 +10,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -21,6 +21,40 @@ from psycopg_pool import ConnectionPool
 from proletarian_di import enqueue
 from proletarian_di.schema import workers_table
 from proletarian_di.testing import MySQLQueueDatabase, PostgresQueueDatabase, QueueDatabase
+
+
+def _share_pymysql_default_tls_context() -> None:
+    """PyMySQL (1.1+) makes every connection given no TLS options "preferred" TLS, with a new
+    `ssl.create_default_context()`, which loads the machine's whole CA bundle: some 25 ms of
+    CPU per connection, the bulk of a MySQL connection's cost in the tests (a test opens
+    dozens), also when the server has no TLS (the tests' MariaDB), where the context is never
+    used. In the test processes (this module is imported by conftest.py and by the tests'
+    worker scripts) those connections share one such context, made the same way on first
+    use: what goes over the wire is unchanged, and connections given TLS options still get
+    their own."""
+    try:
+        from pymysql import connections
+    except ImportError:  # no mysql extra
+        return
+    make = connections.Connection._create_ssl_ctx
+    if getattr(make, "shared_default", False):
+        return
+    made: list[Any] = []
+    lock = threading.Lock()
+
+    def create_ssl_ctx(self: Any, sslp: Any) -> Any:
+        if not (isinstance(sslp, dict) and not sslp):
+            return make(self, sslp)
+        with lock:
+            if not made:
+                made.append(make(self, sslp))
+            return made[0]
+
+    create_ssl_ctx.shared_default = True  # type: ignore[attr-defined]
+    connections.Connection._create_ssl_ctx = create_ssl_ctx  # type: ignore[method-assign]
+
+
+_share_pymysql_default_tls_context()
 
 MYSQL_URL = os.environ.get("MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 """The MySQL/MariaDB server a run uses when it starts none of its own (see `conftest.py`)."""
@@ -44,6 +78,10 @@ def run_database_name(base: str) -> str:
     return f"{base}_{os.environ[RUN_VARIABLE]}" + (f"_{worker}" if worker else "")
 
 
+_RESETTING = threading.local()
+"""`Backend.reset`'s connection, while the thread resets (its `conn`, else None)."""
+
+
 class Backend(QueueDatabase):
     """A test database with the default queue tables."""
 
@@ -57,9 +95,34 @@ class Backend(QueueDatabase):
             ).install()
 
     def reset(self) -> None:
-        """Empty both tables, and the live workers' table (rows a killed process left)."""
-        self.clear()
-        self.execute(f"DELETE FROM {workers_table(self.job_table)}")
+        """Empty both tables, and the live workers' table (rows a killed process left).
+
+        `clear`'s statements run as they would alone, each committed on its own, but on one
+        connection (in autocommit mode) instead of one each: a reset comes before nearly
+        every test, and a dozen connections cost more than the statements."""
+        with contextlib.closing(self.connect()) as conn:
+            if self.name == "mysql":
+                conn.autocommit(True)
+            else:
+                conn.autocommit = True
+            _RESETTING.conn = conn
+            try:
+                self.clear()
+                self.execute(f"DELETE FROM {workers_table(self.job_table)}")
+            finally:
+                _RESETTING.conn = None
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """As `QueueDatabase.query`, but on `reset`'s connection while this thread resets."""
+        conn = getattr(_RESETTING, "conn", None)
+        if conn is None:
+            return super().query(sql, params)
+        cursor = conn.cursor()
+        try:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall()) if cursor.description else []
+        finally:
+            cursor.close()
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess that should use this database."""
@@ -138,6 +201,22 @@ def backend_from_env() -> Backend:
     if os.environ["TEST_BACKEND"] == "mysql":
         return MySQLBackend(url)
     return PostgresBackend(url)
+
+
+LOCK_VIEW_S = 0.12
+"""MariaDB (and MySQL) answer information_schema.INNODB_TRX from a cache that a read
+refreshes only when the last read was more than 100 ms before: a read within 100 ms of
+another shows the transactions and row locks of then, and reads that keep coming less than
+100 ms apart show those for as long as they go on. The MySQL dialect's admin reads ask it
+whether any transaction holds row locks (`held_rows`: which jobs run, in held mode), so a
+test that reads them right after a claim, or polls them, waits this long before each read."""
+
+
+def lock_view_settled(backend: QueueDatabase) -> None:
+    """On MySQL, wait until information_schema.INNODB_TRX's next read is fresh (see
+    `LOCK_VIEW_S`); on PostgreSQL, whose lock views are live, return at once."""
+    if backend.name == "mysql":
+        time.sleep(LOCK_VIEW_S)
 
 
 def wait_until(

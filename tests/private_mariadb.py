@@ -60,6 +60,10 @@ def private_mariadb(timeout: float = 60.0) -> Iterator[str]:
                 f"--datadir={data}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
+                # Its bootstrap server's temporary tables too: in the shared /tmp, installs
+                # run at once (one per test process) fail now and then ("Unknown table
+                # 'mysql.tmp_user_sys'"), one removing another's `#sql-temptable-*` file.
+                f"--tmpdir={tmp}",
                 *owner,
             ],
             check=True,

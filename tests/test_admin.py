@@ -37,6 +37,7 @@ from backends import (
     committed,
     connection,
     enqueue_committed,
+    lock_view_settled,
     store_raw_payload,
     wait_until,
 )
@@ -180,6 +181,7 @@ def lock_row(backend: Any, conn: Any, job_id: uuid.UUID) -> None:
     cursor = conn.cursor()
     cursor.execute(f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE", (key,))
     assert cursor.fetchall()
+    lock_view_settled(backend)  # MySQL's view of row locks lags 100 ms behind
 
 
 def autocommit(backend: Any, conn: Any) -> None:

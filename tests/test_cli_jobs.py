@@ -17,6 +17,8 @@ from test_cli import flat, one_line, run
 
 from proletarian_di import RetrySpec, process_next_job
 
+from backends import lock_view_settled
+
 MISSING = "00000000-0000-7000-8000-000000000000"
 
 
@@ -42,6 +44,7 @@ def held(db: CliDB, job_id: uuid.UUID) -> Iterator[None]:
         cursor = conn.cursor()
         cursor.execute(f"SELECT job_id FROM {JOB} WHERE job_id = %s FOR UPDATE", (key,))
         assert cursor.fetchall()
+        lock_view_settled(db.backend)  # MySQL's view of row locks lags 100 ms behind
         yield
     finally:
         conn.rollback()

@@ -18,7 +18,7 @@ from proletarian_di import admin, enqueue, enqueue_many, process_next_job
 from proletarian_di.cli import app
 from proletarian_di.contrib.dashboard import dashboard
 
-from backends import Backend, connection, enqueue_committed
+from backends import Backend, connection, enqueue_committed, lock_view_settled
 
 
 @contextlib.contextmanager
@@ -34,6 +34,7 @@ def locked_by_another(backend: Backend, job_ids: Sequence[uuid.UUID]) -> Iterato
                 sql = f"SELECT job_id FROM {backend.job_table} WHERE job_id = %s FOR UPDATE"
                 cursor.execute(sql, (key,))
                 assert len(cursor.fetchall()) == 1
+        lock_view_settled(backend)  # MySQL's view of row locks lags 100 ms behind
         yield
     finally:
         conn.rollback()

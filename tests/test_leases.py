@@ -28,6 +28,7 @@ from backends import (
     archive_by_id,
     as_uuid,
     enqueue_committed,
+    lock_view_settled,
     logged_pool,
     wait_until,
     write_effect,
@@ -70,6 +71,7 @@ def skip_locked_sees(backend: Backend, job_id: Any) -> bool:
 
 def open_transactions(backend: Backend) -> set[tuple[Any, ...]]:
     """Other sessions' open transactions now, each named so that it is the same while open."""
+    lock_view_settled(backend)  # INNODB_TRX: no older than the last read 100 ms before
     if backend.name == "mysql":
         sql = (
             "SELECT trx_id, trx_mysql_thread_id, trx_started FROM information_schema.innodb_trx "

@@ -26,7 +26,7 @@ from proletarian_di import (
 )
 from proletarian_di.jobs import MAX_PROGRESS_BYTES, progress_value
 
-from backends import connection, enqueue_committed, wait_until, write_effect
+from backends import connection, enqueue_committed, lock_view_settled, wait_until, write_effect
 
 MODES = [
     pytest.param({}, "default", id="held"),
@@ -72,6 +72,7 @@ def signalling(handler_mode: str, form: str, signal_for, seen: list, started=Non
 
 
 def get(backend, job_id):
+    lock_view_settled(backend)  # MySQL's view of row locks: which job runs (held mode)
     with connection(backend) as conn:
         return admin.get_job(conn, job_id)
 
