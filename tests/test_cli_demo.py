@@ -71,6 +71,9 @@ def _stop_the_demo(tmp_path: pathlib.Path, signum: int) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+        # As a terminal starts it: under nohup, say, SIGHUP is ignored, and the demo then
+        # leaves it ignored, as it should.
+        preexec_fn=_default_signals,
     )
     try:
         assert demo.stdout is not None
@@ -90,6 +93,11 @@ def _stop_the_demo(tmp_path: pathlib.Path, signum: int) -> None:
     assert "interrupted" in rest
     assert list(tmp_path.glob("proletarian-pg-*")) == []
     wait_until(lambda: not _alive(server), description="the server to stop")
+
+
+def _default_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _alive(pid: int) -> bool:
