@@ -98,15 +98,14 @@ class Batch:
         runs = Runs([job.started_at for _, job in self.succeeded], self.succeeded[0][1].worker)
         conn, dialect = session.conn, session.dialect
         probe = runner.ends_to_write(conn, dialect)
-        if probe and (runner.parents_running or not session.probes_ends(ids)):
+        if probe and not session.probes_ends(ids):
             if dialect.waited_on(conn, ids):  # its end written in its own transaction
                 dialect.archive(conn, ids, "success", now, started=runs.started, worker=runs.worker)
                 waiting = runner.ended(conn, dialect, ids, "success", known=True)
                 dialect.commit(conn)
                 runner.recheck(conn, dialect, waiting)
-                runner.parents_running = True
                 return
-            probe = runner.parents_running = False
+            probe = False
         if (
             ahead is None
             or runner.claims is not None
@@ -123,7 +122,6 @@ class Batch:
         if waited:  # the jobs claimed ahead go back: their locks could hold up the release
             session.drop_ahead()
             runner.ends_after_commit(conn, dialect, ids)
-            runner.parents_running = True
 
     def count(self, runner: Steps) -> None:
         """Tell the stats and the log of every outcome, once committed."""
@@ -146,13 +144,6 @@ class Ahead:
 
 class HeldMode(Steps):
     """The held-transaction mode's path."""
-
-    parents_running = False
-    """Whether the last success that asked had jobs waiting on it: the next asks first, in
-    a read of its own, and a parent then writes its ends in its own transaction, claiming
-    nothing ahead (a drain of parents, a fan-in's, pays no claim given back and no second
-    transaction); a success nobody waits on goes back to asking in its archive's round
-    trip. Shared by the worker's threads: either way is right, only the cost differs."""
 
     def run_next(self, conn: Any) -> bool | None:
         """Run one due job: True if it succeeded, False if it failed, None if none was due."""
